@@ -1,0 +1,98 @@
+"""Text normalisation applied to every document before filtering, dedup and tokenizing.
+
+`normalize` is pure and deterministic. In order:
+1. surrogates: valid UTF-16 surrogate pairs are joined into their character, lone ones dropped;
+2. leftover HTML: comments, <script>/<style> blocks and tags of known HTML elements are removed
+   (block-level tags become line breaks); entities such as `&amp;` `&#20013;` are decoded. Only known
+   element names count as tags, so `a<b and c>d` or `vector<int>` survive;
+3. Unicode NFKC (full-width Latin letters, digits and symbols become ASCII, compatibility ideographs
+   are unified), except that the full-width punctuation of Chinese text (，！？：；（）～) is kept:
+   NFKC would turn it into ASCII, which is not how Chinese is written. Chinese characters and
+   。、「」“” are untouched by NFKC anyway;
+4. control characters out: C0/C1 controls except tab and newline, plus invisible format characters
+   (zero-width space, BOM, soft hyphen, bidi overrides); line and paragraph separators, CR, form feed
+   and vertical tab become newlines;
+5. whitespace: runs of spaces and tabs become one space, lines are stripped, more than one blank line
+   in a row becomes one, the whole text is stripped.
+"""
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ASCII_CONTROLS = bytes([*range(0x00, 0x09), *range(0x0E, 0x1C), 0x7F])
+
+# Element names from the HTML living standard (plus a few obsolete ones still common in scraped text).
+_BLOCK_TAGS = ("address article aside blockquote body br center dd details dialog div dl dt fieldset "
+               "figcaption figure footer form h1 h2 h3 h4 h5 h6 head header hr html li main nav ol p "
+               "pre section summary table tbody td tfoot th thead title tr ul").split()
+_INLINE_TAGS = ("a abbr acronym b bdi bdo big button caption cite code col colgroup data del dfn em "
+                "font i iframe img input ins kbd label legend link map mark meta meter noscript "
+                "object option output param picture progress q rp rt ruby s samp select small source "
+                "span strike strong sub sup svg template textarea time tt u var video wbr").split()
+_TAG_NAME = "|".join(sorted(_BLOCK_TAGS + _INLINE_TAGS, key=len, reverse=True))
+_HTML_DROP = re.compile(r"<!--.*?-->|<(script|style)\b[^>]*>.*?</\1\s*>|<!DOCTYPE[^>]*>",
+                        re.IGNORECASE | re.DOTALL)
+_ATTRIBUTE = r"""\s+[A-Za-z_:][-\w:.]*(?:\s*=\s*(?:"[^"<>]*"|'[^'<>]*'|[^\s"'=<>`]+))?"""
+_HTML_TAG = re.compile(rf"</?({_TAG_NAME})(?:{_ATTRIBUTE})*\s*/?>", re.IGNORECASE)
+_BLOCK = frozenset(_BLOCK_TAGS)
+_HTML_HINT = re.compile(r"<[!/A-Za-z]|&#?[0-9A-Za-z]+;")
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+# Chinese full-width punctuation rides through NFKC as noncharacters (removed from the input first).
+_CJK_PUNCT = "\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f\uff5e"
+_PROTECT = [(c, chr(0xFDD0 + i)) for i, c in enumerate(_CJK_PUNCT)]
+_NONCHARACTERS = re.compile("[\ufdd0-\ufdef]")
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f"
+                        "\u00ad\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f"
+                        "\ufdd0-\ufdef\ufeff\ufff9-\ufffb\ufffe\uffff]")
+
+
+def normalize(text: str) -> str:
+    """The cleaned form of `text` (see the module docstring)."""
+    if ("<" in text or "&" in text) and _HTML_HINT.search(text):
+        text = strip_html(text)
+    if text.isascii():  # ASCII: only C0 controls and DEL to drop, at C speed
+        text = text.encode("ascii").translate(None, _ASCII_CONTROLS).decode("ascii")
+    else:
+        if _SURROGATE.search(text):
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "ignore")
+        if not unicodedata.is_normalized("NFKC", text):
+            text = _nfkc_keeping_cjk_punctuation(text)
+        text = _INVISIBLE.sub("", text)
+    # splitlines() breaks at CR, CRLF, VT, FF, FS/GS/RS, NEL, LS and PS as well as LF.
+    text = "\n".join([" ".join(line.split()) for line in text.splitlines()])
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text.strip("\n")
+
+
+def _nfkc_keeping_cjk_punctuation(text: str) -> str:
+    present = [(c, p) for c, p in _PROTECT if c in text]
+    if present:  # str.replace per character present: far faster than str.translate
+        text = _NONCHARACTERS.sub("", text)
+        for c, p in present:
+            text = text.replace(c, p)
+    text = unicodedata.normalize("NFKC", text)
+    for c, p in present:
+        text = text.replace(p, c)
+    return text
+
+
+def strip_html(text: str) -> str:
+    """Leftover HTML out: comments, scripts and styles dropped, known tags removed, entities decoded."""
+    text = _HTML_DROP.sub("", text)
+    text = _HTML_TAG.sub(_tag_replacement, text)
+    return _ENTITY.sub(_entity_replacement, text)
+
+
+def _tag_replacement(m: re.Match) -> str:
+    return "\n" if m.group(1).lower() in _BLOCK else ""
+
+
+def _entity_replacement(m: re.Match) -> str:
+    decoded = html.unescape(m.group(0))
+    # A code point that is not a character (e.g. &#0; or a surrogate) decodes to U+FFFD: drop it.
+    return "" if decoded == "\ufffd" else decoded

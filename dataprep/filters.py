@@ -1,0 +1,237 @@
+"""Document quality filters (Gopher-style), measured in characters so that Chinese works as English does.
+
+`quality_reason(text, cfg)` checks a normalised text against the filters in FILTER_NAMES order and
+returns the name of the first one that fails, or None. Definitions (all fractions are of characters
+unless noted; "non-space" characters exclude whitespace):
+
+- too_short / too_long: len(text) outside [min_chars, max_chars].
+- symbol_ratio: punctuation and symbol characters (Unicode P*, S*) / non-space characters.
+- letter_ratio: letters (Unicode L*, M*, which includes Chinese characters) / non-space characters,
+  below min_letter_ratio: catches number dumps and tables as well as markup.
+- bullet_lines / ellipsis_lines: share of lines (count) that start with a bullet / end in an ellipsis.
+- dup_paragraphs / dup_paragraph_chars: blank-line separated paragraphs that repeat an earlier
+  one, by count / by characters (checked first, as in Gopher: a repeated paragraph also repeats
+  its lines).
+- dup_lines / dup_line_chars: the same for lines.
+- top_ngram: for each order n, the characters covered by the most frequent n-gram of units (the
+  first seen among equals) over
+  the characters of all units. A unit is a run of non-space characters, except that every Han, kana
+  and other CJK character is a unit of its own (Chinese has no spaces): so the thresholds of Gopher's
+  word n-grams apply to both. Orders with a tiny upper bound are skipped (the result is exact).
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import mul
+
+import numpy as np
+
+FILTER_NAMES: tuple[str, ...] = (
+    "too_short", "too_long", "symbol_ratio", "letter_ratio", "bullet_lines", "ellipsis_lines",
+    "dup_paragraphs", "dup_paragraph_chars", "dup_lines", "dup_line_chars", "top_ngram",
+)
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    min_chars: int = 32
+    max_chars: int = 1_000_000
+    max_symbol_ratio: float = 0.25
+    min_letter_ratio: float = 0.60
+    max_bullet_lines: float = 0.9
+    max_ellipsis_lines: float = 0.3
+    max_dup_line_fraction: float = 0.3
+    max_dup_line_char_fraction: float = 0.2
+    max_dup_paragraph_fraction: float = 0.3
+    max_dup_paragraph_char_fraction: float = 0.2
+    # (order, max fraction) pairs, Gopher's word n-gram values.
+    max_top_ngram_fraction: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
+    disabled: tuple[str, ...] = field(default=())  # filter names to skip
+
+    def __post_init__(self):
+        unknown = set(self.disabled) - set(FILTER_NAMES)
+        if unknown:
+            raise ValueError(f"FilterConfig.disabled: unknown filter(s) {sorted(unknown)}; "
+                             f"known: {', '.join(FILTER_NAMES)}")
+        if self.min_chars < 0 or self.max_chars < self.min_chars:
+            raise ValueError(f"FilterConfig: need 0 <= min_chars <= max_chars, "
+                             f"got {self.min_chars}, {self.max_chars}")
+        orders = [n for n, _ in self.max_top_ngram_fraction]
+        if any(n < 1 for n in orders) or orders != sorted(set(orders)):
+            raise ValueError(f"FilterConfig.max_top_ngram_fraction: orders must be increasing "
+                             f"and >= 1, got {orders}")
+
+
+# --------------------------------------------------------------------------- character classes
+
+_SPACE, _LETTER, _DIGIT, _SYMBOL, _OTHER = range(5)
+
+
+def _category_class(cp: int) -> int:
+    ch = chr(cp)
+    if ch.isspace():
+        return _SPACE
+    cat = unicodedata.category(ch)
+    if cat[0] in "LM":
+        return _LETTER
+    if cat[0] == "N":
+        return _DIGIT
+    if cat[0] in "PS":
+        return _SYMBOL
+    return _OTHER
+
+
+_BMP_CLASS = np.array([_category_class(cp) for cp in range(0x10000)], dtype=np.uint8)
+
+
+_ASCII_CLASS = bytes(_BMP_CLASS[:128].tolist()) + bytes(128)
+_CLASS_BYTES = [bytes([c]) for c in range(5)]
+
+
+def char_classes(text: str) -> list[int]:
+    """Counts of [space, letter, digit, symbol, other] characters in `text`."""
+    if text.isascii():  # bytes.translate and count: no per-call numpy overhead
+        classes = text.encode("ascii").translate(_ASCII_CLASS)
+        return [classes.count(c) for c in _CLASS_BYTES]
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    astral = cps > 0xFFFF
+    classes = _BMP_CLASS[np.where(astral, 0, cps)]
+    if astral.any():
+        classes[astral] = [_category_class(int(cp)) for cp in cps[astral]]
+    return np.bincount(classes, minlength=5).tolist()
+
+
+# --------------------------------------------------------------------------- units and n-grams
+
+# Scripts written without spaces (Han, kana, bopomofo, CJK symbols): each character is a unit.
+_CJK_RANGES = [(0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3021, 0x3029), (0x3038, 0x303B),
+               (0x3040, 0x30FF), (0x3100, 0x312F), (0x3190, 0x31FF), (0x3400, 0x4DBF),
+               (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F)]
+_CJK = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
+_IS_CJK = np.zeros(0x110000, dtype=bool)
+for _a, _b in _CJK_RANGES:
+    _IS_CJK[_a:_b + 1] = True
+_UNIT = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+
+
+def units(text: str) -> list[str]:
+    """Whitespace-separated tokens, with every CJK character a token of its own."""
+    return text.split() if text.isascii() else _UNIT.findall(text)
+
+
+_NON_CJK_RUN = re.compile(f"[^\\s{_CJK}]+")
+
+
+def top_ngram_cleared(text: str, orders: tuple[tuple[int, float], ...]) -> bool:
+    """True when the unit bound alone proves that no order's top n-gram exceeds its limit.
+
+    Cheap: counts CJK characters with Counter over the string and only the non-CJK runs as
+    tokens, without building the unit list (see top_ngram_failure for the bound).
+    """
+    if text.isascii():
+        counts = Counter(text.split())
+        if not counts:
+            return True
+        total = sum(map(mul, counts.values(), map(len, counts)))
+        best = max(map(mul, counts.values(), map(len, counts)))
+    else:
+        chars = Counter(text)
+        distinct = np.frombuffer("".join(chars).encode("utf-32-le", "surrogatepass"), np.uint32)
+        counts = np.fromiter(chars.values(), dtype=np.int64, count=len(chars))
+        cjk = counts[_IS_CJK[distinct]].tolist()
+        runs = Counter(_NON_CJK_RUN.findall(text))
+        total = sum(cjk) + sum(map(mul, runs.values(), map(len, runs)))
+        best = max(max(cjk, default=0), max(map(mul, runs.values(), map(len, runs)), default=0))
+        if total == 0:
+            return True
+    return all(n * best <= limit * total for n, limit in orders)
+
+
+def top_ngram_failure(toks: list[str], orders: tuple[tuple[int, float], ...],
+                      ) -> tuple[int, float] | None:
+    """The first (order, fraction) whose top n-gram covers more than its limit, else None.
+
+    An n-gram occurs at most as often as each of its units, so its coverage is at most n times the
+    largest coverage of a single unit: orders under that bound are skipped without counting.
+    """
+    total = sum(map(len, toks))
+    if total == 0:
+        return None
+    unit_counts = Counter(toks)
+    best_unit = max(map(mul, unit_counts.values(), map(len, unit_counts)))
+    for n, limit in orders:
+        if len(toks) < n:
+            break
+        if n * best_unit <= limit * total:
+            continue
+        if n == 1:
+            gram, count = unit_counts.most_common(1)[0]
+            if count * len(gram) > limit * total:
+                return 1, count * len(gram) / total
+            continue
+        gram, count = Counter(zip(*(toks[i:] for i in range(n)))).most_common(1)[0]
+        fraction = count * sum(map(len, gram)) / total
+        if fraction > limit:
+            return n, fraction
+    return None
+
+
+# --------------------------------------------------------------------------- lines, paragraphs
+
+_ELLIPSES = ("...", "\u2026")
+_BULLETS = ("-", "*", "\u2022", "\u2023", "\u25cf", "\u25e6", "\u2043", "\u25aa", "\u00b7")
+
+
+def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
+    """(share of parts that repeat an earlier part, share of characters in those parts)."""
+    parts = [p for p in parts if p]
+    if len(parts) < 2 or len(set(parts)) == len(parts):
+        return 0.0, 0.0
+    counts = Counter(parts)
+    dup_count = len(parts) - len(counts)
+    dup_chars = sum((c - 1) * len(p) for p, c in counts.items() if c > 1)
+    return dup_count / len(parts), dup_chars / max(1, sum(map(len, parts)))
+
+
+# --------------------------------------------------------------------------- the filter chain
+
+def quality_reason(text: str, cfg: FilterConfig) -> str | None:
+    """None if `text` (already normalised) passes every enabled filter, else the first failing one."""
+    off = cfg.disabled
+    if len(text) < cfg.min_chars and "too_short" not in off:
+        return "too_short"
+    if len(text) > cfg.max_chars and "too_long" not in off:
+        return "too_long"
+    classes = char_classes(text)
+    nonspace = max(1, sum(classes) - classes[_SPACE])
+    if classes[_SYMBOL] > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
+        return "symbol_ratio"
+    if classes[_LETTER] < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
+        return "letter_ratio"
+    lines = [line for line in text.split("\n") if line]
+    n_lines = max(1, len(lines))
+    bullets = sum(map(str.startswith, lines, repeat(_BULLETS)))
+    if bullets > cfg.max_bullet_lines * n_lines and "bullet_lines" not in off:
+        return "bullet_lines"
+    ellipses = sum(map(str.endswith, lines, repeat(_ELLIPSES)))
+    if ellipses > cfg.max_ellipsis_lines * n_lines and "ellipsis_lines" not in off:
+        return "ellipsis_lines"
+    dup_count, dup_chars = duplicate_fractions(text.split("\n\n"))
+    if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
+        return "dup_paragraphs"
+    if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
+        return "dup_paragraph_chars"
+    dup_count, dup_chars = duplicate_fractions(lines)
+    if dup_count > cfg.max_dup_line_fraction and "dup_lines" not in off:
+        return "dup_lines"
+    if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
+        return "dup_line_chars"
+    orders = cfg.max_top_ngram_fraction
+    if ("top_ngram" not in off and not top_ngram_cleared(text, orders)
+            and top_ngram_failure(units(text), orders)):
+        return "top_ngram"
+    return None

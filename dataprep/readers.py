@@ -1,0 +1,368 @@
+"""Corpus readers: jsonl, parquet and plain text, each optionally gzip- or zstd-compressed.
+
+Formats by suffix (before an optional .gz / .zst / .zstd): .jsonl, .ndjson and .json are read as
+JSON lines (one object per line), .parquet with pyarrow, anything else as UTF-8 text.
+Every reader yields `Document`s and, for anything it cannot turn into a document, a `BadRecord`
+naming the file, the 1-based line (or parquet row; 0 for the whole file) and a short stable reason.
+Nothing is skipped without a record, except blank lines in jsonl, which hold no record at all.
+A damaged compressed stream yields the documents before the damage, then one
+`BadRecord(reason="truncated_compressed" | "corrupt_compressed")`, then stops.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+PARQUET_SUFFIXES = {".parquet"}
+COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+TEXT_UNITS = ("file", "paragraph")
+_CHUNK = 1 << 16
+_PARQUET_BATCH = 1024
+_TEXT_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: Path  # absolute path
+    rel: str    # stable name used in doc_ids (relative to the INPUT directory, or the file name)
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str  # the record's id field where present, else f"{rel}:{line_or_row}"
+    text: str    # raw text as read (not cleaned)
+    source: str  # InputFile.rel
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    file: str    # InputFile.rel
+    line: int    # 1-based line (jsonl, text) or row (parquet); 0 for the whole file
+    reason: str  # stable code: invalid_json, invalid_utf8, missing_text_field, ...
+    detail: str  # human-readable detail
+
+
+class _Damaged(Exception):
+    """A compressed stream ended early or is corrupt; `reason` is the BadRecord code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+# ---------------------------------------------------------------------------------------- listing
+
+def list_inputs(paths: list[str | Path]) -> list[InputFile]:
+    """The input files under `paths`, in argument order, each directory walked in sorted order.
+
+    Hidden files and directories (name starting with '.') inside a directory are skipped; a path
+    given twice is listed once.
+    """
+    found: list[InputFile] = []
+    seen: set[Path] = set()
+    for arg in paths:
+        root = Path(arg)
+        if not root.exists():
+            raise FileNotFoundError(f"input path not found: {arg}")
+        if root.is_dir():
+            files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*")
+                           if p.is_file() and not _hidden(p.relative_to(root)))
+        else:
+            files = [(root.name, root)]
+        for rel, path in files:
+            path = path.resolve()
+            if path not in seen:
+                seen.add(path)
+                found.append(InputFile(path=path, rel=rel))
+    return found
+
+
+def _hidden(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def file_format(path: Path) -> tuple[str, str | None]:
+    """(kind, compression): kind is jsonl, parquet or text; compression gzip, zstd or None."""
+    suffixes = [s.lower() for s in path.suffixes]
+    compression = COMPRESSION_SUFFIXES.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    last = suffixes[-1] if suffixes else ""
+    if last in JSONL_SUFFIXES:
+        return "jsonl", compression
+    if last in PARQUET_SUFFIXES:
+        return "parquet", compression
+    return "text", compression
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
+              text_unit: str = "file") -> Iterator[Document | BadRecord]:
+    """Documents and bad records of one input file, in file order (see the module docstring)."""
+    if text_unit not in TEXT_UNITS:
+        raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {text_unit!r}")
+    kind, compression = file_format(inp.path)
+    try:
+        raw = open(inp.path, "rb")
+    except OSError as e:
+        yield BadRecord(inp.rel, 0, "unreadable", str(e))
+        return
+    with raw:
+        stream = _decompressed(raw, compression)
+        if kind == "jsonl":
+            yield from _read_jsonl(inp, stream, text_field, id_field)
+        elif kind == "parquet":
+            yield from _read_parquet(inp, stream, compression, text_field, id_field)
+        else:
+            yield from _read_text(inp, stream, text_unit)
+
+
+def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:
+    if compression == "gzip":
+        return io.BufferedReader(_GzipRaw(raw), _CHUNK)
+    if compression == "zstd":
+        return io.BufferedReader(_ZstdRaw(raw), _CHUNK)
+    return raw
+
+
+class _GzipRaw(io.RawIOBase):
+    """gzip.GzipFile (multi-member files are fine) whose damage errors become _Damaged."""
+
+    def __init__(self, raw: BinaryIO):
+        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        try:
+            data = self._gz.read(len(buf))
+        except EOFError as e:
+            raise _Damaged("truncated_compressed", f"gzip stream ends early: {e}") from None
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise _Damaged("corrupt_compressed", f"gzip stream is corrupt: {e}") from None
+        buf[:len(data)] = data
+        return len(data)
+
+
+class _ZstdRaw(io.RawIOBase):
+    """Decompresses every zstd frame of `raw`; a last frame cut short raises _Damaged."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw, self._dctx = raw, zstandard.ZstdDecompressor()
+        self._obj, self._pending, self._started = None, b"", False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while len(self._pending) == 0:
+            if not self._fill():
+                return 0
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _fill(self) -> bool:
+        """Decompress one more input chunk into _pending; False at a clean end of stream."""
+        chunk = self._raw.read(_CHUNK)
+        if not chunk:
+            if self._obj is not None and not self._obj.eof:
+                raise _Damaged("truncated_compressed", "zstd stream ends inside a frame")
+            return False
+        out = []
+        while chunk:
+            if self._obj is None or self._obj.eof:
+                self._obj = self._dctx.decompressobj()
+            try:
+                out.append(self._obj.decompress(chunk))
+            except zstandard.ZstdError as e:
+                raise _Damaged("corrupt_compressed", f"zstd stream is corrupt: {e}") from None
+            chunk = self._obj.unused_data if self._obj.eof else b""
+        self._pending = b"".join(out)
+        return True
+
+
+def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
+    value = rec.get(id_field)
+    if value is None:
+        return f"{rel}:{line}"
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    return str(value)
+
+
+def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str,
+                id_field: str) -> Iterator[Document | BadRecord]:
+    line, records = 0, 0
+    try:
+        for raw_line in stream:
+            line += 1
+            try:
+                s = raw_line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                records += 1
+                yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+                continue
+            if not s.strip():
+                continue
+            records += 1
+            yield _json_record(inp.rel, line, s, text_field, id_field)
+    except _Damaged as e:
+        yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
+        return
+    if records == 0:
+        yield BadRecord(inp.rel, 0, "empty_file", "no records")
+
+
+def _json_record(rel: str, line: int, s: str, text_field: str,
+                 id_field: str) -> Document | BadRecord:
+    try:
+        rec = json.loads(s)
+    except json.JSONDecodeError as e:
+        return BadRecord(rel, line, "invalid_json", f"column {e.colno}: {e.msg}")
+    if not isinstance(rec, dict):
+        return BadRecord(rel, line, "not_an_object", f"a JSON {type(rec).__name__}, not an object")
+    if text_field not in rec:
+        return BadRecord(rel, line, "missing_text_field", f"no field {text_field!r}")
+    text = rec[text_field]
+    if not isinstance(text, str):
+        return BadRecord(rel, line, "text_not_string",
+                         f"field {text_field!r} is a JSON {type(text).__name__}")
+    doc_id = _record_id(rec, id_field, rel, line)
+    if doc_id is None:
+        return BadRecord(rel, line, "invalid_id", f"field {id_field!r} is not a string or integer")
+    return Document(doc_id, text, rel)
+
+
+def _read_text(inp: InputFile, stream: BinaryIO,
+               text_unit: str) -> Iterator[Document | BadRecord]:
+    """Whole file (text_unit="file") or blank-line separated paragraphs.
+
+    A line that is not UTF-8 gives a BadRecord and is left out of its document.
+    """
+    if text_unit == "file":
+        yield from _read_whole_text(inp, stream)
+        return
+    parts: list[str] = []
+    first, line, produced = 0, 0, False
+    try:
+        for raw_line in stream:
+            line += 1
+            try:
+                s = raw_line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+                continue
+            if not s.strip():
+                if parts:
+                    yield Document(f"{inp.rel}:{first}", "".join(parts), inp.rel)
+                    produced, parts = True, []
+                continue
+            if not parts:
+                first = line
+            parts.append(s)
+    except _Damaged as e:
+        yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
+        return
+    if parts:
+        yield Document(f"{inp.rel}:{first}", "".join(parts), inp.rel)
+        produced = True
+    if not produced:
+        yield BadRecord(inp.rel, 0, "empty_file", "no text")
+
+
+def _read_whole_text(inp: InputFile, stream: BinaryIO) -> Iterator[Document | BadRecord]:
+    """The file as one document, decoded a chunk of whole lines at a time (line by line only in
+    a chunk that is not valid UTF-8)."""
+    parts: list[str] = []
+    line = 0
+    try:
+        while chunk := stream.read(_TEXT_CHUNK):
+            if not chunk.endswith(b"\n"):
+                chunk += stream.readline()
+            try:
+                parts.append(chunk.decode("utf-8"))
+                line += chunk.count(b"\n")
+                continue
+            except UnicodeDecodeError:
+                pass
+            for raw_line in _split_lines(chunk):
+                line += 1
+                try:
+                    parts.append(raw_line.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+    except _Damaged as e:
+        yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
+        return
+    text = "".join(parts)
+    if text.strip():
+        yield Document(f"{inp.rel}:1", text, inp.rel)
+    else:
+        yield BadRecord(inp.rel, 0, "empty_file", "no text")
+
+
+def _split_lines(chunk: bytes) -> list[bytes]:
+    """The lines of `chunk`, split at newline bytes only (as iterating a binary file does)."""
+    lines = [x + b"\n" for x in chunk.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
+def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, text_field: str,
+                  id_field: str) -> Iterator[Document | BadRecord]:
+    """Rows streamed batch by batch; rows are numbered from 1 (0 means the whole file)."""
+    try:
+        source = io.BytesIO(stream.read()) if compression else stream
+        pf = pq.ParquetFile(source)
+    except _Damaged as e:
+        yield BadRecord(inp.rel, 0, e.reason, e.detail)
+        return
+    except (pa.ArrowException, OSError) as e:
+        yield BadRecord(inp.rel, 0, "unreadable", f"not a readable parquet file: {e}")
+        return
+    names = pf.schema_arrow.names
+    if text_field not in names:
+        yield BadRecord(inp.rel, 0, "missing_text_field", f"no column {text_field!r}")
+        return
+    text_type = pf.schema_arrow.field(text_field).type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        yield BadRecord(inp.rel, 0, "text_not_string", f"column {text_field!r} is {text_type}")
+        return
+    columns = [text_field] + ([id_field] if id_field in names and id_field != text_field else [])
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
+            texts = batch.column(0).to_pylist()
+            ids = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+            for text, rid in zip(texts, ids):
+                row += 1
+                yield _parquet_row(inp.rel, row, text, rid, text_field, id_field)
+    except (pa.ArrowException, OSError) as e:
+        yield BadRecord(inp.rel, row + 1, "unreadable", f"parquet read failed: {e}")
+        return
+    if row == 0:
+        yield BadRecord(inp.rel, 0, "empty_file", "no rows")
+
+
+def _parquet_row(rel: str, row: int, text, rid, text_field: str,
+                 id_field: str) -> Document | BadRecord:
+    if text is None:
+        return BadRecord(rel, row, "missing_text_field", f"column {text_field!r} is null")
+    doc_id = _record_id({id_field: rid}, id_field, rel, row)
+    if doc_id is None:
+        return BadRecord(rel, row, "invalid_id", f"column {id_field!r} is not a string or integer")
+    return Document(doc_id, text, rel)

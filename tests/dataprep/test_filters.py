@@ -1,0 +1,143 @@
+"""Quality filters: each rejects a crafted bad document, real English and Chinese text passes."""
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dataprep.clean import normalize
+from dataprep.filters import (FILTER_NAMES, FilterConfig, char_classes, quality_reason,
+                              top_ngram_cleared, top_ngram_failure, units)
+from neardup_eval import load
+
+DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
+CFG = FilterConfig()
+
+# Real sentences (GPL-3 preamble; GnuPG's Chinese help) used to build crafted documents.
+EN = ("The licenses for most software and other practical works are designed to take away your "
+      "freedom to share and change the works. By contrast, the GNU General Public License is "
+      "intended to guarantee your freedom to share and change all versions of a program.")
+ZH = "在这里指定的数值完全由您自己决定；这些数值永远不会被输出给任何第三方。我们需要它来实现信任网络。"
+
+
+@pytest.fixture(scope="module")
+def real_docs():
+    return {d["id"]: normalize(d["text"]) for d in load(DATA) if "#edit" not in d["id"]}
+
+
+def _lines(*parts):
+    return "\n".join(parts)
+
+
+CRAFTED = {
+    "too_short": ["Too short.", "太短了。"],
+    "too_long": [EN * 8000],
+    "symbol_ratio": [EN[:80] + " " + "#$%&*+=<>|~^" * 30, ZH[:20] + "【】《》〈〉" * 20],
+    "letter_ratio": [EN[:60] + " " + " ".join(str(1000 + i) for i in range(80))],
+    "bullet_lines": [_lines(*(f"- item {w} of the list" for w in EN.split()[:20])),
+                     _lines(*(f"\u2022 {ZH[i:i + 6]}" for i in range(0, 40, 4)))],
+    "ellipsis_lines": [_lines(*(f"{EN[i:i + 60]}..." for i in range(0, 300, 60))),
+                       _lines(*(f"{ZH[i:i + 12]}\u2026" for i in range(0, 48, 12)))],
+    "dup_lines": [_lines(*([EN[:30], EN[40:80]] + ["Same short line."] * 3)),
+                  _lines(ZH, "重复的行。", "重复的行。", "重复的行。")],
+    "dup_line_chars": [_lines(EN, "a", "b", "c", "d", "e", "f", "g", "h", EN),
+                       _lines(ZH, "甲", "乙", "丙", "丁", "戊", "己", "庚", "辛", ZH)],
+    "dup_paragraphs": [f"{EN}\n\npara one\nline\n\npara one\nline\n\npara one\nline",
+                       f"{ZH}\n\n段落\n\n段落\n\n段落"],
+    "dup_paragraph_chars": ["\n\n".join([EN[:100], "x\ny", "z\nw", "u\nv", "s\nt", "q\nr", "o\np",
+                                         "m\nn", EN[:100]])],
+    "top_ngram": [(EN[:200] + " ") + "buy now " * 40, ZH[:30] + "立即购买" * 30],
+}
+
+
+def test_every_filter_has_a_crafted_case():
+    assert set(CRAFTED) == set(FILTER_NAMES)
+
+
+@pytest.mark.parametrize("name", FILTER_NAMES)
+def test_each_filter_rejects_its_crafted_document(name):
+    for raw in CRAFTED[name]:
+        text = normalize(raw)
+        assert quality_reason(text, CFG) == name, text[:200]
+        # The filter is what rejects it: disabled, the document passes or fails later in the chain.
+        later = quality_reason(text, FilterConfig(disabled=(name,)))
+        assert later is None or FILTER_NAMES.index(later) > FILTER_NAMES.index(name)
+
+
+def test_real_english_text_passes(real_docs):
+    english = [k for k in real_docs if k.startswith("common-licenses/")]
+    assert len(english) >= 10
+    assert {k: quality_reason(real_docs[k], CFG) for k in english} == {k: None for k in english}
+
+
+def test_real_chinese_text_passes(real_docs):
+    # The GnuPG help and the manual pages translated for the most part (many are only partly).
+    chinese = [k for k in real_docs if ("zh_CN" in k or "zh_TW" in k or "tutor.zh" in k)
+               and sum(map(_is_han, real_docs[k])) > 500 and "vim" not in k
+               and "systemd" not in k]  # a catalog of entries with repeated header lines
+    assert len(chinese) >= 6 and "gnupg/help.zh_CN.txt" in chinese
+    assert {k: quality_reason(real_docs[k], CFG) for k in chinese} == {k: None for k in chinese}
+
+
+def _is_han(ch):
+    return "\u4e00" <= ch <= "\u9fff"
+
+
+def test_character_classes_agree_on_ascii_and_unicode_paths():
+    ascii_text = "Hello, world 123!\n\t#$ \x7f"
+    assert char_classes(ascii_text) == [5, 10, 3, 4, 1]  # space, letter, digit, symbol, other
+    assert char_classes(ascii_text + "中，\U0001F600") == [5, 11, 3, 6, 1]  # 😀 is a symbol
+
+
+def test_chinese_units_are_characters():
+    assert units("中文 text，here") == ["中", "文", "text，here"]
+    assert units("plain ascii words") == ["plain", "ascii", "words"]
+
+
+def _naive_top_ngram(toks, orders):
+    total = sum(map(len, toks))
+    for n, limit in orders:
+        if len(toks) < n:
+            break
+        grams = Counter(tuple(toks[i:i + n]) for i in range(len(toks) - n + 1))
+        gram, count = None, 0
+        for g, c in grams.items():  # insertion order: the first seen wins a tie
+            if c > count:
+                gram, count = g, c
+        if count * sum(map(len, gram)) / total > limit:
+            return n
+    return None
+
+
+def test_top_ngram_skip_bound_is_exact(real_docs):
+    """Skipping orders by the unigram bound never changes the outcome (checked with lower limits,
+    so that the bound is tested near where it decides)."""
+    texts = list(real_docs.values())[:60] + [normalize(t) for c in CRAFTED.values() for t in c]
+    for limits in [((2, 0.20), (3, 0.18), (4, 0.16)), ((1, 0.05), (2, 0.03), (3, 0.02), (5, 0.01))]:
+        for text in texts:
+            toks = units(text)[:3000]
+            got = top_ngram_failure(toks, limits)
+            assert (got[0] if got else None) == _naive_top_ngram(toks, limits)
+            # The cheap pre-check never clears a text that fails.
+            if top_ngram_cleared(text, limits):
+                assert top_ngram_failure(units(text), limits) is None
+
+
+def test_top_ngram_precheck_clears_ordinary_prose(real_docs):
+    orders = CFG.max_top_ngram_fraction
+    assert top_ngram_cleared(real_docs["common-licenses/GPL-2"], orders)
+    assert top_ngram_cleared(real_docs["gnupg/help.zh_CN.txt"], orders)
+
+
+def test_thresholds_are_configurable():
+    text = normalize(CRAFTED["symbol_ratio"][0])
+    assert quality_reason(text, FilterConfig(max_symbol_ratio=0.9, min_letter_ratio=0.1)) is None
+    assert quality_reason("short", FilterConfig(min_chars=3)) is None
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ValueError, match="disabled.*no_such_filter"):
+        FilterConfig(disabled=("no_such_filter",))
+    with pytest.raises(ValueError, match="min_chars"):
+        FilterConfig(min_chars=10, max_chars=5)
+    with pytest.raises(ValueError, match="max_top_ngram_fraction"):
+        FilterConfig(max_top_ngram_fraction=((3, 0.1), (2, 0.1)))

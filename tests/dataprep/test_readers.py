@@ -1,0 +1,234 @@
+"""Readers: every format, plain and compressed, and every kind of bad input."""
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from dataprep.readers import BadRecord, Document, InputFile, list_inputs, read_file
+
+ENGLISH = "The quick brown fox jumps over the lazy dog."
+CHINESE = "机器学习是人工智能的一个分支。"
+
+
+def _compress(data: bytes, compression: str) -> bytes:
+    if compression == "gz":
+        return gzip.compress(data, mtime=0)
+    if compression == "zst":
+        return zstandard.ZstdCompressor().compress(data)
+    return data
+
+
+def _write(path, data: bytes, compression: str):
+    name = path.name + (f".{compression}" if compression else "")
+    out = path.with_name(name)
+    out.write_bytes(_compress(data, compression))
+    return InputFile(out.resolve(), name)
+
+
+def _read(inp, **kw):
+    return list(read_file(inp, **kw))
+
+
+def _parquet_bytes(table: pa.Table, row_group_size=None) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=row_group_size)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_jsonl_ids_from_field_else_rel_and_line(tmp_path, compression):
+    lines = [json.dumps({"id": "a1", "text": ENGLISH}), "",
+             json.dumps({"text": CHINESE}, ensure_ascii=False), json.dumps({"id": 7, "text": "x"})]
+    inp = _write(tmp_path / "docs.jsonl", "\n".join(lines).encode(), compression)
+    assert _read(inp) == [Document("a1", ENGLISH, inp.rel),
+                          Document(f"{inp.rel}:3", CHINESE, inp.rel),
+                          Document("7", "x", inp.rel)]
+
+
+def test_jsonl_text_and_id_fields_are_configurable(tmp_path):
+    inp = _write(tmp_path / "d.jsonl", json.dumps({"key": "k", "body": "hello"}).encode(), "")
+    assert _read(inp, text_field="body", id_field="key") == [Document("k", "hello", "d.jsonl")]
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_jsonl_bad_records_are_reported_and_reading_goes_on(tmp_path, compression):
+    data = b"\n".join([
+        json.dumps({"text": "ok one"}).encode(),
+        b'{"text": "unterminated',
+        b'{"text": "caf\xe9 latin-1"}',
+        json.dumps({"body": "no text field"}).encode(),
+        json.dumps({"text": 42}).encode(),
+        json.dumps(["not", "an", "object"]).encode(),
+        json.dumps({"text": "bad id", "id": [1]}).encode(),
+        json.dumps({"text": "ok two"}).encode(),
+    ])
+    inp = _write(tmp_path / "bad.jsonl", data, compression)
+    got = _read(inp)
+    assert [(type(r).__name__, getattr(r, "line", None), getattr(r, "reason", None)) for r in got] == [
+        ("Document", None, None),
+        ("BadRecord", 2, "invalid_json"),
+        ("BadRecord", 3, "invalid_utf8"),
+        ("BadRecord", 4, "missing_text_field"),
+        ("BadRecord", 5, "text_not_string"),
+        ("BadRecord", 6, "not_an_object"),
+        ("BadRecord", 7, "invalid_id"),
+        ("Document", None, None),
+    ]
+    assert got[-1] == Document(f"{inp.rel}:8", "ok two", inp.rel)
+    assert all(r.file == inp.rel for r in got if isinstance(r, BadRecord))
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+@pytest.mark.parametrize("kind", ["jsonl", "txt"])
+def test_truncated_stream_yields_documents_before_the_damage(tmp_path, compression, kind):
+    n = 2000
+    if kind == "jsonl":
+        data = "\n".join(json.dumps({"text": f"document number {i} " * 5}) for i in range(n))
+    else:
+        data = "\n\n".join(f"paragraph number {i} " * 5 for i in range(n))
+    full = _compress(data.encode(), compression)
+    path = tmp_path / f"cut.{kind}.{compression}"
+    path.write_bytes(full[:len(full) * 2 // 3])
+    got = _read(InputFile(path, path.name), text_unit="paragraph")
+    docs = [r for r in got if isinstance(r, Document)]
+    assert isinstance(got[-1], BadRecord) and got[-1].reason == "truncated_compressed"
+    assert all(isinstance(r, Document) for r in got[:-1])
+    assert 0 < len(docs) < n
+    # What came before the damage is complete and in order.
+    assert [d.text.strip() for d in docs] == [(f"{'document' if kind == 'jsonl' else 'paragraph'} "
+                                              f"number {i} " * 5).strip() for i in range(len(docs))]
+    assert got[-1].file == path.name
+    if kind == "jsonl":  # the damage is in the line after the last complete one
+        assert got[-1].line == len(docs) + 1
+    else:                # paragraph i starts at line 2i + 1; the one cut short is not a document
+        assert got[-1].line >= 2 * len(docs) + 1
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_truncated_text_file_is_no_document(tmp_path, compression):
+    full = _compress(b"a line of text\n" * 50_000, compression)
+    path = tmp_path / f"cut.txt.{compression}"
+    path.write_bytes(full[:len(full) // 2])
+    got = _read(InputFile(path, path.name))
+    assert [(type(r).__name__, r.reason) for r in got] == [("BadRecord", "truncated_compressed")]
+
+
+def test_large_text_file_bad_line_numbers_across_chunks(tmp_path):
+    lines = [f"line {i}\n".encode() for i in range(1, 900_001)]  # several decoding chunks
+    lines[799_999] = b"bad \xff line\n"
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"".join(lines))
+    got = _read(InputFile(path, "big.txt"))
+    assert [(r.line, r.reason) for r in got if isinstance(r, BadRecord)] == [(800_000, "invalid_utf8")]
+    doc = got[-1]
+    assert isinstance(doc, Document) and doc.doc_id == "big.txt:1"
+    assert doc.text == b"".join(lines[:799_999] + lines[800_000:]).decode()
+
+
+def test_corrupt_gzip_is_reported(tmp_path):
+    data = bytearray(gzip.compress(b"hello world\n" * 1000, mtime=0))
+    data[30:60] = b"\xff" * 30
+    path = tmp_path / "broken.txt.gz"
+    path.write_bytes(bytes(data))
+    got = _read(InputFile(path, path.name))
+    assert got[-1].reason in ("corrupt_compressed", "truncated_compressed")
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+@pytest.mark.parametrize("name", ["empty.jsonl", "empty.txt", "empty.parquet"])
+def test_empty_files_are_reported(tmp_path, compression, name):
+    inp = _write(tmp_path / name, b"", compression)
+    got = _read(inp)
+    assert len(got) == 1 and got[0].file == inp.rel and got[0].line == 0
+    assert got[0].reason == ("unreadable" if name.endswith("parquet") else "empty_file")
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_text_file_is_one_document(tmp_path, compression):
+    text = f"{ENGLISH}\n\n{CHINESE}\n"
+    inp = _write(tmp_path / "a.md", text.encode(), compression)
+    assert _read(inp) == [Document(f"{inp.rel}:1", text, inp.rel)]
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_text_paragraph_mode_ids_are_first_lines(tmp_path, compression):
+    text = f"\n{ENGLISH}\nsecond line\n\n\n  \n{CHINESE}\n"
+    inp = _write(tmp_path / "b.txt", text.encode(), compression)
+    assert _read(inp, text_unit="paragraph") == [
+        Document(f"{inp.rel}:2", f"{ENGLISH}\nsecond line\n", inp.rel),
+        Document(f"{inp.rel}:7", f"{CHINESE}\n", inp.rel)]
+
+
+def test_text_invalid_utf8_line_is_reported_and_left_out(tmp_path):
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(b"good line\nbad \xff\xfe line\nlast line\n")
+    got = _read(InputFile(path, "mixed.txt"))
+    assert got == [BadRecord("mixed.txt", 2, "invalid_utf8", got[0].detail),
+                   Document("mixed.txt:1", "good line\nlast line\n", "mixed.txt")]
+
+
+def test_whitespace_only_text_is_an_empty_file(tmp_path):
+    path = tmp_path / "blank.txt"
+    path.write_text(" \n\n\t\n")
+    assert [r.reason for r in _read(InputFile(path, "blank.txt"))] == ["empty_file"]
+    assert [r.reason for r in _read(InputFile(path, "blank.txt"), text_unit="paragraph")] == [
+        "empty_file"]
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_parquet_streams_rows_with_ids(tmp_path, compression):
+    texts = [f"row {i} {ENGLISH}" for i in range(2500)] + [CHINESE]
+    ids = [f"p{i}" if i % 3 else None for i in range(len(texts))]
+    table = pa.table({"id": ids, "text": texts, "other": list(range(len(texts)))})
+    inp = _write(tmp_path / "t.parquet", _parquet_bytes(table, row_group_size=1000), compression)
+    got = _read(inp)
+    assert len(got) == len(texts) and all(isinstance(r, Document) for r in got)
+    assert got[1] == Document("p1", texts[1], inp.rel)
+    assert got[0].doc_id == f"{inp.rel}:1" and got[2499].doc_id == f"{inp.rel}:2500"
+    assert got[-1].text == CHINESE
+
+
+def test_parquet_without_id_column_nulls_and_wrong_types(tmp_path):
+    inp = _write(tmp_path / "n.parquet",
+                 _parquet_bytes(pa.table({"text": ["a", None, "c"]})), "")
+    got = _read(inp)
+    assert got[0] == Document("n.parquet:1", "a", "n.parquet")
+    assert (got[1].line, got[1].reason) == (2, "missing_text_field")
+    assert got[2] == Document("n.parquet:3", "c", "n.parquet")
+    wrong = _write(tmp_path / "w.parquet", _parquet_bytes(pa.table({"text": [1, 2]})), "")
+    assert [(r.line, r.reason) for r in _read(wrong)] == [(0, "text_not_string")]
+    none = _write(tmp_path / "m.parquet", _parquet_bytes(pa.table({"body": ["x"]})), "")
+    assert [(r.line, r.reason) for r in _read(none)] == [(0, "missing_text_field")]
+
+
+def test_garbage_parquet_is_unreadable(tmp_path):
+    inp = _write(tmp_path / "g.parquet", b"PAR1 this is not parquet at all PAR1", "")
+    assert [(r.line, r.reason) for r in _read(inp)] == [(0, "unreadable")]
+
+
+def test_list_inputs_is_sorted_recursive_and_skips_hidden(tmp_path):
+    root = tmp_path / "corpus"
+    for rel in ["b.txt", "a/z.jsonl", "a/b.parquet", ".hidden.txt", ".git/x.txt", "c/.d/e.txt"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+    single = tmp_path / "single.txt.gz"
+    single.write_bytes(gzip.compress(b"x"))
+    got = list_inputs([root, str(single), root / "b.txt"])
+    assert [f.rel for f in got] == ["a/b.parquet", "a/z.jsonl", "b.txt", "single.txt.gz"]
+    assert all(f.path.is_absolute() for f in got)
+    assert got == list_inputs([root, single])
+
+
+def test_list_inputs_names_a_missing_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope/missing.jsonl"):
+        list_inputs([tmp_path, tmp_path / "nope" / "missing.jsonl"])
+
+
+def test_unknown_text_unit_is_rejected(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_text("x")
+    with pytest.raises(ValueError, match="text_unit"):
+        _read(InputFile(path, "x.txt"), text_unit="sentence")
