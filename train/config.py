@@ -55,6 +55,7 @@ class TrainConfig:
     global_batch_size: int = 8      # samples per optimizer step, all ranks together
     micro_batch_size: int = 0       # samples per rank per forward; 0: the whole local batch
     max_bad_steps: int = 3          # consecutive non-finite losses before the run stops
+    peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
 
 
 @dataclass
@@ -118,6 +119,8 @@ class ParallelConfig:
     vocab_emb_dp: bool = True       # embedding split by data rather than by vocab
     sequence_parallel: bool = False
     stage_offsets: list = field(default_factory=list)   # extra layers per stage (sum 0)
+    optimizer_level: str = "level1"  # with optimizer_shard: AutoParallel.hsdp level1 (weights + states),
+                                     # level2 (+ gradients), level3 (+ re-gather before backward)
 
 
 @dataclass
@@ -144,7 +147,13 @@ class Config:
         d = self.to_dict()
         d.pop("run")
         d.pop("log")
-        d["checkpoint"].pop("keep_max")
+        d.pop("checkpoint")     # when state is saved, not what it is
+        d.pop("eval")           # validation reads, never trains
+        d["data"].pop("path")           # where, not what: the dataset fingerprint is checked apart
+        d["data"].pop("num_workers")    # the loader's stream does not depend on these (contract 2)
+        d["data"].pop("prefetch")
+        d["train"].pop("peak_tflops")
+        d["parallel"].pop("data_parallel")  # elastic resume: same stream (contract 2), only the reduction order differs
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

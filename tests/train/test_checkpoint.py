@@ -1,0 +1,112 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from train import checkpoint as ckpt
+from train import metrics
+
+
+def params(value: float) -> dict:
+    from mindspore import Parameter, Tensor
+
+    return {"w": Parameter(Tensor(np.full((3, 2), value, np.float32)), name="w"),
+            "global_step": Parameter(Tensor(np.array(int(value), np.int32)), name="global_step")}
+
+
+def test_write_publish_prune_and_load(tmp_path):
+    for step in (2, 4, 6):
+        ckpt.write_checkpoint(tmp_path, step, params(step), {"step": step}, keep_max=2)
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_00000004", "step_00000006"]
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_00000006"
+    assert ckpt.read_state(root / "step_00000004") == {"step": 4}
+    target = params(0.0)
+    ckpt.load_params(root / "step_00000004", target)
+    assert target["w"].asnumpy().tolist() == [[4.0, 4.0]] * 3 and int(target["global_step"].asnumpy()) == 4
+
+
+def test_load_refuses_a_different_model(tmp_path):
+    from mindspore import Parameter, Tensor
+
+    ckpt.write_checkpoint(tmp_path, 1, params(1.0), {"step": 1}, keep_max=1)
+    d = ckpt.latest_checkpoint(tmp_path)
+    with pytest.raises(ckpt.CheckpointError, match=r"missing \['v'\]"):
+        ckpt.load_params(d, {**params(0.0), "v": Parameter(Tensor(np.zeros(2, np.float32)), name="v")})
+    with pytest.raises(ckpt.CheckpointError, match=r"w is Float32\(3, 2\), the model has Float32\(2, 3\)"):
+        ckpt.load_params(d, {**params(0.0), "w": Parameter(Tensor(np.zeros((2, 3), np.float32)), name="w")})
+    only_w = {"w": params(0.0)["w"]}
+    with pytest.raises(ckpt.CheckpointError, match="unexpected"):
+        ckpt.load_params(d, only_w)
+    ckpt.load_params(d, only_w, allow_extra=True)
+
+
+_KILLED_WRITER = """
+import sys
+from train import checkpoint as ckpt
+from test_checkpoint import params
+ckpt.write_checkpoint(sys.argv[1], int(sys.argv[2]), params(float(sys.argv[2])), {"step": int(sys.argv[2])}, 5)
+"""
+
+
+@pytest.mark.parametrize("phase,latest", [("before_rename", "step_00000001"),
+                                          ("before_latest", "step_00000001")])
+def test_killed_during_a_write_leaves_the_previous_checkpoint_latest(tmp_path, phase, latest):
+    ckpt.write_checkpoint(tmp_path, 1, params(1.0), {"step": 1}, keep_max=5)
+    env = dict(os.environ, **{ckpt.KILL_HOOK_ENV: f"{phase}:2"},
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.getcwd()]))
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), "2"], env=env)
+    assert proc.returncode == -signal.SIGKILL
+    assert ckpt.latest_checkpoint(tmp_path).name == latest
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    if phase == "before_rename":
+        assert ".tmp-step_00000002" in names and "step_00000002" not in names
+        ckpt.remove_stale_temps(tmp_path)
+        assert ".tmp-step_00000002" not in {p.name for p in (tmp_path / "checkpoints").iterdir()}
+    else:
+        assert "step_00000002" in names       # complete, but not published: resume uses step 1
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ckpt.CheckpointError, match=f"cannot write checkpoint {blocker}/checkpoints/step_00000003"):
+        ckpt.write_checkpoint(blocker, 3, params(3.0), {"step": 3}, keep_max=1)
+
+
+def test_latest_naming_a_missing_dir_is_an_error(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000009\n")
+    with pytest.raises(ckpt.CheckpointError, match="not a complete checkpoint"):
+        ckpt.latest_checkpoint(tmp_path)
+
+
+def test_metrics_truncate_and_partial_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "loss": 1.0 / s}) for s in range(1, 6)]
+    lines.insert(2, json.dumps({"step": 2, "eval": True, "val_loss": 0.5}))
+    path.write_text("\n".join(lines) + "\n" + '{"step": 6, "lo')      # killed mid-line
+    assert metrics.truncate_after(tmp_path, 2) == 3          # steps 3-5; the cut line is not a record
+    assert [(r["step"], r.get("eval", False)) for r in metrics.read_records(path)] == \
+        [(1, False), (2, False), (2, True)]
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(metrics.MetricsError, match=r"metrics.jsonl:2: not valid JSON"):
+        metrics.read_records(path)
+
+
+def test_compare_runs(tmp_path):
+    for name, losses in (("a", [0.5, 0.25, 0.125]), ("b", [0.5, 0.25, 0.125]),
+                         ("c", [0.5, np.nextafter(0.25, 1.0), 0.125])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": i + 1, "loss": float(v)}) + "\n" for i, v in enumerate(losses)))
+    out = []
+    assert metrics.compare_runs(tmp_path / "a", tmp_path / "b", out.append) == 0
+    assert out[-1] == "3/3 common steps bitwise equal"
+    out = []
+    assert metrics.compare_runs(tmp_path / "a", tmp_path / "c", out.append) == 1   # one ulp apart
+    assert "DIFFERENT" in out[1] and out[-1] == "2/3 common steps bitwise equal"

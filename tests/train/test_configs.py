@@ -1,0 +1,26 @@
+import pytest
+
+from train.config import load_config
+from train.model import model_args
+from train.recompute import recompute_plan
+from train.step import check_precision
+from trainer_harness import REPO
+
+
+@pytest.mark.parametrize("name,params_b", [("tiny", None), ("llama-1b", 1.1), ("llama-7b", 6.7),
+                                           ("llama-13b", 13.0)])
+def test_shipped_configs_validate(name, params_b):
+    from train import parallel
+
+    cfg = load_config(REPO / "configs" / f"{name}.yaml")
+    check_precision(cfg)
+    recompute_plan(cfg.recompute, cfg.model.num_layers)
+    p = cfg.parallel
+    parallel.validate(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, vocab_size=32000)
+    args = model_args(cfg.model, vocab_size=32000, seq_length=4096, device=cfg.device)
+    assert args.hidden_size % args.num_heads == 0 and args.num_heads % args.kv_heads == 0
+    if params_b:       # the shapes are the advertised size (embeddings and LM head included)
+        d, L, f, hd = args.hidden_size, args.num_layers, args.ffn, args.head_dim
+        n = 2 * 32000 * d + L * (2 * d * d + 2 * d * args.kv_heads * hd + 3 * d * f)
+        assert n / 1e9 == pytest.approx(params_b, rel=0.05)
+        assert cfg.device == "Ascend" and cfg.precision.dtype == "bf16" and cfg.recompute.mode != "none"

@@ -1,0 +1,174 @@
+"""The memory planner: exact static accounting, what sharding and recompute divide, pipeline
+in-flight micro-batches, advice order, and `train estimate` end to end."""
+from __future__ import annotations
+
+import pytest
+
+from synthetic import make_dataset
+from train.config import ConfigError, load_config
+from train.memory import (GB, advise, bytes_per_param, count_params, estimate, format_estimate,
+                          layer_activation_bytes, main, parse_size)
+
+LLAMA_7B = ["device=Ascend", "model.hidden_size=4096", "model.num_layers=32", "model.num_heads=32",
+            "model.ffn_size=11008", "model.vocab_size=32000", "train.global_batch_size=64"]
+SEQ, VOCAB = 4096, 32000
+
+
+def cfg_7b(*sets):
+    return load_config(None, [*LLAMA_7B, *sets])
+
+
+def test_7b_mixed_precision_adam_is_16_bytes_per_parameter():
+    cfg = cfg_7b("precision.dtype=bf16")
+    est = estimate(cfg, SEQ, VOCAB)
+    n = count_params(cfg, VOCAB)
+    assert n == 6_738_415_616                       # Llama-2-7B's parameter count
+    assert est.params_device == n
+    assert bytes_per_param("bf16").total == bytes_per_param("fp16").total == 16
+    assert (est.weights, est.grads, est.optimizer) == (2 * n, 2 * n, 12 * n)
+    assert est.static == 16 * n                     # 107.8 GB before activations
+    assert 105 * GB < est.static < 112 * GB
+    assert bytes_per_param("fp32").total == 16 and bytes_per_param("fp32").master == 0
+    with pytest.raises(ConfigError, match="precision.dtype"):
+        bytes_per_param("fp8")
+
+
+def test_model_parallel_divides_projections_not_norms():
+    base = estimate(cfg_7b("precision.dtype=bf16"), SEQ, VOCAB)
+    mp = estimate(cfg_7b("precision.dtype=bf16", "parallel.model_parallel=8"), SEQ, VOCAB)
+    h, layers = 4096, 32
+    replicated = layers * 2 * h + h + VOCAB * h     # norms + final norm + data-parallel embedding
+    assert mp.params_device == pytest.approx((base.params_device - replicated) / 8 + replicated)
+    vocab_split = estimate(cfg_7b("precision.dtype=bf16", "parallel.model_parallel=8",
+                                  "parallel.vocab_emb_dp=false"), SEQ, VOCAB)
+    assert vocab_split.params_device == pytest.approx(mp.params_device - VOCAB * h * 7 / 8)
+
+
+def test_optimizer_sharding_levels_divide_what_they_shard():
+    base = estimate(cfg_7b("parallel.data_parallel=8"), SEQ, VOCAB)
+    l1, l2, l3 = (estimate(cfg_7b("parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                                  f"parallel.optimizer_level={lv}"), SEQ, VOCAB)
+                  for lv in ("level1", "level2", "level3"))
+    assert l1.optimizer == pytest.approx(base.optimizer / 8)
+    assert (l1.weights, l1.grads) == (base.weights, base.grads)
+    assert l2.grads == pytest.approx(base.grads / 8) and l2.weights == base.weights
+    assert l3.weights == pytest.approx(base.weights / 8)
+    assert base.activations == l1.activations == l3.activations
+    assert base.static > l1.static > l2.static > l3.static
+
+
+def test_pipeline_keeps_a_stage_of_layers_and_its_micro_batches_in_flight():
+    cfg = cfg_7b("parallel.pipeline_stage=4", "parallel.micro_batch_num=8", "parallel.data_parallel=2")
+    est = estimate(cfg, SEQ, VOCAB)
+    assert len(est.layer_activations) == 8
+    assert est.micro_batch == 64 // 2 // 8
+    # worst stage: stage 0 holds 4 micro-batches in flight under 1F1B, the last one 1 plus the logits
+    assert est.stage == 0 and est.in_flight == 4
+    assert est.activations == pytest.approx(sum(est.layer_activations) * 4)
+    one = estimate(cfg_7b("parallel.data_parallel=2"), SEQ, VOCAB)
+    assert est.params_device < one.params_device / 3
+
+
+def test_recompute_lowers_activations_in_order():
+    def act(*sets):
+        return estimate(cfg_7b("precision.dtype=bf16", "model.flash_attention=false", *sets), SEQ, VOCAB)
+    none = act()
+    attn = act("recompute.mode=select", "recompute.select={attention: '0-31'}")
+    mlp = act("recompute.mode=select", "recompute.select={mlp: '0-31'}")
+    half = act("recompute.mode=full", "recompute.full_layers=0-15")
+    full = act("recompute.mode=full")
+    assert none.activations > attn.activations > full.activations
+    assert none.activations > mlp.activations > full.activations
+    assert none.activations > half.activations > full.activations
+    # full recompute keeps the layer input only: seq * micro * hidden * 2 bytes per layer
+    assert full.layer_activations[0] == SEQ * 1 * 4096 * 2 * (64 // 1)
+    assert none.static == full.static
+
+
+def test_layer_activation_counts_and_sequence_parallel():
+    cfg = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128"])
+    s, b, h, f, a = 16, 2, 64, 128, 4
+    expected = (2 * s * b * h * 4                   # layer input, residual
+                + 2 * s * b * h * 8                 # two norms: fp32 value + output
+                + 4 * s * b * h * 4 + a * s * s * b * 4  # q, k, v, attention out; softmax (fp32)
+                + 4 * s * b * f * 4)                # SwiGLU
+    assert layer_activation_bytes(cfg, s, b) == expected
+    tp = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128",
+                            "parallel.model_parallel=2"])
+    sp = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128",
+                            "parallel.model_parallel=2", "parallel.sequence_parallel=true"])
+    assert layer_activation_bytes(sp, s, b) == pytest.approx(expected / 2)
+    assert expected / 2 < layer_activation_bytes(tp, s, b) < expected
+
+
+def test_advice_is_ordered_by_cost_and_ends_when_it_fits():
+    cfg = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "train.micro_batch_size=1")
+    advice = advise(cfg, SEQ, VOCAB, 64e9)
+    names = [a.change.split(":")[0] for a in advice]
+    assert names[:2] == ["select recompute (attention)", "full recompute"]
+    assert names[2].startswith("optimizer sharding")
+    assert advice[-1].fits and not any(a.fits for a in advice[:-1])
+    totals = [a.estimate.total for a in advice]
+    assert totals == sorted(totals, reverse=True)
+    assert "--set parallel.optimizer_shard=true" in advice[-1].change
+    assert advise(cfg, SEQ, VOCAB, 1e15) == []
+
+
+def test_advice_without_data_parallel_goes_to_pipeline_and_model_parallel():
+    # one data-parallel rank: optimizer sharding is impossible, mp/pp cannot be taken from dp either
+    cfg = cfg_7b("precision.dtype=bf16", "train.micro_batch_size=1")
+    advice = advise(cfg, SEQ, VOCAB, 64e9)
+    assert all("optimizer sharding" not in a.change for a in advice)
+    assert not advice[-1].fits
+    wide = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "train.micro_batch_size=8",
+                  "model.flash_attention=false")
+    tight = advise(wide, SEQ, VOCAB, 30e9)
+    names = [a.change.split(":")[0] for a in tight]
+    assert names[-1] == "double model parallel" and tight[-1].fits
+    assert "--set parallel.data_parallel=4 --set parallel.model_parallel=2" in tight[-1].change
+    totals = [a.estimate.total for a in tight]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == len(totals)
+
+
+def test_parse_size():
+    assert parse_size("64GB") == 64e9
+    assert parse_size("80GiB") == 80 * 2 ** 30
+    assert parse_size("512 MB") == 512e6
+    assert parse_size("1.5TB") == 1.5e12
+    with pytest.raises(ConfigError, match="--device-memory"):
+        parse_size("lots")
+
+
+def test_train_estimate_prints_and_advises(tmp_path, capsys):
+    data = make_dataset(tmp_path / "d", num_train=8, num_valid=4, seq_length=32, vocab_size=128)
+    cfg = load_config(None, [f"data.path={data}", "train.global_batch_size=4"])
+    assert main(cfg, "64GB") == 0
+    out = capsys.readouterr().out
+    assert "fits" in out and "seq 32" in out and "16 bytes/parameter" in out
+    assert "cheapest changes" not in out
+    big = load_config(None, [f"data.path={data}", *LLAMA_7B[1:], "precision.dtype=bf16",
+                             "parallel.data_parallel=8", "device=Ascend"])
+    main(big, "10GB")
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out and "cheapest changes" in out
+    with pytest.raises(ConfigError, match="data.path"):
+        main(load_config(None, []), "64GB")
+
+
+def test_format_mentions_every_component():
+    cfg = cfg_7b("precision.dtype=bf16", "parallel.pipeline_stage=2", "parallel.micro_batch_num=4")
+    text = format_estimate(cfg, estimate(cfg, SEQ, VOCAB), 64e9)
+    for word in ("weights", "gradients", "optimizer states", "activations", "communication", "total",
+                 "micro-batch(es) in flight", "recompute none", "does NOT fit"):
+        assert word in text
+
+
+def test_estimate_without_a_dataset_takes_seq_length_and_the_configured_vocab(capsys):
+    from trainer_harness import REPO
+
+    cfg = load_config(REPO / "configs" / "llama-7b.yaml", ["model.vocab_size=32000"])
+    assert main(cfg, "64GB", seq_length=4096) == 0
+    out = capsys.readouterr().out
+    assert "6.738 B parameters" in out and "seq 4096" in out and "recompute full" in out
+    with pytest.raises(ConfigError, match="--seq-length"):
+        main(load_config(REPO / "configs" / "llama-7b.yaml"), "64GB", seq_length=4096)

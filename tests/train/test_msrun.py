@@ -1,0 +1,159 @@
+"""Data parallelism with real msrun processes on CPU: `train launch --nproc 2`.
+
+Every run sets TRAIN_TRACE_DIR, so each rank writes, per step, the digests of the input rows it took
+and of its whole state (weights, AdamW moments) after the step (train.distributed.TracedStep).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainer_harness import REPO, exact_view, last_step, launch_cmd, records, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.msrun]
+
+STEPS = 8
+COMMON = (f"train.steps={STEPS}", "checkpoint.every_steps=2", "checkpoint.keep_max=10", "eval.every_steps=0")
+DP2 = ("parallel.data_parallel=2",)
+
+
+def train(run_dir: Path, data: Path, nproc: int, *sets: str, resume: str | None = None,
+          env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = launch_cmd(run_dir, data, *COMMON, *sets, resume=resume)
+    if nproc > 1:
+        cmd += ["--nproc", str(nproc)]
+    env = {"TRAIN_TRACE_DIR": str(run_dir / "trace"), **(env or {})}
+    return run(cmd, env=env, timeout=timeout)
+
+
+def trace(run_dir: Path, rank: int) -> list[dict]:
+    path = run_dir / "trace" / f"rank_{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(run_dir) if not r.get("eval")}
+
+
+def ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("single") / "run"
+    ok(train(run_dir, tiny_data, 1))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def dp2(tiny_data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("dp2") / "run"
+    proc = train(run_dir, tiny_data, 2, *DP2)
+    ok(proc)
+    assert "msrun --worker_num=2 --local_worker_num=2" in proc.stdout     # the command it ran
+    return run_dir
+
+
+def test_dp2_weights_identical_on_both_ranks_and_loss_matches_one_process(single, dp2):
+    one, r0, r1 = trace(single, 0), trace(dp2, 0), trace(dp2, 1)
+    assert len(one) == len(r0) == len(r1) == STEPS
+    for step, (a, b, c) in enumerate(zip(one, r0, r1), start=1):
+        assert b["state"] == c["state"], f"ranks diverged at step {step}"
+        assert len(b["rows"]) == len(c["rows"]) == len(a["rows"]) // 2
+        assert b["rows"] + c["rows"] == a["rows"], f"step {step}: not the same global batch"
+        assert b["loss"] == c["loss"] == pytest.approx(a["loss"], rel=1e-5)   # all-reduced mean
+    ref, got = records(single), records(dp2)
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1))
+    for a, b in zip(ref, got):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-6)   # the all-reduced mean
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+        assert b["consumed_samples"] == a["consumed_samples"]
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process under it (msrun starts workers in new sessions)."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for p in [psutil.Process(proc.pid), *family] if proc.poll() is None else family:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+    psutil.wait_procs(family, timeout=30)
+
+
+def test_dp2_resume_after_sigkill_is_bitwise_exact(tiny_data, dp2, tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = launch_cmd(run_dir, tiny_data, *COMMON, *DP2) + ["--nproc", "2"]
+    log = open(tmp_path / "killed.log", "w")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TRAIN_TRACE_DIR=str(run_dir / "trace")))
+    try:
+        deadline = time.monotonic() + 240
+        while last_step(run_dir) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert last_step(run_dir) >= 5, (tmp_path / "killed.log").read_text()[-3000:]
+    finally:
+        kill_tree(proc)
+    assert last_step(run_dir) < STEPS, "the run finished before the kill"
+    ok(train(run_dir, tiny_data, 2, *DP2, resume="auto"))
+    assert exact_view(run_dir) == exact_view(dp2)           # every step's loss, bitwise
+    assert trace(run_dir, 0)[-1]["state"] == trace(dp2, 0)[-1]["state"]   # weights + moments, bitwise
+
+
+def elastic(tiny_data, tmp_path, source: Path, nproc: int, *sets: str) -> Path:
+    """Resume `source`'s step-4 checkpoint with `nproc` processes in a new run dir."""
+    run_dir = tmp_path / "run"
+    ok(train(run_dir, tiny_data, nproc, *sets, resume=str(source / "checkpoints" / "step_00000004")))
+    return run_dir
+
+
+def test_elastic_resume_2_to_1_continues_the_same_stream(tiny_data, single, dp2, tmp_path):
+    run_dir = elastic(tiny_data, tmp_path, dp2, 1)
+    resumed = trace(run_dir, 0)
+    assert [t["rows"] for t in resumed] == [t["rows"] for t in trace(single, 0)[4:]]
+    got, ref = losses(run_dir), losses(dp2)
+    assert sorted(got) == [5, 6, 7, 8]
+    for step in got:                    # optimizer state carried over: the curve continues
+        assert got[step] == pytest.approx(ref[step], rel=1e-5, abs=1e-6)
+    assert records(run_dir)[0]["consumed_samples"] == records(dp2)[4]["consumed_samples"]
+
+
+def test_elastic_resume_1_to_2_continues_the_same_stream(tiny_data, single, dp2, tmp_path):
+    run_dir = elastic(tiny_data, tmp_path, single, 2, *DP2)
+    r0, r1 = trace(run_dir, 0), trace(run_dir, 1)
+    assert [a["rows"] + b["rows"] for a, b in zip(r0, r1)] == [t["rows"] for t in trace(single, 0)[4:]]
+    assert [a["state"] for a in r0] == [b["state"] for b in r1]
+    got, ref = losses(run_dir), losses(single)
+    assert sorted(got) == [5, 6, 7, 8]
+    for step in got:
+        assert got[step] == pytest.approx(ref[step], rel=1e-5, abs=1e-6)
+
+
+def test_worker_crash_shows_its_log_tail_and_fails(tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = train(run_dir, tiny_data, 2, *DP2, env={"TRAIN_TRACE_FAULT": "1:3:crash"}, timeout=240)
+    assert proc.returncode != 0
+    assert "the job failed" in proc.stderr
+    assert f"last 40 lines of {run_dir / 'logs' / 'msrun' / 'worker_1.log'}" in proc.stderr
+    assert "injected failure on rank 1 at call 3" in proc.stderr
+    assert not any("train launch" in " ".join(p.info["cmdline"] or []) and str(run_dir) in
+                   " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+def test_bad_config_fails_every_worker_fast(tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = train(run_dir, tiny_data, 2, "parallel.data_parallel=3", timeout=240)
+    assert proc.returncode != 0
+    assert "parallel.data_parallel (3)" in proc.stderr and "2 process(es)" in proc.stderr

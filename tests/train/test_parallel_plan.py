@@ -1,0 +1,298 @@
+"""The parallel plan: validation, op strategies, stage map and 1F1B figures (pure functions), and
+`annotate` putting the strategies on a real model's primitives (runs on CPU: it only records them)."""
+from __future__ import annotations
+
+import pytest
+
+from train.config import ConfigError, load_config
+from train.distributed import layout
+from train.parallel import (COLUMN, ROW, annotate, format_plan, make_plan, print_plan, stage_layers,
+                            validate)
+
+
+def ascend(**parallel):
+    sets = ["device=Ascend", "model.vocab_size=128", "model.hidden_size=64", "model.num_heads=4",
+            "model.num_layers=4", "train.global_batch_size=16"]
+    sets += [f"{k}={v}" for k, v in parallel.items()]
+    return load_config(None, sets)
+
+
+# ---------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("sets, world, keys", [
+    ({"parallel.data_parallel": 2}, 4, ["parallel.data_parallel", "parallel.model_parallel",
+                                        "parallel.pipeline_stage", "4 process"]),
+    ({"parallel.model_parallel": 3, "parallel.data_parallel": 1}, 3, ["model.num_heads", "parallel.model_parallel"]),
+    ({"parallel.model_parallel": 2, "model.num_kv_heads": 1}, 2, ["model.num_kv_heads"]),
+    ({"parallel.model_parallel": 2, "model.ffn_size": 33}, 2, ["model.ffn_size"]),
+    ({"parallel.model_parallel": 2, "model.vocab_size": 127}, 2, ["model.vocab_size"]),
+    ({"parallel.pipeline_stage": 8, "parallel.micro_batch_num": 8}, 8,
+     ["model.num_layers (4)", "parallel.pipeline_stage (8)"]),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 1}, 2, ["parallel.micro_batch_num (1)"]),
+    ({"parallel.data_parallel": 2, "parallel.pipeline_stage": 2, "parallel.micro_batch_num": 3}, 4,
+     ["train.global_batch_size (16)", "parallel.data_parallel (2)", "parallel.micro_batch_num (3)"]),
+    ({"parallel.data_parallel": 2, "train.micro_batch_size": 3}, 2, ["train.micro_batch_size (3)"]),
+    ({"parallel.sequence_parallel": True}, 1, ["parallel.sequence_parallel", "model_parallel > 1"]),
+    ({"parallel.optimizer_shard": True}, 1, ["parallel.optimizer_shard", "data_parallel > 1"]),
+    ({"parallel.data_parallel": 2, "parallel.optimizer_shard": True, "parallel.optimizer_level": "level9"}, 2,
+     ["parallel.optimizer_level"]),
+    ({"parallel.model_parallel": 2, "model.tie_embeddings": True}, 2,
+     ["model.tie_embeddings", "parallel.vocab_emb_dp=false"]),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "parallel.stage_offsets": "[1]"}, 2,
+     ["parallel.stage_offsets", "one per stage"]),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "parallel.stage_offsets": "[1, 0]"}, 2,
+     ["parallel.stage_offsets", "sum to 0"]),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "parallel.stage_offsets": "[-2, 2]"}, 2,
+     ["parallel.stage_offsets", "stage 0 with 0 layers"]),
+    ({"parallel.model_parallel": 0}, 1, ["parallel.model_parallel must be >= 1"]),
+])
+def test_validation_names_the_keys(sets, world, keys):
+    cfg = ascend(**sets)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, world)
+    for key in keys:
+        assert key in str(err.value)
+
+
+def test_cpu_refuses_model_and_pipeline_parallel():
+    cfg = load_config(None, ["device=CPU", "parallel.model_parallel=2", "model.vocab_size=128"])
+    with pytest.raises(ConfigError, match="Ascend only"):
+        validate(cfg, 2)
+    cfg = load_config(None, ["device=CPU", "parallel.data_parallel=2"])
+    validate(cfg, 2)                    # data parallel is fine on CPU
+
+
+def test_sequence_length_must_split_with_sequence_parallel():
+    cfg = ascend(**{"parallel.model_parallel": 2, "parallel.sequence_parallel": True})
+    validate(cfg, 2, seq_length=64)
+    with pytest.raises(ConfigError, match="seq_length \\(63\\)"):
+        validate(cfg, 2, seq_length=63)
+
+
+def test_vocab_from_the_dataset_is_checked_when_known():
+    cfg = ascend(**{"parallel.model_parallel": 2, "model.vocab_size": 0})
+    validate(cfg, 2)                    # unknown yet: not checked
+    with pytest.raises(ConfigError, match="model.vocab_size \\(101\\)"):
+        validate(cfg, 2, vocab_size=101)
+
+
+# ---------------------------------------------------------------- rank layout
+
+def test_rank_layout_stage_outermost_model_parallel_innermost():
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.pipeline_stage": 2,
+                    "parallel.micro_batch_num": 2})
+    dp_ranks = [layout(cfg, r, 8).dp_rank for r in range(8)]
+    assert dp_ranks == [0, 0, 1, 1, 0, 0, 1, 1]
+    infos = [layout(cfg, r, 8) for r in range(8)]
+    assert all(i.dp_size == 2 and i.sharded for i in infos)
+    assert [i.is_main for i in infos] == [True] + [False] * 7
+    plain = load_config(None, ["parallel.data_parallel=3"])
+    assert [layout(plain, r, 3).dp_rank for r in range(3)] == [0, 1, 2]
+    assert not layout(plain, 0, 3).sharded
+    assert layout(load_config(None, ["parallel.data_parallel=2", "parallel.optimizer_shard=true"]), 0, 2).sharded
+
+
+# ---------------------------------------------------------------- strategies
+
+@pytest.mark.parametrize("dp, mp, pp", [(1, 1, 1), (8, 1, 1), (2, 4, 1), (1, 2, 2), (2, 2, 2), (1, 4, 4)])
+def test_every_projection_is_split_megatron_style(dp, mp, pp):
+    cfg = ascend(**{"parallel.data_parallel": dp, "parallel.model_parallel": mp, "parallel.pipeline_stage": pp,
+                    "parallel.micro_batch_num": max(pp, 1), "train.global_batch_size": 16 * dp})
+    plan = make_plan(cfg)
+    assert plan.world_size == dp * mp * pp
+    for i in range(4):
+        for name in COLUMN:
+            o = plan.op(f"layers.{i}.{name}")
+            assert (o.kind, o.in_strategy, o.out_strategy) == ("MatMul", ((dp, 1), (mp, 1)), None)
+        for name in ROW:
+            o = plan.op(f"layers.{i}.{name}")
+            assert (o.kind, o.in_strategy, o.out_strategy) == ("MatMul", ((dp, mp), (1, mp)), None)
+        for prim in ("qk", "pv"):
+            o = plan.op(f"layers.{i}.attention", prim)
+            assert (o.kind, o.in_strategy) == ("BatchMatMul", ((dp, mp, 1, 1), (dp, mp, 1, 1)))
+    assert plan.op("output").in_strategy == ((dp, 1), (mp, 1))
+    assert plan.op("tok_embeddings", "gather").in_strategy == ((1, 1), (dp,))
+    assert plan.dataset_strategy == ((dp, 1),)
+    # 4 layers * (7 projections + 2 attention matmuls) + embedding + head: nothing else, nothing twice
+    assert len(plan.ops) == 4 * 9 + 2
+    assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)
+
+
+def test_sequence_parallel_reduce_scatters_row_parallel_outputs():
+    plan = make_plan(ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 4,
+                               "parallel.sequence_parallel": True}))
+    for name in ROW:
+        assert plan.op(f"layers.3.{name}").out_strategy == ((8, 1),)
+    assert plan.op("layers.3.attention.wq").out_strategy is None
+
+
+def test_embedding_split_by_vocab_and_tied_head():
+    plan = make_plan(ascend(**{"parallel.model_parallel": 4, "parallel.vocab_emb_dp": False}))
+    assert plan.op("tok_embeddings", "gather").in_strategy == ((4, 1), (1,))
+    tied = make_plan(ascend(**{"parallel.model_parallel": 2, "parallel.vocab_emb_dp": False,
+                               "model.tie_embeddings": True, "parallel.pipeline_stage": 2,
+                               "parallel.micro_batch_num": 2}))
+    assert tied.op("", "tied_head").in_strategy == ((1, 1), (2, 1))
+    with pytest.raises(KeyError):
+        tied.op("output")
+    assert "output" not in tied.stage_of
+
+
+def test_optimizer_sharding_level():
+    assert make_plan(ascend()).optimizer_level is None
+    plan = make_plan(ascend(**{"parallel.data_parallel": 4, "parallel.optimizer_shard": True,
+                               "parallel.optimizer_level": "level2"}))
+    assert plan.optimizer_level == "level2"
+
+
+# ---------------------------------------------------------------- stages and 1F1B
+
+@pytest.mark.parametrize("layers, pp, offsets, expected", [
+    (4, 1, [], ((0, 1, 2, 3),)),
+    (4, 2, [], ((0, 1), (2, 3))),
+    (5, 2, [], ((0, 1), (2, 3, 4))),             # remainder never on stage 0
+    (7, 3, [], ((0, 1), (2, 3, 4), (5, 6))),
+    (8, 3, [], ((0, 1), (2, 3, 4), (5, 6, 7))),
+    (8, 4, [-1, 0, 0, 1], ((0,), (1, 2), (3, 4), (5, 6, 7))),
+    (6, 2, [1, -1], ((0, 1, 2, 3), (4, 5))),
+    (4, 4, [], ((0,), (1,), (2,), (3,))),
+])
+def test_stage_map(layers, pp, offsets, expected):
+    stages = stage_layers(layers, pp, offsets)
+    assert stages == expected
+    assert [i for s in stages for i in s] == list(range(layers))
+
+
+def test_plan_stage_of_and_in_flight_and_bubble():
+    cfg = ascend(**{"parallel.pipeline_stage": 4, "parallel.micro_batch_num": 8, "model.num_layers": 8,
+                    "parallel.stage_offsets": "[-1, 0, 0, 1]"})
+    plan = make_plan(cfg)
+    assert plan.stage_of["tok_embeddings"] == 0
+    assert plan.stage_of["norm"] == plan.stage_of["output"] == 3
+    assert [plan.stage_of[f"layers.{i}"] for i in range(8)] == [0, 1, 1, 2, 2, 3, 3, 3]
+    assert plan.in_flight == (4, 3, 2, 1)
+    assert plan.bubble == pytest.approx(3 / 11)
+    few = make_plan(ascend(**{"parallel.pipeline_stage": 4, "parallel.micro_batch_num": 4}))
+    assert few.bubble == pytest.approx(3 / 7)
+    assert make_plan(ascend()).bubble == 0.0
+
+
+def test_print_plan(capsys):
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.pipeline_stage": 2,
+                    "parallel.micro_batch_num": 4})
+    print_plan(cfg)
+    out = capsys.readouterr().out
+    assert "world 8 = data_parallel 2 x model_parallel 2 x pipeline_stage 2" in out
+    assert "bubble (p-1)/(m+p-1) = 0.200" in out
+    assert "stage 1: layers 2-3 + norm, output" in out
+    assert "layers.0.attention.wo.matmul" in out and "((2, 2), (1, 2))" in out
+    assert "layers.1." not in out                      # one layer shown
+    with pytest.raises(ConfigError, match="4 process"):
+        print_plan(cfg, world_size=4)
+    assert "pipeline: off" in format_plan(make_plan(ascend()))
+
+
+# ---------------------------------------------------------------- applied to the real model
+
+def _model(tie=False, layers=4):
+    from train.model import Llama, ModelArgs
+    return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
+                           tie_embeddings=tie), seed=0)
+
+
+def test_annotate_sets_every_strategy_and_stage_on_the_model():
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.pipeline_stage": 2,
+                    "parallel.micro_batch_num": 2, "parallel.sequence_parallel": True})
+    plan = make_plan(cfg)
+    model = _model()
+    done = annotate(plan, model)
+    assert len(done) == len(plan.ops)
+    cells = dict(model.cells_and_names())
+    for o in plan.ops:
+        prim = cells[o.module]._primitives[o.prim]
+        assert prim.attrs["in_strategy"] == o.in_strategy
+        if o.out_strategy:
+            assert prim.attrs["out_strategy"] == o.out_strategy
+    assert model.layers[1].pipeline_stage == 0 and model.layers[2].pipeline_stage == 1
+    assert model.tok_embeddings.pipeline_stage == 0 and model.output.pipeline_stage == 1
+
+
+def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
+    tied_cfg = ascend(**{"parallel.model_parallel": 2, "parallel.vocab_emb_dp": False,
+                         "model.tie_embeddings": True})
+    annotate(make_plan(tied_cfg), _model(tie=True))
+    assert _model(tie=True).tied_head is not None
+    # a plan for 4 layers on a 2-layer model: layers.2 is missing
+    with pytest.raises(RuntimeError, match="layers.2.attention.wq.matmul not found"):
+        annotate(make_plan(ascend(**{"parallel.model_parallel": 2})), _model(layers=2))
+    # a tied-head plan on an untied model names the missing primitive
+    with pytest.raises(RuntimeError, match="model.tied_head|output"):
+        annotate(make_plan(ascend(**{"parallel.model_parallel": 2})), _model(tie=True))
+
+
+def test_strategy_file_goes_beside_a_sharded_checkpoint_not_in_a_rank_dir(tmp_path):
+    from train.parallel import copy_strategy, strategy_path
+
+    cfg = ascend(**{"parallel.model_parallel": 2, "run.dir": str(tmp_path / "run")})
+    dist = layout(cfg, 1, 2)
+    src = strategy_path(cfg, dist)
+    assert src == tmp_path / "run" / "strategy" / "rank_1.ckpt"
+    ckpt = tmp_path / "run" / "checkpoints" / "step_00000002"
+    assert copy_strategy(cfg, dist, ckpt) is None           # nothing compiled yet
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"strategy of rank 1")
+    assert copy_strategy(cfg, dist, ckpt) == ckpt / "strategy" / "rank_1.ckpt"
+    assert (ckpt / "strategy" / "rank_1.ckpt").read_bytes() == b"strategy of rank 1"
+    plain = load_config(None, ["parallel.data_parallel=2", f"run.dir={tmp_path / 'run'}"])
+    assert copy_strategy(plain, layout(plain, 1, 2), ckpt / "x") is None   # data parallel: not sharded
+
+
+def test_setup_in_one_process_and_msrun_detection(monkeypatch):
+    from train import distributed
+
+    for var in ("MS_ROLE", "MS_WORKER_NUM"):
+        monkeypatch.delenv(var, raising=False)
+    assert not distributed.under_msrun()
+    info = distributed.setup(load_config(None, []))
+    assert info == distributed.DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True,
+                                        sharded=False)
+    assert distributed.all_reduce_mean(info, [1.5, 2]) == [1.5, 2.0]
+    with pytest.raises(ConfigError, match="1 process"):
+        distributed.setup(load_config(None, ["parallel.data_parallel=2"]))
+    monkeypatch.setenv("MS_ROLE", "MS_WORKER")
+    monkeypatch.setenv("MS_WORKER_NUM", "4")
+    assert distributed.under_msrun() and distributed.msrun_world_size() == 4
+    monkeypatch.setenv("MS_WORKER_NUM", "four")
+    with pytest.raises(ConfigError, match="MS_WORKER_NUM"):
+        distributed.msrun_world_size()
+
+
+def test_fault_hook_spec():
+    from train.distributed import _parse_fault
+
+    assert _parse_fault("1:3:crash") == (1, 3, "crash")
+    assert _parse_fault("0:10:hang") == (0, 10, "hang")
+    for bad in ("1:3", "1:x:crash", "1:3:explode"):
+        with pytest.raises(ValueError, match="TRAIN_TRACE_FAULT"):
+            _parse_fault(bad)
+
+
+def test_data_parallel_installs_a_mean_reducer_or_refuses_a_cell_without_one():
+    from mindspore import nn
+
+    from train.parallel import _parallelize, check_grad_reduction
+
+    cfg = load_config(None, ["parallel.data_parallel=2"])
+    dist = layout(cfg, 1, 2)
+    net = nn.Dense(4, 4)
+    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    one_step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)   # built without the context
+    assert isinstance(one_step.grad_reducer, nn.Identity)
+    assert _parallelize(cfg, dist, net, one_step, None) is one_step
+    assert isinstance(one_step.grad_reducer, nn.DistributedGradReducer) and one_step.grad_reducer.mean
+    with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
+        _parallelize(cfg, dist, net, nn.WithLossCell(net, nn.MSELoss()), None)   # no slot for one
+    summing = nn.WithLossCell(net, nn.MSELoss())
+    summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
+    with pytest.raises(RuntimeError, match="sums gradients"):
+        check_grad_reduction(summing)

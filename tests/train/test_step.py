@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+
+from train.config import ConfigError, load_config
+from train.optim import lr_at, no_decay
+
+from trainer_harness import BATCHES, make_step, snapshot
+
+
+def test_lr_schedule_is_warmup_then_cosine():
+    o = load_config(None, ["optim.lr=1.0", "optim.min_lr=0.1", "optim.warmup_steps=4"]).optim
+    lrs = [lr_at(s, o, 20) for s in range(1, 21)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a > b for a, b in zip(lrs[3:], lrs[4:]))          # strictly decreasing after warmup
+    assert lrs[-1] == pytest.approx(0.1) and lr_at(25, o, 20) == pytest.approx(0.1)
+    assert lr_at(12, o, 20) == pytest.approx(0.55)                 # half-way: the mean of lr and min_lr
+
+
+def test_gradient_accumulation_is_exact(graph_mode):
+    """4 micro-batches of 2 accumulate to the gradient of one batch of 8: same loss, same update."""
+    _, whole = make_step("optim.clip_norm=0")
+    _, accum = make_step("optim.clip_norm=0", micro_steps=4)
+    for batch in BATCHES[:2]:
+        a, b = whole(batch, 1e-3), accum(batch, 1e-3)
+        assert a.loss == pytest.approx(b.loss, rel=1e-6)
+        assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-5)
+    wa, wb = snapshot(whole), snapshot(accum)
+    for name in wa:
+        np.testing.assert_allclose(wa[name], wb[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert wb["global_step"] == 2
+    assert all(not a.asnumpy().any() for a in accum.accumulators)   # zeroed after each apply
+
+
+def test_clipping_bounds_the_update_and_reports_the_raw_norm(graph_mode):
+    _, free = make_step("optim.clip_norm=0")
+    _, clipped = make_step("optim.clip_norm=0.01")
+    r_free, r_clip = free(BATCHES[0], 1e-3), clipped(BATCHES[0], 1e-3)
+    assert r_free.grad_norm == pytest.approx(r_clip.grad_norm) and r_clip.grad_norm > 0.1
+    # AdamW's first moment after one step is (1 - beta1) * g: its global norm shows the clipped g
+    m = np.sqrt(sum((v ** 2).sum() for k, v in snapshot(clipped).items() if k.startswith("adam_m.")))
+    assert m == pytest.approx(0.1 * 0.01, rel=1e-3)
+
+
+def test_norms_are_not_decayed(graph_mode):
+    """With zero gradients AdamW only decays: matrices shrink by lr * wd, norm weights stay 1."""
+    _, step = make_step("optim.weight_decay=0.5")
+    before = snapshot(step)
+    for acc in step.accumulators:            # a step with exactly zero gradients
+        assert not acc.asnumpy().any()
+    from mindspore import Tensor
+    step.apply(Tensor(np.float32(0.1)))
+    after = snapshot(step)
+    w = "model.layers.0.attention.wq.weight"
+    np.testing.assert_allclose(after[w], before[w] * (1 - 0.1 * 0.5), rtol=1e-6)
+    np.testing.assert_array_equal(after["model.layers.0.ffn_norm.weight"], before["model.layers.0.ffn_norm.weight"])
+    assert no_decay("model.norm.weight", 1) and not no_decay("model.output.weight", 2)
+
+
+def test_fp16_overflow_skips_the_step_and_moves_the_scale(graph_mode):
+    """A huge initial scale overflows fp16 gradients: flagged, weights and moments untouched, scale
+    halved each time; after `window` clean steps the scale grows by `factor`."""
+    _, step = make_step("precision.dtype=fp16", "precision.amp_level=O2",
+                        "precision.loss_scale.init=1099511627776.0",  # 2**40
+                        "precision.loss_scale.window=2", "precision.loss_scale.factor=2.0")
+    before = snapshot(step)
+    r = step(BATCHES[0], 1e-3)
+    assert r.overflow and r.loss_scale == 2.0 ** 40 and np.isfinite(r.loss)
+    after = snapshot(step)
+    for name in before:
+        if name not in ("loss_scale", "learning_rate"):
+            np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    assert after["loss_scale"] == 2.0 ** 39 and after["global_step"] == 0
+    scales, flags = [], []
+    for i in range(40):
+        r = step(BATCHES[i % 4], 1e-3)
+        scales.append(r.loss_scale)
+        flags.append(r.overflow)
+        if len(flags) >= 3 and flags[-3:] == [False, False, False]:
+            break
+    first_clean = flags.index(False)
+    assert all(flags[:first_clean]) and scales[first_clean] < 2.0 ** 39
+    assert [s / scales[first_clean] for s in scales[first_clean:first_clean + 3]] == [1.0, 1.0, 2.0]
+    assert snapshot(step)["global_step"] > 0                        # clean steps did update
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_fp16_levels_track_fp32(graph_mode, level):
+    _, ref = make_step()
+    _, half = make_step("precision.dtype=fp16", f"precision.amp_level={level}")
+    for batch in BATCHES[:2]:
+        a, b = ref(batch, 1e-3), half(batch, 1e-3)
+        assert not b.overflow and b.loss_scale == 65536.0
+        assert b.loss == pytest.approx(a.loss, abs=2e-2) and b.loss != a.loss
+
+
+def test_precision_config_errors():
+    from train.step import check_precision
+
+    with pytest.raises(ConfigError, match="bf16 needs device Ascend"):
+        check_precision(load_config(None, ["precision.dtype=bf16"]))
+    check_precision(load_config(None, ["precision.dtype=bf16", "device=Ascend"]))
+    with pytest.raises(ConfigError, match="precision.dtype"):
+        check_precision(load_config(None, ["precision.dtype=fp8"]))
+    with pytest.raises(ConfigError, match="amp_level"):
+        check_precision(load_config(None, ["precision.amp_level=O3"]))
+    with pytest.raises(ConfigError, match="loss_scale"):
+        check_precision(load_config(None, ["precision.dtype=fp16", "precision.loss_scale.factor=1.0"]))

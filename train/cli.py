@@ -1,0 +1,102 @@
+"""`train` command line (also `python -m train`).
+
+  train launch   --config F.yaml [--set k=v ...] [--resume auto|CKPT_DIR] [--force]
+                 [--nproc N [--nnodes K --node-rank R --master-addr A --master-port P]]
+  train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
+  train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
+  train plan     --config F.yaml [--set ...]              the parallel plan (train.parallel)
+  train estimate --config F.yaml [--device-memory 64GB]   memory per device (train.memory)
+Every module is imported lazily: `train compare` and `--help` never import MindSpore.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_ERROR = 2
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="YAML config file, e.g. configs/tiny.yaml")
+    p.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="override config keys, e.g. --set train.steps=100 run.dir=runs/a (repeatable)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="train", description="Llama-style pretraining on MindSpore")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("launch", help="train (one process, or --nproc N under msrun)")
+    _config_args(p)
+    p.add_argument("--resume", metavar="auto|CKPT_DIR",
+                   help="continue from RUN/checkpoints/latest (auto) or from a checkpoint directory")
+    p.add_argument("--force", action="store_true",
+                   help="resume even if the config hash or dataset fingerprint differ")
+    p.add_argument("--nproc", type=int, default=1, help="processes on this node (msrun when > 1)")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default=None)
+    p.add_argument("--master-port", type=int, default=None)
+    p.add_argument("--hang-timeout", type=float, default=None,
+                   help="seconds of silent worker logs before an msrun job is stopped as hung")
+    p.add_argument("--cluster-timeout", type=int, default=None, help="msrun --cluster_time_out")
+
+    p = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint")
+    _config_args(p)
+    p.add_argument("--checkpoint", help="checkpoint directory (default: RUN/checkpoints/latest)")
+
+    p = sub.add_parser("compare", help="are two runs' losses bitwise equal, step by step?")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+
+    p = sub.add_parser("plan", help="print the parallel plan")
+    _config_args(p)
+
+    p = sub.add_parser("estimate", help="estimate memory per device")
+    _config_args(p)
+    p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    from train.config import ConfigError, load_config
+
+    try:
+        if args.command == "compare":
+            from train.metrics import compare_runs
+            return compare_runs(args.run_a, args.run_b)
+        if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
+            from train.launch import run_msrun
+            return run_msrun(args, argv)
+        cfg = load_config(args.config, args.set)
+        if args.command == "launch":
+            from train.trainer import launch
+            return launch(cfg, resume=args.resume, force=args.force)
+        if args.command == "eval":
+            from train.evaluate import main as evaluate
+            return evaluate(cfg, args.checkpoint)
+        if args.command == "plan":
+            from train.parallel import print_plan
+            print_plan(cfg)
+            return 0
+        from train.memory import main as estimate
+        return estimate(cfg, args.device_memory) or 0
+    except ConfigError as e:
+        print(f"train {args.command}: config error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:
+        if type(e).__name__ in _CLEAR_ERRORS:
+            print(f"train {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        raise
+
+
+# errors whose message is the whole story (no traceback): they name the file, key or step
+_CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
+                 "ShardError", "LoaderError", "FileNotFoundError"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

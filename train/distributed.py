@@ -1,0 +1,217 @@
+"""Process-group setup: one process, or one worker of an `msrun` job.
+
+msrun 2.10 starts a scheduler process and N workers, all running the same command line. It exports
+MS_WORKER_NUM (the world size), MS_ROLE (MS_SCHED | MS_WORKER), MS_NODE_ID and RANK_ID (the worker's
+rank when --node_rank is given or the job is single-node), MS_SCHED_HOST/PORT. In the scheduler,
+`mindspore.communication.init()` serves the cluster and exits the process when the job ends, so
+`setup()` must run before anything with side effects (run dir, data, logs).
+
+Rank layout (MindSpore's device matrix): pipeline stage outermost, then data parallel, model parallel
+innermost: rank = stage * dp * mp + dp_rank * mp + mp_rank. Ranks of one model-parallel group read
+the same data slice, so the loader uses dp_rank / dp_size, never rank / world_size.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from train.config import ConfigError
+
+TRACE_ENV = "TRAIN_TRACE_DIR"      # test hook: per-rank trace of every step (TracedStep)
+FAULT_ENV = "TRAIN_TRACE_FAULT"    # test hook: "RANK:CALL:crash|hang" injects a worker failure
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    dp_rank: int
+    dp_size: int
+    is_main: bool
+    sharded: bool       # mp > 1, pp > 1 or optimizer sharding: per-rank checkpoints needed
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def under_msrun() -> bool:
+    """True inside a process started by msrun (worker or scheduler)."""
+    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED") and "MS_WORKER_NUM" in os.environ
+
+
+def msrun_world_size() -> int:
+    value = os.environ.get("MS_WORKER_NUM", "1")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment MS_WORKER_NUM={value!r} is not an integer") from None
+
+
+def is_sharded(cfg) -> bool:
+    p = cfg.parallel
+    return p.model_parallel > 1 or p.pipeline_stage > 1 or bool(p.optimizer_shard)
+
+
+def layout(cfg, rank: int, world_size: int) -> DistInfo:
+    """DistInfo of `rank` in a job of `world_size` processes, after checking dp*mp*pp == world_size."""
+    p = cfg.parallel
+    for key in ("data_parallel", "model_parallel", "pipeline_stage"):
+        if getattr(p, key) < 1:
+            raise ConfigError(f"parallel.{key} must be >= 1, got {getattr(p, key)}")
+    product = p.data_parallel * p.model_parallel * p.pipeline_stage
+    if product != world_size:
+        raise ConfigError(
+            f"parallel.data_parallel ({p.data_parallel}) * parallel.model_parallel ({p.model_parallel}) "
+            f"* parallel.pipeline_stage ({p.pipeline_stage}) = {product}, but the job has {world_size} "
+            f"process(es); set parallel.data_parallel={world_size // (p.model_parallel * p.pipeline_stage) or 1}"
+            f" or change --nproc")
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is outside a world of {world_size}")
+    mp = p.model_parallel
+    dp_rank = (rank % (p.data_parallel * mp)) // mp
+    return DistInfo(rank=rank, world_size=world_size, dp_rank=dp_rank, dp_size=p.data_parallel,
+                    is_main=rank == 0, sharded=is_sharded(cfg))
+
+
+def setup(cfg) -> DistInfo:
+    """Initialise the process group when under msrun; validate cfg.parallel against the world size.
+
+    One process (no msrun env): rank 0 of 1, nothing initialised (a config asking for more than one
+    process is an error: launch with --nproc). Under msrun: GRAPH_MODE on cfg.device, then
+    `communication.init()`, the plan validated (train.parallel.validate) and, on CPU/GPU data
+    parallel, the DATA_PARALLEL context with gradients_mean set, so that a TrainOneStepCell built
+    afterwards all-reduces (means) its gradients.
+    """
+    from train import parallel  # local: parallel imports this module
+
+    if not under_msrun():
+        info = layout(cfg, 0, 1)
+        parallel.validate(cfg, 1)
+        return info
+    world = msrun_world_size()
+    # Check the config before init so a wrong config fails fast in every worker, not at a barrier.
+    parallel.validate(cfg, world)
+
+    import mindspore as ms
+    from mindspore.communication import get_group_size, get_rank, init
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    # On CPU the device id means nothing; fixing it at 0 keeps a later ms.set_device("CPU") valid
+    # (otherwise init() assigns id = local rank and set_device refuses the change). On Ascend/GPU
+    # msrun negotiates the id: set the target only.
+    ms.set_device(cfg.device, 0) if cfg.device == "CPU" else ms.set_device(cfg.device)
+    init()                  # the scheduler process never returns from here
+    rank, size = get_rank(), get_group_size()
+    if size != world:
+        raise ConfigError(f"msrun reports MS_WORKER_NUM={world} but the process group has {size} ranks")
+    info = layout(cfg, rank, size)
+    parallel.set_data_parallel_context(cfg, info)
+    return info
+
+
+def all_reduce_mean(dist: DistInfo, values):
+    """Mean over all ranks of a list of floats (e.g. the step loss), as Python floats; identity on one rank.
+
+    Called eagerly between steps (PyNative op on a small tensor), so it costs one small all-reduce.
+    """
+    if not dist.distributed:
+        return [float(v) for v in values]
+    import numpy as np
+    import mindspore as ms
+    from mindspore import ops
+
+    total = ops.AllReduce()(ms.Tensor(np.asarray(values, dtype=np.float32)))
+    return [float(np.float32(v) / np.float32(dist.world_size)) for v in total.asnumpy()]
+
+
+def barrier(dist: DistInfo) -> None:
+    """Wait for every rank (e.g. before rank 0 publishes `latest`); no-op on one rank."""
+    if not dist.distributed:
+        return
+    import numpy as np
+    import mindspore as ms
+    from mindspore import ops
+
+    ops.AllReduce()(ms.Tensor(np.zeros(1, np.float32))).asnumpy()
+
+
+# ---------------------------------------------------------------- step wrappers
+
+class _StepProxy:
+    """Forwards everything but __call__ to the wrapped train step (state_parameters, loss_scale...)."""
+
+    def __init__(self, step):
+        self._step = step
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+
+class GlobalLossStep(_StepProxy):
+    """Reports the loss of the whole global batch: the mean of the ranks' losses (equal token counts)."""
+
+    def __init__(self, step, dist):
+        super().__init__(step)
+        self._dist = dist
+
+    def __call__(self, input_ids, lr):
+        result = self._step(input_ids, lr)
+        (loss,) = all_reduce_mean(self._dist, [result.loss])
+        return dataclasses.replace(result, loss=loss)
+
+
+class TracedStep(_StepProxy):
+    """Test hooks. TRAIN_TRACE_DIR: after each call, append to DIR/rank_R.jsonl the digests of the
+    input rows it took and of every state parameter it left (weights, optimizer moments), and its
+    loss. TRAIN_TRACE_FAULT="R:N:crash|hang": rank R raises (or blocks forever) at its N-th call."""
+
+    def __init__(self, step, dist, model, directory: str | None, fault: str | None):
+        super().__init__(step)
+        self._path = None
+        if directory:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            self._path = Path(directory) / f"rank_{dist.rank}.jsonl"
+        self._dist, self._model, self._calls = dist, model, 0
+        self._fault = _parse_fault(fault) if fault else None
+
+    def __call__(self, input_ids, lr):
+        self._calls += 1
+        if self._fault and self._fault[:2] == (self._dist.rank, self._calls):
+            while self._fault[2] == "hang":
+                time.sleep(60)
+            raise RuntimeError(f"{FAULT_ENV}: injected failure on rank {self._dist.rank} at call {self._calls}")
+        result = self._step(input_ids, lr)
+        if self._path:
+            self._write(input_ids, lr, result)
+        return result
+
+    def _write(self, input_ids, lr, result) -> None:
+        import numpy as np
+
+        rows = [hashlib.sha1(np.ascontiguousarray(r).tobytes()).hexdigest()[:16] for r in np.asarray(input_ids)]
+        params = (self._step.state_parameters() if hasattr(self._step, "state_parameters")
+                  else {p.name: p for p in self._model.get_parameters()})
+        digest = hashlib.sha256()
+        for name in sorted(params):
+            digest.update(name.encode())
+            digest.update(params[name].asnumpy().tobytes())
+        record = {"rank": self._dist.rank, "lr": float(lr), "rows": rows, "state": digest.hexdigest(),
+                  "loss": float(result.loss)}
+        with open(self._path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _parse_fault(text: str) -> tuple[int, int, str]:
+    try:
+        rank, call, kind = text.split(":")
+        if kind not in ("crash", "hang"):
+            raise ValueError
+        return int(rank), int(call), kind
+    except ValueError:
+        raise ValueError(f"{FAULT_ENV}={text!r}: expected RANK:CALL:crash or RANK:CALL:hang") from None

@@ -1,0 +1,405 @@
+"""Per-device memory planner (`train estimate`): pure functions of the config, the sequence length and
+the vocabulary.
+
+Static memory per parameter (mixed precision Adam, Megatron's accounting): fp16/bf16 weights 2 +
+gradients 2 + fp32 master weights 4 + Adam m 4 + v 4 = 16 bytes; fp32 training: weights 4 + gradients 4
++ m 4 + v 4 = 16 bytes. Model parallel divides the projection weights (and the embedding when it is
+split by vocabulary, and the LM head), pipeline parallel keeps one stage's layers, optimizer sharding
+(AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
+plus gradients (level2), plus the compute weights (level3).
+
+Activations are counted tensor by tensor for train/model.py's layer (what backward keeps): the layer
+input, the two RMSNorms (fp32 normalised value + output), q, k, v (grouped KV heads tiled to all
+heads), softmax probabilities [heads, S, S] (fp32 and, in 16-bit, their cast) or flash attention's
+log-sum-exp, the attention output, the residual, and the SwiGLU's four [S, ffn] tensors. Recompute
+drops what its cells hold (full: all but the layer input). Model parallel divides the per-head and
+per-ffn tensors; sequence parallel also the per-token ones. A pipeline stage under 1F1B holds
+min(p - stage, m) micro-batches in flight; the last stage also holds the logits (fp32) and their
+gradient.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from train.config import ConfigError
+from train.parallel import ffn_size, kv_heads, stage_layers
+from train.recompute import recompute_plan
+
+GB = 1e9
+BUCKET_CAP = 256 * 2 ** 20          # fused gradient all-reduce bucket, capped (MindSpore comm fusion)
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Bytes per parameter of each static buffer."""
+    weights: int
+    grads: int
+    master: int
+    adam: int                       # m + v
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.master + self.adam
+
+
+def bytes_per_param(dtype: str) -> Bytes:
+    if dtype == "fp32":
+        return Bytes(weights=4, grads=4, master=0, adam=8)
+    if dtype in ("fp16", "bf16"):
+        return Bytes(weights=2, grads=2, master=4, adam=8)
+    raise ConfigError(f"precision.dtype must be fp32, fp16 or bf16, got {dtype!r}")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    params_total: int
+    params_device: int              # parameters on the worst device, after mp and pp
+    stage: int                      # the pipeline stage of the worst device
+    weights: float                  # bytes
+    grads: float
+    optimizer: float                # master weights + Adam m, v
+    activations: float
+    comm: float
+    layer_activations: tuple        # bytes per layer of that stage (one micro-batch)
+    head_activations: float         # logits + final norm on the last stage (0 elsewhere)
+    micro_batch: int                # samples per micro-batch per rank
+    in_flight: int                  # micro-batches this stage holds at peak
+    seq_length: int
+
+    @property
+    def static(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.static + self.activations + self.comm
+
+
+# ---------------------------------------------------------------- parameters
+
+def layer_params(cfg) -> tuple[int, int]:
+    """(parameters split by model parallel, replicated ones) of one decoder layer."""
+    m = cfg.model
+    h, hd = m.hidden_size, m.hidden_size // m.num_heads
+    attn = h * m.num_heads * hd * 2 + 2 * h * kv_heads(m) * hd
+    return attn + 3 * h * ffn_size(m), 2 * h
+
+
+def count_params(cfg, vocab: int) -> int:
+    split, repl = layer_params(cfg)
+    h = cfg.model.hidden_size
+    head = 0 if cfg.model.tie_embeddings else vocab * h
+    return cfg.model.num_layers * (split + repl) + vocab * h + head + h
+
+
+def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
+    """Parameters held by one device of `stage` with `layers` decoder layers, after model parallel."""
+    p, h = cfg.parallel, cfg.model.hidden_size
+    mp, last = p.model_parallel, stage == p.pipeline_stage - 1
+    split, repl = layer_params(cfg)
+    n = layers * (split / mp + repl)
+    if stage == 0:
+        n += vocab * h / (1 if p.vocab_emb_dp else mp)
+    if last:
+        n += h + vocab * h / mp         # final norm, LM head (a copy of the table when tied)
+    return n
+
+
+# ---------------------------------------------------------------- activations
+
+def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
+    """Bytes one decoder layer keeps for backward, for one micro-batch; `modules`: its recomputed cells
+    ("" = the whole layer)."""
+    m, p = cfg.model, cfg.parallel
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    t = p.model_parallel
+    tok = seq * micro                               # tokens per micro-batch
+    sp = t if p.sequence_parallel else 1            # per-token tensors split by sequence parallel
+    h, f, a = m.hidden_size, ffn_size(m), m.num_heads
+    x = tok * h * b / sp
+    if "" in modules:
+        return x                                    # full recompute: the layer input only
+    norm = tok * h * (4 + b) / sp                   # fp32 normalised value + output
+    if m.flash_attention and cfg.device == "Ascend":
+        scores = a * tok * 4                        # log-sum-exp per head and token
+    else:
+        scores = a * seq * tok * (4 if b == 4 else 4 + b)   # fp32 softmax output (+ its 16-bit cast)
+    attention = (4 * tok * h * b + scores) / t      # q, k, v (tiled), attention output
+    mlp = 4 * tok * f * b / t                       # w1 out, w3 out, silu, product
+    total = x + x                                   # layer input, residual after attention
+    total += 0 if "attention_norm" in modules else norm
+    total += 0 if "attention" in modules else attention
+    total += 0 if "ffn_norm" in modules else norm
+    total += 0 if "mlp" in modules else mlp
+    return total
+
+
+def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
+    """Final norm, logits (16-bit output + fp32 copy) and the fp32 logits gradient."""
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    t = cfg.parallel.model_parallel
+    sp = t if cfg.parallel.sequence_parallel else 1
+    tok = seq * micro
+    logits = tok * vocab * ((4 if b == 4 else 4 + b) + 4) / t
+    return tok * cfg.model.hidden_size * (4 + 2 * b) / sp + logits
+
+
+def micro_batch(cfg) -> int:
+    p, t = cfg.parallel, cfg.train
+    local = t.micro_batch_size or t.global_batch_size // p.data_parallel
+    return max(1, local // (p.micro_batch_num if p.pipeline_stage > 1 else 1))
+
+
+# ---------------------------------------------------------------- the estimate
+
+def estimate(cfg, seq_length: int, vocab_size: int) -> Estimate:
+    """The per-device estimate of the worst pipeline stage."""
+    if seq_length < 1 or vocab_size < 1:
+        raise ConfigError(f"memory estimate needs the sequence length and vocabulary "
+                          f"(got {seq_length}, {vocab_size}): set data.path or model.vocab_size")
+    p = cfg.parallel
+    stages = stage_layers(cfg.model.num_layers, p.pipeline_stage, p.stage_offsets)
+    rplan = recompute_plan(cfg.recompute, cfg.model.num_layers)
+    best = None
+    for s, layers in enumerate(stages):
+        est = _stage_estimate(cfg, seq_length, vocab_size, s, layers, rplan)
+        if best is None or est.total > best.total:
+            best = est
+    return best
+
+
+def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan: dict) -> Estimate:
+    p = cfg.parallel
+    per = bytes_per_param(cfg.precision.dtype)
+    n = stage_params(cfg, vocab, stage, len(layers))
+    dp = p.data_parallel
+    level = p.optimizer_level if p.optimizer_shard else None
+    shard = {"weights": level == "level3", "grads": level in ("level2", "level3"), "states": level is not None}
+    weights = n * per.weights / (dp if shard["weights"] else 1)
+    grads = n * per.grads / (dp if shard["grads"] else 1)
+    optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
+    mb = micro_batch(cfg)
+    m = p.micro_batch_num if p.pipeline_stage > 1 else 1
+    in_flight = min(p.pipeline_stage - stage, m)
+    per_layer = tuple(layer_activation_bytes(cfg, seq, mb, rplan.get(i, ())) for i in layers)
+    last = stage == p.pipeline_stage - 1
+    head = head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
+    activations = sum(per_layer) * in_flight + head
+    return Estimate(params_total=count_params(cfg, vocab), params_device=int(n), stage=stage,
+                    weights=weights, grads=grads, optimizer=optimizer, activations=activations,
+                    comm=_comm_bytes(cfg, n, seq, mb), layer_activations=per_layer,
+                    head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq)
+
+
+def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
+    p = cfg.parallel
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    act = seq * micro * cfg.model.hidden_size * b
+    comm = 0.0
+    if p.data_parallel > 1:
+        comm += min(n * 4, BUCKET_CAP)              # fp32 gradient all-reduce bucket
+    if p.model_parallel > 1:
+        comm += 2 * act                              # activation all-reduce / all-gather in + out
+    if p.pipeline_stage > 1:
+        comm += 2 * act                              # send + receive of a micro-batch boundary
+    if p.optimizer_shard and p.data_parallel > 1:
+        h = cfg.model.hidden_size
+        comm += 2 * max(h * ffn_size(cfg.model), h * h) / p.model_parallel * b   # gathered weight
+    return comm
+
+
+# ---------------------------------------------------------------- advice
+
+@dataclass(frozen=True)
+class Advice:
+    change: str                     # the --set overrides, cumulative
+    estimate: Estimate
+    fits: bool
+
+
+def _with(cfg, **sections):
+    """A copy of cfg with some fields of some sections replaced: _with(cfg, parallel={...})."""
+    out = cfg
+    for section, fields in sections.items():
+        out = replace(out, **{section: replace(getattr(out, section), **fields)})
+    return out
+
+
+def advise(cfg, seq_length: int, vocab_size: int, device_bytes: float) -> list[Advice]:
+    """When cfg does not fit, the changes to try in order of cost, each on top of the previous, until
+    one fits: select recompute (attention), full recompute, optimizer sharding (level1..3), then
+    doubling model parallel, then pipeline stages, each taken from data parallel (same world size).
+    Changes that are impossible for this config (e.g. sharding with dp 1) or that save nothing on top
+    of the previous ones are skipped."""
+    if estimate(cfg, seq_length, vocab_size).total <= device_bytes:
+        return []
+    out: list[Advice] = []
+    cur, best = cfg, estimate(cfg, seq_length, vocab_size).total
+    for change, step in _candidates(cfg):
+        nxt = step(cur)
+        if nxt is None or not _valid(nxt):
+            continue
+        est = estimate(nxt, seq_length, vocab_size)
+        if est.total >= best:
+            continue                    # no gain on top of the changes so far: not worth its cost
+        cur, best = nxt, est.total
+        fits = est.total <= device_bytes
+        sets = " ".join(f"--set {s}" for s in diff_sets(cfg, cur))
+        out.append(Advice(f"{change}: {sets}", est, fits))
+        if fits:
+            break
+    return out
+
+
+def _candidates(cfg):
+    layers = f"0-{cfg.model.num_layers - 1}"
+    yield "select recompute (attention)", lambda c: _with(
+        c, recompute={"mode": "select", "select": {"attention": layers}, "full_layers": ""})
+    yield "full recompute", lambda c: _with(c, recompute={"mode": "full", "select": {}, "full_layers": ""})
+    for level in ("level1", "level2", "level3"):
+        yield f"optimizer sharding {level}", lambda c, lv=level: (
+            None if c.parallel.data_parallel == 1
+            else _with(c, parallel={"optimizer_shard": True, "optimizer_level": lv}))
+    for _ in range(6):
+        yield "double model parallel", lambda c: _take_from_dp(c, "model_parallel")
+    for _ in range(6):
+        yield "double pipeline stages", lambda c: _take_from_dp(c, "pipeline_stage")
+
+
+def _take_from_dp(cfg, key: str):
+    p = cfg.parallel
+    if p.data_parallel % 2:
+        return None
+    fields = {key: getattr(p, key) * 2, "data_parallel": p.data_parallel // 2}
+    if key == "pipeline_stage":
+        fields.update(micro_batch_num=max(p.micro_batch_num, fields[key]), stage_offsets=[])
+    if fields["data_parallel"] == 1:
+        fields["optimizer_shard"] = False
+    return _with(cfg, parallel=fields)
+
+
+def _valid(cfg) -> bool:
+    from train.parallel import validate
+
+    p = cfg.parallel
+    try:
+        validate(replace(cfg, device="Ascend"), p.data_parallel * p.model_parallel * p.pipeline_stage)
+    except ConfigError:
+        return False
+    return True
+
+
+def diff_sets(old, new) -> list[str]:
+    """`section.key=value` for every field of `new` that differs from `old` (the --set to type)."""
+    out = []
+    for section in ("recompute", "parallel"):
+        a, b = getattr(old, section), getattr(new, section)
+        for name in a.__dataclass_fields__:
+            va, vb = getattr(a, name), getattr(b, name)
+            if va != vb:
+                out.append(f"{section}.{name}={_yaml(vb)}")
+    return out
+
+
+def _yaml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: '{v}'" for k, v in value.items()) + "}"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+# ---------------------------------------------------------------- printing (`train estimate`)
+
+def parse_size(text: str) -> float:
+    """'64GB' -> 64e9 bytes, '80GiB' -> 80 * 2**30, '512MB', a plain number = bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?)B?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ConfigError(f"--device-memory {text!r}: expected a size like 64GB or 80GiB")
+    number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
+    power = "KMGT".index(unit) + 1 if unit else 0
+    return number * (1024 if binary else 1000) ** power
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:8.2f} GB" if x >= 0.1 * GB or x == 0 else f"{x / 1e6:8.2f} MB"
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3f} {unit}"
+    return f"{n:.0f}"
+
+
+def _size(x: float) -> str:
+    return f"{x / GB:.2f} GB" if x >= GB else f"{x / 1e6:.1f} MB"
+
+
+def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> str:
+    p = cfg.parallel
+    per = bytes_per_param(cfg.precision.dtype)
+    shard = f"optimizer sharding {p.optimizer_level}" if p.optimizer_shard else "no optimizer sharding"
+    lines = [
+        f"model: {_count(est.params_total)} parameters; {cfg.precision.dtype}: {per.total} bytes/parameter "
+        f"(weights {per.weights} + gradients {per.grads} + fp32 master {per.master} + Adam m {per.adam // 2} "
+        f"+ v {per.adam // 2})",
+        f"parallel: dp {p.data_parallel} x mp {p.model_parallel} x pp {p.pipeline_stage}, {shard}; "
+        f"worst device: pipeline stage {est.stage}, {_count(est.params_device)} parameters",
+        f"  weights           {_gb(est.weights)}",
+        f"  gradients         {_gb(est.grads)}",
+        f"  optimizer states  {_gb(est.optimizer)}   (fp32 master + Adam m, v)",
+        f"  activations       {_gb(est.activations)}   ({len(est.layer_activations)} layers x "
+        f"{est.in_flight} micro-batch(es) in flight, micro-batch {est.micro_batch} x seq {est.seq_length}; "
+        f"recompute {cfg.recompute.mode})",
+    ]
+    if est.layer_activations:
+        lo, hi = min(est.layer_activations), max(est.layer_activations)
+        per_layer = _size(lo) if lo == hi else f"{_size(lo)} .. {_size(hi)}"
+        lines.append(f"    per layer per micro-batch {per_layer}; LM head + logits {_size(est.head_activations)}")
+    lines += [f"  communication     {_gb(est.comm)}",
+              f"  total             {_gb(est.total)}"]
+    if device_bytes:
+        verdict = "fits" if est.total <= device_bytes else "does NOT fit"
+        lines.append(f"device memory {device_bytes / GB:.2f} GB: {verdict} "
+                     f"({100 * est.total / device_bytes:.0f}% used)")
+    return "\n".join(lines)
+
+
+def format_advice(advice: list[Advice], device_bytes: float) -> str:
+    if not advice:
+        return ""
+    lines = ["cheapest changes, in order, each on top of the previous:"]
+    for a in advice:
+        lines.append(f"  {'FITS' if a.fits else '    '} {_gb(a.estimate.total)}  {a.change}")
+    if not advice[-1].fits:
+        lines.append(f"  nothing above fits in {device_bytes / GB:.2f} GB: more devices or a shorter sequence")
+    return "\n".join(lines)
+
+
+def dataset_shape(cfg, seq_length: int | None = None) -> tuple[int, int]:
+    """(seq_length, vocab): from the dataset at data.path, or `seq_length` and model.vocab_size."""
+    if seq_length and cfg.model.vocab_size:
+        return seq_length, cfg.model.vocab_size
+    if not cfg.data.path:
+        raise ConfigError("train estimate needs the sequence length and vocabulary: set data.path to a "
+                          "dataset dir (its manifest gives both), or pass --seq-length N with "
+                          "model.vocab_size set")
+    from loader.manifest import load_manifest
+
+    manifest = load_manifest(cfg.data.path)
+    return seq_length or manifest.seq_length, cfg.model.vocab_size or manifest.tokenizer.vocab_size
+
+
+def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None) -> int:
+    """`train estimate`: print the estimate and, when it does not fit, the advice. Returns 0."""
+    seq, vocab = dataset_shape(cfg, seq_length)
+    device = parse_size(device_memory) if device_memory else None
+    est = estimate(cfg, seq, vocab)
+    print(format_estimate(cfg, est, device))
+    if device and est.total > device:
+        print(format_advice(advise(cfg, seq, vocab, device), device))
+    return 0

@@ -1,0 +1,246 @@
+"""A Llama-style decoder: the math only.
+
+Token embedding, pre-norm blocks of (RMSNorm, causal self-attention with rotary embeddings and optional
+grouped KV heads) and (RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied).
+
+Parallel strategies and recompute are applied from outside (train/parallel.py, train/recompute.py),
+so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo),
+`layers[i].mlp` (w1 gate, w3 up, w2 down), `layers[i].attention_norm`, `layers[i].ffn_norm`,
+`tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
+so two processes build bitwise-identical weights. No dropout: the step is a pure function.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common import dtype as mstype
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    vocab_size: int
+    seq_length: int
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 0           # 0: same as num_heads
+    ffn_size: int = 0               # 0: about 8/3 * hidden_size, rounded up to 64
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    tie_embeddings: bool = False
+    flash_attention: bool = False   # only where the fused kernel exists (Ascend)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_size:
+            return self.ffn_size
+        return 64 * math.ceil(8 * self.hidden_size / 3 / 64)
+
+
+def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16") -> ModelArgs:
+    """ModelArgs from the `model` config section. The fused flash-attention kernel exists on Ascend
+    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs."""
+    return ModelArgs(
+        vocab_size=cfg_model.vocab_size or vocab_size, seq_length=seq_length,
+        hidden_size=cfg_model.hidden_size, num_layers=cfg_model.num_layers,
+        num_heads=cfg_model.num_heads, num_kv_heads=cfg_model.num_kv_heads,
+        ffn_size=cfg_model.ffn_size, rope_theta=cfg_model.rope_theta, norm_eps=cfg_model.norm_eps,
+        init_std=cfg_model.init_std, tie_embeddings=cfg_model.tie_embeddings,
+        flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32")
+
+
+def _dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> nn.Dense:
+    w = rng.normal(0.0, std, size=(d_out, d_in)).astype(np.float32)
+    return nn.Dense(d_in, d_out, weight_init=Tensor(w), has_bias=False)
+
+
+class RMSNorm(nn.Cell):
+    """x / rms(x) * weight, computed in fp32 whatever the input precision."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
+        self.eps = eps
+
+    def construct(self, x):
+        xf = x.astype(mstype.float32)
+        var = ops.mean(ops.square(xf), -1, keep_dims=True)
+        y = xf * ops.rsqrt(var + self.eps)
+        return (y * self.weight.astype(mstype.float32)).astype(x.dtype)
+
+
+def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of position * inverse frequency, each [seq_length, head_dim // 2], fp32."""
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.outer(np.arange(seq_length, dtype=np.float64), inv_freq)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+class Attention(nn.Cell):
+    """Causal self-attention with rotary embeddings and grouped KV heads; layout [B, heads, S, D]."""
+
+    def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
+        super().__init__()
+        d, hd = args.hidden_size, args.head_dim
+        self.num_heads, self.kv_heads, self.head_dim = args.num_heads, args.kv_heads, hd
+        self.wq = _dense(rng, d, args.num_heads * hd, args.init_std)
+        self.wk = _dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wv = _dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wo = _dense(rng, args.num_heads * hd, d, out_std)
+        cos, sin = rotary_tables(args.seq_length, hd, args.rope_theta)
+        self.cos, self.sin = Tensor(cos), Tensor(sin)
+        self.scale = 1.0 / math.sqrt(hd)
+        self.flash = args.flash_attention
+        s = args.seq_length
+        if self.flash:
+            # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask
+            self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+        else:
+            self.future = Tensor(np.triu(np.ones((s, s), np.bool_), 1))   # True: j > i, masked
+        self.qk = ops.BatchMatMul(transpose_b=True)
+        self.pv = ops.BatchMatMul()
+
+    def rope(self, x):
+        half = self.head_dim // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        cos = self.cos.astype(x.dtype)
+        sin = self.sin.astype(x.dtype)
+        return ops.concat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+
+    def construct(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
+        k = self.wk(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        v = self.wv(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        q, k = self.rope(q), self.rope(k)
+        if self.flash:
+            out = ops.flash_attention_score(q, k, v, self.num_heads, attn_mask=self.fa_mask,
+                                            scalar_value=self.scale, input_layout="BNSD",
+                                            sparse_mode=2)
+        else:
+            out = self.plain_attention(q, k, v)
+        out = out.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim)
+        return self.wo(out)
+
+    def plain_attention(self, q, k, v):
+        rep = self.num_heads // self.kv_heads
+        if rep > 1:  # each KV head serves `rep` consecutive query heads
+            b, _, s, hd = k.shape
+            k = ops.tile(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+            v = ops.tile(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+        scores = self.qk(q, k).astype(mstype.float32) * self.scale
+        scores = ops.masked_fill(scores, self.future, -1e9)
+        probs = ops.softmax(scores, -1).astype(v.dtype)
+        return self.pv(probs, v)
+
+
+class MLP(nn.Cell):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
+        super().__init__()
+        self.w1 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w3 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w2 = _dense(rng, args.ffn, args.hidden_size, out_std)
+
+    def construct(self, x):
+        return self.w2(ops.silu(self.w1(x)) * self.w3(x))
+
+
+class DecoderLayer(nn.Cell):
+    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+        super().__init__()
+        out_std = args.init_std / math.sqrt(2 * args.num_layers)  # residual projections, GPT-2 style
+        self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.attention = Attention(args, rng, out_std)
+        self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.mlp = MLP(args, rng, out_std)
+
+    def construct(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.mlp(self.ffn_norm(h))
+
+
+class Llama(nn.Cell):
+    """tokens int32 [B, S] -> logits [B, S, vocab]."""
+
+    def __init__(self, args: ModelArgs, seed: int):
+        super().__init__()
+        if args.hidden_size % args.num_heads:
+            raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
+        if args.num_heads % args.kv_heads:
+            raise ValueError(f"num_heads {args.num_heads} is not a multiple of num_kv_heads {args.kv_heads}")
+        if args.head_dim % 2:
+            raise ValueError(f"head dim {args.head_dim} must be even for rotary embeddings")
+        self.args = args
+        rng = np.random.default_rng(seed)
+        emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
+        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
+        self.norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
+                                                               args.init_std)
+        self.tied_head = ops.MatMul(transpose_b=True)
+
+    def construct(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        h = self.norm(h)
+        if self.output is None:
+            b, s, d = h.shape
+            table = self.tok_embeddings.embedding_table.astype(h.dtype)
+            return self.tied_head(h.reshape(b * s, d), table).reshape(b, s, -1)
+        return self.output(h)
+
+
+class CausalLMLoss(nn.Cell):
+    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32."""
+
+    def __init__(self, model: nn.Cell, vocab_size: int):
+        super().__init__()
+        self.model = model
+        self.vocab_size = vocab_size
+
+    def construct(self, input_ids):
+        tokens = input_ids[:, :-1]
+        labels = input_ids[:, 1:].reshape(-1)
+        logits = self.model(tokens).astype(mstype.float32).reshape(-1, self.vocab_size)
+        logz = ops.logsumexp(logits, -1)
+        picked = ops.gather_elements(logits, 1, labels.reshape(-1, 1)).reshape(-1)
+        return ops.mean(logz - picked)
+
+
+def count_params(model: nn.Cell) -> int:
+    return int(sum(np.prod(p.shape) for p in model.get_parameters()))
+
+
+def flops_per_token(args: ModelArgs, num_params: int) -> float:
+    """Training FLOPs per token: 6 * params (matmuls, forward + backward) plus the attention scores
+    and weighted sum, 12 * layers * hidden * seq (PaLM appendix B). Embedding lookups are not matmuls."""
+    matmul_params = num_params - (0 if args.tie_embeddings else args.vocab_size * args.hidden_size)
+    return 6.0 * matmul_params + 12.0 * args.num_layers * args.hidden_size * args.seq_length
+
+
+def set_norms_fp32(model: Llama) -> None:
+    """After fp16/bf16 casting, keep every RMSNorm in fp32 (the sum of squares overflows fp16)."""
+    for _, cell in model.cells_and_names():
+        if isinstance(cell, RMSNorm):
+            cell.to_float(mstype.float32)
+
+
+__all__ = ["ModelArgs", "model_args", "Llama", "CausalLMLoss", "RMSNorm", "count_params",
+           "flops_per_token", "set_norms_fp32", "ms"]

@@ -1,0 +1,473 @@
+"""The parallel plan (dp / mp / pp / optimizer sharding) and how it is applied from outside the model.
+
+`make_plan(cfg, world_size)` is a pure function: it validates cfg.parallel against the model and the
+world size (ConfigError naming the keys) and returns a `Plan`: the shard strategy of every sharded
+primitive (the tuples `Primitive.shard` takes), the layer -> pipeline stage map, the 1F1B figures,
+the optimizer-sharding level and the dataset strategy. `annotate` (strategies and stages onto the
+model) and `wrap` (AutoParallel) are the only code touching MindSpore's semi-auto parallel API, which
+runs on Ascend only (MindSpore 2.10 refuses semi_auto on CPU). On CPU/GPU only data parallelism runs,
+through the DATA_PARALLEL context (`set_data_parallel_context`, called by distributed.setup).
+
+Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
+  column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
+  row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
+  attention scores / weighted sum [B, N, S, *]: (dp, mp, 1, 1)          -> N / mp heads per rank
+With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
+ops the model calls functionally (norms, softmax, loss) keep MindSpore's default strategy and the
+compiler inserts the redistributions.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from train.config import ConfigError
+from train.distributed import layout
+
+COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
+ROW = ("attention.wo", "mlp.w2")
+OPTIMIZER_LEVELS = ("level1", "level2", "level3")
+
+
+@dataclass(frozen=True)
+class OpShard:
+    """One operator's strategy: `in_strategy` is one tuple per input, as `Primitive.shard` takes it."""
+    module: str                 # cell path in the model, e.g. "layers.3.attention.wq" ("" = the model)
+    prim: str                   # the primitive's attribute name in that cell, e.g. "matmul"
+    kind: str                   # the primitive's name, checked when applied: MatMul, Gather, BatchMatMul
+    in_strategy: tuple
+    out_strategy: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    world_size: int
+    dp: int
+    mp: int
+    pp: int
+    micro_batch_num: int
+    vocab_emb_dp: bool
+    sequence_parallel: bool
+    optimizer_level: str | None         # None: no optimizer sharding (AutoParallel.hsdp not called)
+    stage_layers: tuple                 # stage -> tuple of layer indices
+    stage_of: dict                      # cell path -> stage (embedding first, norm + head last)
+    ops: tuple                          # OpShard for every sharded operator
+    dataset_strategy: tuple             # per input column: (dp, 1) -> each dp group reads G/dp samples
+    schedule: str = "1f1b"
+    in_flight: tuple = field(default=())   # 1F1B: micro-batches stage s holds at peak: min(p - s, m)
+
+    @property
+    def bubble(self) -> float:
+        """Idle fraction of a 1F1B pipeline step: (p - 1) / (m + p - 1)."""
+        return (self.pp - 1) / (self.micro_batch_num + self.pp - 1)
+
+    def op(self, module: str, prim: str = "matmul") -> OpShard:
+        for o in self.ops:
+            if o.module == module and o.prim == prim:
+                return o
+        raise KeyError(f"no strategy for {module}.{prim}")
+
+
+# ---------------------------------------------------------------- model sizes the plan depends on
+
+def ffn_size(model_cfg) -> int:
+    """The MLP width: model.ffn_size, or the Llama rule 8/3 * hidden rounded up to a multiple of 64."""
+    if model_cfg.ffn_size:
+        return model_cfg.ffn_size
+    return 64 * math.ceil(8 * model_cfg.hidden_size / 3 / 64)
+
+
+def kv_heads(model_cfg) -> int:
+    return model_cfg.num_kv_heads or model_cfg.num_heads
+
+
+# ---------------------------------------------------------------- validation
+
+def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: int | None = None) -> None:
+    """Every constraint the plan needs; ConfigError names the keys. vocab/seq: when known (dataset)."""
+    p, m = cfg.parallel, cfg.model
+    layout(cfg, 0, world_size)          # dp * mp * pp == world size, each >= 1
+    mp, pp, dp = p.model_parallel, p.pipeline_stage, p.data_parallel
+    if cfg.device != "Ascend" and (mp > 1 or pp > 1 or p.optimizer_shard):
+        raise ConfigError(
+            f"device {cfg.device}: parallel.model_parallel={mp}, parallel.pipeline_stage={pp}, "
+            f"parallel.optimizer_shard={p.optimizer_shard} need MindSpore semi-auto parallel, which runs "
+            f"on Ascend only; on {cfg.device} use data parallelism alone (model_parallel=1, pipeline_stage=1, "
+            f"optimizer_shard=false)")
+    vocab = vocab_size or m.vocab_size
+    divisible = [("model.num_heads", m.num_heads), ("model.num_kv_heads", kv_heads(m)),
+                 ("model.ffn_size", ffn_size(m))]
+    if vocab:
+        divisible.append(("model.vocab_size", vocab))
+    for key, value in divisible:
+        if value % mp:
+            raise ConfigError(f"{key} ({value}) must be divisible by parallel.model_parallel ({mp})")
+    if m.num_layers < pp:
+        raise ConfigError(f"model.num_layers ({m.num_layers}) must be >= parallel.pipeline_stage ({pp})")
+    if p.micro_batch_num < 1:
+        raise ConfigError(f"parallel.micro_batch_num must be >= 1, got {p.micro_batch_num}")
+    if pp > 1 and p.micro_batch_num < pp:
+        raise ConfigError(f"parallel.micro_batch_num ({p.micro_batch_num}) must be >= "
+                          f"parallel.pipeline_stage ({pp})")
+    _validate_batch(cfg, dp)
+    if p.sequence_parallel and mp == 1:
+        raise ConfigError("parallel.sequence_parallel needs parallel.model_parallel > 1")
+    if p.sequence_parallel and seq_length and seq_length % mp:
+        raise ConfigError(f"parallel.sequence_parallel: the dataset's seq_length ({seq_length}) must be "
+                          f"divisible by parallel.model_parallel ({mp})")
+    if p.optimizer_shard and dp == 1:
+        raise ConfigError("parallel.optimizer_shard shards over the data-parallel group: it needs "
+                          "parallel.data_parallel > 1")
+    if p.optimizer_level not in OPTIMIZER_LEVELS:
+        raise ConfigError(f"parallel.optimizer_level must be one of {', '.join(OPTIMIZER_LEVELS)}, "
+                          f"got {p.optimizer_level!r}")
+    if m.tie_embeddings and mp > 1 and p.vocab_emb_dp:
+        raise ConfigError("model.tie_embeddings with parallel.model_parallel > 1 needs "
+                          "parallel.vocab_emb_dp=false (the shared weight must be split by vocab, as the "
+                          "LM head is)")
+    stage_layers(m.num_layers, pp, p.stage_offsets)
+
+
+def _validate_batch(cfg, dp: int) -> None:
+    p, t = cfg.parallel, cfg.train
+    g = t.global_batch_size
+    if g < 1:
+        raise ConfigError(f"train.global_batch_size must be >= 1, got {g}")
+    if g % (dp * p.micro_batch_num):
+        raise ConfigError(f"train.global_batch_size ({g}) must be divisible by parallel.data_parallel ({dp}) "
+                          f"* parallel.micro_batch_num ({p.micro_batch_num})")
+    if t.micro_batch_size and (g // dp) % t.micro_batch_size:
+        raise ConfigError(f"train.global_batch_size ({g}) / parallel.data_parallel ({dp}) = {g // dp} samples "
+                          f"per rank must be divisible by train.micro_batch_size ({t.micro_batch_size})")
+    if t.micro_batch_size and p.pipeline_stage > 1 and t.micro_batch_size % p.micro_batch_num:
+        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) must be divisible by "
+                          f"parallel.micro_batch_num ({p.micro_batch_num}): the pipeline splits each "
+                          f"micro-step's batch into that many micro-batches")
+
+
+def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:
+    """Layer indices per pipeline stage, contiguous and in order.
+
+    Each stage gets num_layers // pp; the remainder goes one each to stages 1, 2, ... (never stage 0,
+    which under 1F1B holds the most micro-batches in flight); then `offsets[s]` layers are added to
+    stage s (parallel.stage_offsets: length pp, sum 0), e.g. [-1, 1] moves a layer from stage 0 to 1.
+    """
+    key = "parallel.stage_offsets"
+    offsets = list(offsets or [0] * pp)
+    if len(offsets) != pp:
+        raise ConfigError(f"{key} has {len(offsets)} entries; it needs one per stage "
+                          f"(parallel.pipeline_stage={pp})")
+    if any(not isinstance(o, int) or isinstance(o, bool) for o in offsets):
+        raise ConfigError(f"{key} must be a list of integers, got {offsets}")
+    if sum(offsets):
+        raise ConfigError(f"{key} {offsets} must sum to 0 (they move layers between stages)")
+    base, extra = divmod(num_layers, pp)
+    counts = [base + (1 if 1 <= s <= extra else 0) + offsets[s] for s in range(pp)]
+    for s, n in enumerate(counts):
+        if n < 1:
+            raise ConfigError(f"{key} {offsets} leaves pipeline stage {s} with {n} layers "
+                              f"(model.num_layers={num_layers}, parallel.pipeline_stage={pp})")
+    stages, start = [], 0
+    for n in counts:
+        stages.append(tuple(range(start, start + n)))
+        start += n
+    return tuple(stages)
+
+
+# ---------------------------------------------------------------- the plan
+
+def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
+              seq_length: int | None = None) -> Plan:
+    p = cfg.parallel
+    world = world_size or p.data_parallel * p.model_parallel * p.pipeline_stage
+    validate(cfg, world, vocab_size, seq_length)
+    dp, mp, pp = p.data_parallel, p.model_parallel, p.pipeline_stage
+    stages = stage_layers(cfg.model.num_layers, pp, p.stage_offsets)
+    stage_of = {"tok_embeddings": 0, "norm": pp - 1}
+    if not cfg.model.tie_embeddings:
+        stage_of["output"] = pp - 1
+    for s, layers in enumerate(stages):
+        stage_of.update({f"layers.{i}": s for i in layers})
+    ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
+    for i in range(cfg.model.num_layers):
+        ops += _layer_ops(f"layers.{i}", dp, mp, p.sequence_parallel)
+    ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
+    m = p.micro_batch_num if pp > 1 else 1
+    return Plan(world_size=world, dp=dp, mp=mp, pp=pp, micro_batch_num=m, vocab_emb_dp=p.vocab_emb_dp,
+                sequence_parallel=p.sequence_parallel,
+                optimizer_level=p.optimizer_level if p.optimizer_shard else None,
+                stage_layers=stages, stage_of=stage_of, ops=tuple(ops),
+                dataset_strategy=((dp, 1),), in_flight=tuple(min(pp - s, m) for s in range(pp)))
+
+
+def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
+    # nn.Embedding: Gather(table [V, H], flat ids [B*S]); the table replicated (data) or split by vocab.
+    table = (1, 1) if vocab_emb_dp else (mp, 1)
+    return [OpShard("tok_embeddings", "gather", "Gather", (table, (dp,)))]
+
+
+def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+    ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
+    # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
+    row_out = ((dp * mp, 1),) if seq_par else None
+    ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
+    heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
+    ops += [OpShard(f"{prefix}.attention", "qk", "BatchMatMul", (heads, heads)),
+            OpShard(f"{prefix}.attention", "pv", "BatchMatMul", (heads, heads))]
+    return ops
+
+
+def _head_ops(dp: int, mp: int, tied: bool) -> list:
+    # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
+    if tied:
+        return [OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
+    return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
+
+
+# ---------------------------------------------------------------- printing (`train plan`)
+
+def format_plan(plan: Plan) -> str:
+    lines = [f"world {plan.world_size} = data_parallel {plan.dp} x model_parallel {plan.mp} x "
+             f"pipeline_stage {plan.pp}",
+             f"dataset strategy {plan.dataset_strategy}: each data-parallel group reads 1/{plan.dp} "
+             f"of the global batch",
+             "optimizer sharding: " + (f"AutoParallel.hsdp(optimizer_level={plan.optimizer_level!r}) over "
+                                       f"{plan.dp} data-parallel ranks" if plan.optimizer_level else "off"),
+             f"sequence parallel: {'on' if plan.sequence_parallel else 'off'}; embedding split by "
+             f"{'data (replicated table)' if plan.vocab_emb_dp else 'vocab'}"]
+    if plan.pp > 1:
+        lines.append(f"pipeline: {plan.schedule}, {plan.micro_batch_num} micro-batches, bubble "
+                     f"(p-1)/(m+p-1) = {plan.bubble:.3f}")
+        for s, layers in enumerate(plan.stage_layers):
+            extra = " + tok_embeddings" if s == 0 else ""
+            extra += " + norm, output" if s == plan.pp - 1 else ""
+            lines.append(f"  stage {s}: layers {_ranges(layers)}{extra}; "
+                         f"{plan.in_flight[s]} micro-batch(es) in flight")
+    else:
+        lines.append("pipeline: off (bubble 0)")
+    lines.append("op strategies (one tuple per input; layer 0 shown, every layer alike):")
+    for o in plan.ops:
+        if o.module.startswith("layers.") and not o.module.startswith("layers.0"):
+            continue
+        out = f" out {o.out_strategy}" if o.out_strategy else ""
+        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<32} {o.kind:<12} {o.in_strategy}{out}")
+    return "\n".join(lines)
+
+
+def _ranges(layers) -> str:
+    return f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else str(layers[0])
+
+
+def print_plan(cfg, world_size: int | None = None) -> None:
+    """`train plan`: the plan for cfg (the dataset at data.path, when set, gives vocab and seq length)."""
+    vocab = seq = None
+    if cfg.data.path:
+        from loader.manifest import load_manifest
+
+        manifest = load_manifest(cfg.data.path)
+        vocab, seq = cfg.model.vocab_size or manifest.tokenizer.vocab_size, manifest.seq_length
+    print(format_plan(make_plan(cfg, world_size, vocab, seq)))
+
+
+# ---------------------------------------------------------------- applying it (MindSpore)
+
+def set_data_parallel_context(cfg, dist) -> None:
+    """CPU/GPU data parallel: DATA_PARALLEL with gradients_mean, before the train cell is built.
+
+    nn.TrainOneStepCell (and subclasses) read it in __init__ to build their DistributedGradReducer.
+    Ascend runs go through AutoParallel (annotate + wrap) instead and set nothing here.
+    """
+    if dist.world_size == 1 or cfg.device == "Ascend":
+        return
+    import mindspore as ms
+    from mindspore import ParallelMode
+
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                 device_num=dist.world_size)
+
+
+def grad_reducer(dist, parameters):
+    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank.
+
+    For train cells that are not nn.TrainOneStepCell subclasses (which get one from the context).
+    """
+    from mindspore import nn
+
+    if dist.world_size == 1:
+        return nn.Identity()
+    return nn.DistributedGradReducer(parameters, mean=True, degree=dist.world_size)
+
+
+def parallelize(cfg, dist, model, train_cell, strategy_file: str | None = None):
+    """Make `train_cell` parallel and return the object to run.
+
+    One rank: `train_cell` unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the
+    ranks) installed as the train cell's `grad_reducer` where it has a slot for one (train.step's
+    ApplyStep), else checked to be there (nn.TrainOneStepCell built after setup()). Ascend: the plan's
+    strategies and stages set on `model`, and each graph of the train cell wrapped in AutoParallel.
+    With several ranks, the step's reported loss is the mean over the ranks (GlobalLossStep). With
+    TRAIN_TRACE_DIR set (a test hook), every rank records what each step consumed and produced.
+    """
+    from train.distributed import FAULT_ENV, TRACE_ENV, GlobalLossStep, TracedStep
+
+    step = _parallelize(cfg, dist, model, train_cell, strategy_file)
+    if dist.world_size > 1 and hasattr(train_cell, "micro"):
+        step = GlobalLossStep(step, dist)
+    if os.environ.get(TRACE_ENV) or os.environ.get(FAULT_ENV):
+        step = TracedStep(step, dist, model, os.environ.get(TRACE_ENV), os.environ.get(FAULT_ENV))
+    return step
+
+
+def _parallelize(cfg, dist, model, train_cell, strategy_file):
+    if dist.world_size == 1:
+        return train_cell
+    if cfg.device != "Ascend":
+        install_grad_reducer(dist, train_cell)
+        check_grad_reduction(train_cell)
+        return train_cell
+    plan = make_plan(cfg, dist.world_size, model_vocab(model))
+    annotate(plan, model)
+    strategy_file = strategy_file or str(strategy_path(cfg, dist))
+    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
+        # train.step.TrainStep: two graphs. Forward/backward is sharded by the plan (and its gradients
+        # reduced by the semi-auto compiler); the apply graph updates the sharded parameters.
+        train_cell.micro = wrap(plan, train_cell.micro, strategy_file)
+        train_cell.apply = wrap(plan, train_cell.apply, None, dataset_strategy="full_batch")
+        return train_cell
+    return wrap(plan, train_cell, strategy_file)
+
+
+def _graphs(train_cell) -> list:
+    """The MindSpore cells making up a train cell (train.step.TrainStep holds two)."""
+    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
+        return [train_cell.micro, train_cell.apply]
+    return [train_cell]
+
+
+def install_grad_reducer(dist, train_cell) -> None:
+    """Put a data-parallel mean reducer in each `grad_reducer` slot that does not reduce yet."""
+    from mindspore import nn
+
+    for cell in _graphs(train_cell):
+        slot = getattr(cell, "grad_reducer", None)
+        if slot is None or isinstance(slot, nn.DistributedGradReducer):
+            continue
+        params = cell.optimizer.parameters if hasattr(cell, "optimizer") else cell.trainable_params()
+        cell.grad_reducer = grad_reducer(dist, params)
+
+
+def model_vocab(model) -> int | None:
+    args = getattr(model, "args", None)
+    return getattr(args, "vocab_size", None)
+
+
+def annotate(plan: Plan, model) -> list:
+    """Set every planned strategy on the model's primitives and the pipeline stage on its cells.
+
+    Strict: a planned op whose cell or primitive is missing, or of another kind, is an error (the
+    model's names changed). Returns the (module, prim) pairs it sharded. Runs on any device: it only
+    records the strategies; MindSpore's semi-auto compiler uses them (Ascend).
+    """
+    cells = dict(model.cells_and_names())
+    done = []
+    for o in plan.ops:
+        cell = cells.get(o.module)
+        prim = getattr(cell, "_primitives", {}).get(o.prim) if cell is not None else None
+        if prim is None or prim.name != o.kind:
+            found = "no such cell" if cell is None else f"primitives {sorted(cell._primitives)}"
+            raise RuntimeError(f"parallel plan: {o.kind} {o.module or 'model'}.{o.prim} not found ({found})")
+        if o.out_strategy is None:
+            prim.shard(o.in_strategy)
+        else:
+            prim.shard(o.in_strategy, o.out_strategy)
+        done.append((o.module, o.prim))
+    if plan.pp > 1:
+        for path, stage in plan.stage_of.items():
+            if path not in cells:
+                raise RuntimeError(f"parallel plan: pipeline cell {path} not found in the model")
+            cells[path].pipeline_stage = stage
+    return done
+
+
+def wrap_loss_cell(cfg, loss_cell):
+    """With pipeline stages, split each step into micro-batches (mindspore.parallel.nn.Pipeline);
+    otherwise the loss cell unchanged. Call between building the loss cell and the train cell."""
+    if cfg.parallel.pipeline_stage == 1:
+        return loss_cell
+    from mindspore.parallel.nn import Pipeline
+
+    return Pipeline(loss_cell, cfg.parallel.micro_batch_num)
+
+
+def pipeline_grad_reducer(cfg, parameters):
+    """Accumulates the micro-batch gradients of a pipeline step (PipelineGradReducer); identity without
+    pipeline stages. A custom train step calls it on its gradients before the optimizer."""
+    from mindspore import nn
+
+    if cfg.parallel.pipeline_stage == 1:
+        return nn.Identity()
+    from mindspore.parallel.nn import PipelineGradReducer
+
+    return PipelineGradReducer(parameters, opt_shard=bool(cfg.parallel.optimizer_shard))
+
+
+def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None):
+    """AutoParallel(cell, "semi_auto") configured from the plan (Ascend; needs init())."""
+    from mindspore.parallel.auto_parallel import AutoParallel
+
+    net = AutoParallel(cell, parallel_mode="semi_auto")
+    net.dataset_strategy(dataset_strategy or plan.dataset_strategy)
+    net.enable_gradients_mean()
+    if plan.optimizer_level:
+        net.hsdp(optimizer_level=plan.optimizer_level)
+    if plan.pp > 1:
+        net.pipeline(stages=plan.pp, scheduler=plan.schedule)
+    if strategy_file:
+        Path(strategy_file).parent.mkdir(parents=True, exist_ok=True)
+        net.save_param_strategy_file(str(strategy_file))
+        net.disable_strategy_file_only_for_trainable_params()   # Adam moments too: needed to merge them
+    return net
+
+
+def check_grad_reduction(train_cell) -> None:
+    """Refuse a data-parallel train cell that would not all-reduce (mean) its gradients."""
+    from mindspore import nn
+
+    reducers = [c for g in _graphs(train_cell) for _, c in g.cells_and_names()
+                if isinstance(c, nn.DistributedGradReducer)]
+    if not reducers:
+        raise RuntimeError(
+            f"{type(train_cell).__name__} has no DistributedGradReducer: gradients would not be averaged "
+            "across ranks. Give it a `grad_reducer` slot, or build nn.TrainOneStepCell after "
+            "train.distributed.setup() (it reads the DATA_PARALLEL context).")
+    for r in reducers:
+        if not r.mean:
+            raise RuntimeError("the DistributedGradReducer sums gradients; data parallel needs the mean "
+                               "(gradients_mean=True)")
+
+
+# ---------------------------------------------------------------- the strategy file
+
+def strategy_path(cfg, dist) -> Path:
+    """Where a rank's compiled parameter strategy goes (AutoParallel.save_param_strategy_file)."""
+    return Path(cfg.run.dir) / "strategy" / f"rank_{dist.rank}.ckpt"
+
+
+def copy_strategy(cfg, dist, ckpt_dir) -> Path | None:
+    """Put this rank's strategy file beside a sharded checkpoint: CKPT/strategy/rank_R.ckpt.
+
+    Not inside CKPT/rank_R/: MindSpore's transform_checkpoints takes the last *.ckpt of each rank
+    directory as that rank's weights. CKPT/strategy/ is what merge_pipeline_strategys reads
+    (docs/parallel.md). Returns the copy, or None when there is no strategy (not sharded / not Ascend).
+    """
+    src = strategy_path(cfg, dist)
+    if not dist.sharded or not src.is_file():
+        return None
+    dst = Path(ckpt_dir) / "strategy" / src.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return dst
