@@ -1,0 +1,222 @@
+"""Benchmark of `dataprep build` on real text: throughput per stage and end to end, against plain
+sentencepiece encoding of the same text with the same model, and peak memory as the corpus grows.
+
+    .venv/bin/python bench/bench_dataprep.py [--mb 200] [--workers 2] [--work /tmp/bench-dataprep]
+
+The corpus is the documentation installed on this machine (/usr/share/doc, then man pages with their
+roff markup stripped), cut into documents of at most ~8 KB at blank lines and written as jsonl under
+--work (not committed). The tokenizer (unigram, 16k) is trained once on the first 8 MB and given to
+every build with --tokenizer, so the timed builds do what a pipeline cannot avoid (read, clean,
+filter, dedup, tokenize, pack, write) and the reference is `sp.encode(texts, num_threads=1)` of the
+same raw texts with the same model, measured in this run. Memory is the peak RSS of the whole build
+process tree (main + workers), sampled every 50 ms. One-worker builds run at --mb / 4, / 2 and --mb,
+so the marginal throughput between the smallest and largest (start-up costs cancel) and the growth of
+peak memory per input MB can be read off; then --mb again with each of --workers.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = [Path("/usr/share/doc"), Path("/usr/share/man")]
+DOC_BYTES = 8192
+_ROFF = re.compile(r"\\f[BIRP]|\\\(.{2}|\\-|\\&|\\e")
+
+
+def make_corpus(out: Path, mb: int) -> Path:
+    """jsonl files holding `mb` MB of real documentation text (deterministic, sorted walk)."""
+    done = out / "DONE"
+    if done.is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    target, total, part, f = mb * 10**6, 0, 0, None
+    for path in _files():
+        text = _read_text(path)
+        if not text:
+            continue
+        for k, doc in enumerate(_split_docs(text)):
+            if f is None or f.tell() > 16 * 10**6:
+                f and f.close()
+                f = open(out / f"part-{part:03d}.jsonl", "w", encoding="utf-8")
+                part += 1
+            f.write(json.dumps({"id": f"{path}#{k}", "text": doc}, ensure_ascii=False) + "\n")
+            total += len(doc.encode("utf-8"))
+        if total >= target:
+            break
+    f and f.close()
+    done.write_text(str(total))
+    return out
+
+
+def _files():
+    for root in SOURCES:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                yield Path(dirpath) / name
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        if b"\0" in data[:4096]:
+            return ""
+        text = data.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
+        return ""
+    if "/man/" in str(path):
+        text = "\n".join(_ROFF.sub("", ln) for ln in text.splitlines() if not ln.startswith((".", "'")))
+    return text
+
+
+def _split_docs(text: str):
+    buf, size = [], 0
+    for para in text.split("\n\n"):
+        buf.append(para)
+        size += len(para)
+        if size >= DOC_BYTES:
+            yield "\n\n".join(buf)
+            buf, size = [], 0
+    if buf and "".join(buf).strip():
+        yield "\n\n".join(buf)
+
+
+def load_texts(corpus: Path) -> list[str]:
+    return [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in open(p)]
+
+
+def train_model(texts: list[str], work: Path) -> Path:
+    import sentencepiece as spm
+    model = work / "bench.model"
+    if not model.is_file():
+        sample, size = work / "sample.txt", 0
+        with open(sample, "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(t + "\n")
+                size += len(t)
+                if size > 8 * 10**6:
+                    break
+        spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(work / "bench"),
+                                       vocab_size=16000, model_type="unigram", num_threads=2,
+                                       byte_fallback=True, minloglevel=2)
+    return model
+
+
+def encode_reference(texts: list[str], model: Path) -> float:
+    """MB/s of plain `sp.encode(list, num_threads=1)` over the raw texts."""
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    nbytes = sum(len(t.encode("utf-8")) for t in texts)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i in range(0, len(texts), 1000):
+        sp.encode(texts[i:i + 1000], num_threads=1)
+    return nbytes / 1e6 / (time.perf_counter() - t0), nbytes / 1e6 / (time.process_time() - c0)
+
+
+def run_build(corpus: Path, out: Path, model: Path, workers: int) -> dict:
+    """Wall time, CPU time of the whole process tree, peak tree RSS and the report of one build."""
+    import shutil
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+            "--tokenizer", str(model), "--workers", str(workers), "--no-progress"]
+    t0, c0 = time.perf_counter(), _children_cpu()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peak = [0]
+    stop = threading.Event()
+    threading.Thread(target=_sample_rss, args=(proc.pid, peak, stop), daemon=True).start()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    if proc.returncode:
+        raise SystemExit(f"build failed: {stderr.decode()[-2000:]}")
+    report = json.loads((out / "report.json").read_text())
+    return {"wall": wall, "cpu": _children_cpu() - c0, "peak_rss": peak[0], "report": report}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of finished children and their waited-for descendants (the pool workers)."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _sample_rss(pid: int, peak: list, stop: threading.Event) -> None:
+    try:
+        root = psutil.Process(pid)
+        while not stop.is_set():
+            procs = [root] + root.children(recursive=True)
+            rss = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak[0] = max(peak[0], rss)
+            time.sleep(0.05)
+    except psutil.Error:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--workers", type=int, nargs="+", default=[2])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-dataprep"))
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    sizes = [args.mb // 4, args.mb // 2, args.mb]
+    corpora = {mb: make_corpus(args.work / f"corpus-{mb}", mb) for mb in sizes}
+    texts = load_texts(corpora[args.mb])
+    model = train_model(texts, args.work)
+    ref, ref_cpu = encode_reference(texts, model)
+    del texts
+    print(f"reference: sp.encode(list, num_threads=1) on {args.mb} MB: {ref:.2f} MB/s wall, "
+          f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores)")
+    print(f"{'input':>8} {'workers':>7} {'docs+dedup':>11} {'tokenize+write':>14} {'end-to-end':>11}"
+          f" {'ratio':>6} {'MB/CPU-s':>8} {'cpu ratio':>9} {'peak RSS':>9}\n"
+          f"{'':17}(stage and end-to-end figures: input MB/s per worker, wall clock; ratio = "
+          f"end-to-end MB/s / reference MB/s; cpu ratio = MB per CPU-s of the whole build tree / "
+          f"the reference's)")
+    one = []
+    for corpus, workers in [(corpora[mb], 1) for mb in sizes] + [(corpora[args.mb], w)
+                                                                  for w in args.workers]:
+        r = run_build(corpus, args.work / "out", model, workers)
+        rep = r["report"]
+        mb = rep["stages"]["read"]["bytes"] / 1e6
+        t = rep["time_s"]
+        per = lambda s: mb / s / workers                     # noqa: E731
+        e2e = mb / r["wall"]
+        print(f"{mb:7.1f}M {workers:7d} {per(t['docs+dedup']):11.2f} "
+              f"{per(t['tokenize+pack+write']):14.2f} {e2e / workers:11.2f} {e2e / ref:6.2f} "
+              f"{mb / r['cpu']:8.2f} {mb / r['cpu'] / ref_cpu:9.2f} {r['peak_rss'] / 2**20:7.0f}MB")
+        print(f"          stages s {t}, worker cpu s {rep['cpu_s']}, tree cpu {r['cpu']:.1f}s, "
+              f"wall {r['wall']:.1f}s, docs {rep['stages']['read']['docs']} -> "
+              f"{rep['stages']['dedup']['docs_out']}")
+        if workers == 1:
+            one.append((mb, r))
+    (mb0, r0), (mb1, r1) = one[0], one[-1]
+    wall, cpu = r1["wall"] - r0["wall"], r1["cpu"] - r0["cpu"]
+    rss = (r1["peak_rss"] - r0["peak_rss"]) / 2**20 / (mb1 - mb0)
+    print(f"marginal, 1 worker, {mb0:.0f} -> {mb1:.0f} MB (fixed start-up costs cancel): "
+          f"{(mb1 - mb0) / wall:.2f} MB/s wall (ratio {(mb1 - mb0) / wall / ref:.2f}), "
+          f"{(mb1 - mb0) / cpu:.2f} MB per CPU-s (cpu ratio {(mb1 - mb0) / cpu / ref_cpu:.2f}); "
+          f"peak RSS grows {rss:.2f} MB per input MB -> about "
+          f"{(r1['peak_rss'] / 2**20 + rss * (1000 - mb1)) / 1024:.2f} GiB at 1 GB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""`dataprep build`: raw corpus files -> a contract-1 dataset directory (DESIGN.md).
+
+Stages (worker processes where it is expensive, the main process where order matters):
+  1. docs      [workers]  read (main, streamed) -> normalise -> quality filters -> exact key -> MinHash,
+                          per chunk of documents            (stages.clean_chunk)
+  2. dedup     [main]     in input order: duplicate doc_ids, exact dedup, near dedup (LSH); the first
+                          document in input order is the one kept            (dedup_pass.DedupPass)
+  3. tokenizer [main]     train sentencepiece on a hash-chosen sample of the kept train documents,
+                          or copy --tokenizer MODEL                           (tokenizer.py)
+  4. tokenize  [workers]  encode kept documents per chunk, EOS after each    (stages.tokenize_chunk)
+  5. pack+write [main]    in input order: split streams -> samples of seq_length+1 -> MindRecord
+                          shards under the byte cap, provenance              (pack.py)
+  6. finish     manifest (fingerprint over config, tokenizer and shard checksums), report, publish.
+Stages 2 and 5 consume the worker results in input order while the workers run ahead (workers.py).
+
+Determinism: everything that decides bytes happens in input order in the main process, and the chunk
+boundaries depend only on the inputs and `run.chunk_bytes`; so DIR is the same for any --workers.
+report.json / report.md hold timings and worker pids, so they are the one part of DIR that differs
+between runs; every other byte (manifest included) is identical.
+
+Resume (workdir.py): per-chunk outputs and stage markers live in DIR/.build/, written atomically.
+A rerun of the same command skips every completed chunk and stage and replays the order-dependent
+stages from them; the result is byte-identical to an uninterrupted build. DIR/.build is removed on
+success. Guards: an unfinished build with a different config, or a DIR holding a different dataset
+(or anything else), is an error and nothing is touched; the same command on a finished identical
+build says so and succeeds.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from dataprep import report as reporting
+from dataprep.config import BuildConfig, manifest_config
+from dataprep.dedup import describe
+from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
+from dataprep.pack import SplitPacker
+from dataprep.readers import list_inputs
+from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, read_chunks,
+                             split_of, tokenize_chunk, unit_hash)
+from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
+from dataprep.workers import WorkerDied, WorkerPool
+from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
+from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
+                             compute_fingerprint, load_manifest, sha256_file, write_manifest)
+
+
+class BuildError(RuntimeError):
+    """A build that cannot go on; the message says why and names the file, line or key."""
+
+
+class NoDatasetError(BuildError):
+    """These inputs and this config cannot make a dataset, however often the build is rerun (empty
+    after filtering, too little text for one sample, a vocabulary the text cannot fill): the work
+    dir is removed, so a rerun with a changed config is not refused as a different build."""
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    manifest: Manifest
+    already_built: bool = False
+    report: dict = field(default_factory=dict)
+
+
+def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildResult:
+    out = Path(out)
+    try:
+        files = list_inputs(inputs)
+    except FileNotFoundError as e:
+        raise BuildError(str(e)) from None
+    if not files:
+        raise BuildError(f"no input files found under {', '.join(map(str, inputs))}")
+    config = resolved_config(cfg, files)
+    created = not out.exists()
+    done = _check_out(out, config, cfg)
+    if done is not None:
+        return BuildResult(out, done, already_built=True)
+    work = WorkDir(out)
+    if work.exists():
+        _unpublish(out, work)
+    else:
+        work.create({"config": config, "chunk_bytes": cfg.run.chunk_bytes})
+    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
+    times = run["time_s"]
+    preload = _preload_writer()
+    try:
+        with _worker_pool(cfg, work) as pool:
+            dedup = _timed(times, "docs+dedup", _docs_and_dedup, pool, files, cfg, work, run)
+            model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, dedup)
+            splits, tails, hist = _timed(times, "tokenize+pack+write", _tokenize_and_write,
+                                         pool, cfg, work, dedup, model, run)
+        return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
+    except WorkerDied as e:
+        raise BuildError(str(e)) from None
+    except NoDatasetError:
+        work.remove()
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    finally:
+        preload.join()   # an interpreter exiting in the middle of that import aborts
+
+
+# ---------------------------------------------------------------------------------- set-up
+
+def resolved_config(cfg: BuildConfig, files) -> dict:
+    """The manifest's config: settings, dedup scheme, tokenizer source and the inputs' checksums."""
+    config = manifest_config(cfg)
+    config["dedup_scheme"] = describe(cfg.dedup)
+    if cfg.tokenizer.model:
+        config["tokenizer"]["model"] = "sha256:" + sha256_file(cfg.tokenizer.model)
+    bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress, leave=False)
+    config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size,
+                         "sha256": sha256_file(f.path)} for f in bar]
+    return config
+
+
+def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
+    """The finished identical dataset in `out`, None to build/resume, or BuildError."""
+    work = WorkDir(out)
+    if (out / MANIFEST_FILE).is_file():
+        try:
+            manifest = load_manifest(out)
+        except ManifestError as e:
+            raise BuildError(f"--out {out} holds a damaged dataset ({e}); nothing overwritten") from None
+        if manifest.config != config:
+            raise BuildError(f"--out {out} already holds a different dataset (fingerprint "
+                             f"{manifest.fingerprint[:16]}); nothing overwritten. Choose another "
+                             f"--out or delete it.")
+        work.remove()   # leftovers of a build killed after it published its manifest
+        return manifest
+    if work.exists():
+        lock = read_json(work.lock)
+        if lock.get("config") != config or lock.get("chunk_bytes") != cfg.run.chunk_bytes:
+            raise BuildError(f"{work.root} holds an unfinished build with a different config or "
+                             f"inputs; rerun it with its original command, or delete {work.root}")
+        return None
+    if work.root.is_dir() and [p.name for p in out.iterdir()] == [work.root.name]:
+        work.remove()   # killed before its lock file was written: nothing of value in it
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BuildError(f"--out {out} exists and is not a dataset built by dataprep; nothing "
+                         f"overwritten. Choose an empty or new directory.")
+    return None
+
+
+def _unpublish(out: Path, work: WorkDir) -> None:
+    """A build killed while publishing left some outputs in DIR (only the manifest marks a finished
+    build): move them back into the staging dir, where the resumed stages expect them."""
+    for entry in sorted(out.iterdir()):
+        if entry.name != work.root.name and not (work.staging / entry.name).exists():
+            os.replace(entry, work.staging / entry.name)
+
+
+def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
+    setup = WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
+                        cfg.pack.valid_fraction, cfg.pack.split_seed)
+    try:
+        return WorkerPool(cfg.run.workers, setup)
+    except WorkerDied as e:
+        raise BuildError(str(e)) from None
+
+
+def _preload_writer() -> threading.Thread:
+    """Import MindSpore's MindRecord writer (1-2 s) in the background while the workers run stage 1;
+    the write stage's own import then finds it loaded (Python's import lock makes this safe)."""
+    thread = threading.Thread(target=importlib.import_module, args=("mindspore.mindrecord",),
+                              daemon=True)
+    thread.start()
+    return thread
+
+
+def _timed(times: dict, name: str, fn, *args):
+    t0 = time.perf_counter()
+    result = fn(*args)
+    times[name] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+# ---------------------------------------------------------------------------------- stages
+
+def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict) -> DedupResult:
+    if DedupResult.exists(work.root):
+        result = DedupResult.load(work.root)
+        run["chunks_reused"]["docs"] = result.num_chunks
+        return result
+    tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
+                        cfg.run.chunk_bytes, cfg.run.strict)
+    dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict)
+    bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
+               disable=not cfg.run.progress)
+    with bar:
+        for marker in pool.map_ordered(clean_chunk, tasks):
+            if "stop" in marker:
+                file, line, reason, detail = marker["stop"]
+                why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
+                raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
+            table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
+                                  columns=["doc_id", "source", "reason", "key", "sig",
+                                           "bytes_clean"])
+            run["chunks_reused"]["docs"] += bool(marker.get("reused"))
+            try:
+                dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
+            except DuplicateIdError as e:
+                raise BuildError(str(e)) from None
+            bar.update(marker["files_done"])
+    result = dedup.finish()
+    if result.kept_docs == 0:
+        raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
+                             f"read); see the filter thresholds in the config")
+    dedup.write_duplicates(work.staging)
+    result.save(work.root)
+    return result
+
+
+def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult) -> Path:
+    model = work.staging / "tokenizer.model"
+    try:
+        if cfg.tokenizer.model:
+            copy_tokenizer(cfg.tokenizer.model, model)
+        elif not (work.root / "tokenizer.json").is_file():
+            sample = work.root / "tokenizer_sample.txt"
+            stats = _write_tokenizer_sample(sample, cfg, work, dedup)
+            train_tokenizer(sample, model, cfg.tokenizer)
+            atomic_write_json(work.root / "tokenizer.json", stats)
+    except TokenizerError as e:
+        raise NoDatasetError(str(e)) from None
+    return model
+
+
+def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
+                            dedup: DedupResult) -> dict:
+    """Kept train documents whose hash falls under sample_bytes / train bytes, one line a sentence."""
+    p = min(1.0, cfg.tokenizer.sample_bytes / max(1, dedup.train_bytes))
+    docs = nbytes = 0
+    tmp = tmp_path(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
+                      disable=not cfg.run.progress, leave=False):
+            table = pq.read_table(work.chunk_file(work.docs, i, "parquet"), columns=["doc_id", "text"])
+            ids, texts = table.column("doc_id").to_pylist(), table.column("text").to_pylist()
+            for r in np.flatnonzero(dedup.keep(i)):
+                doc_id = ids[r]
+                if (split_of(doc_id, cfg.pack.valid_fraction, cfg.pack.split_seed) == "train"
+                        and unit_hash(f"tokenizer:{doc_id}") < p):
+                    lines = [s for s in texts[r].split("\n") if s.strip()]
+                    f.write("\n".join(lines) + "\n")
+                    docs += 1
+                    nbytes += len(texts[r].encode("utf-8"))
+    os.replace(tmp, path)
+    return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
+
+
+def _tokenize_and_write(pool, cfg: BuildConfig, work: WorkDir, dedup: DedupResult, model: Path,
+                        run: dict):
+    for sub in ("shards", "provenance"):    # this stage is replayed whole after an interruption
+        shutil.rmtree(work.staging / sub, ignore_errors=True)
+    info = tokenizer_info(model)
+    packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length, cfg.shards.max_shard_bytes)
+               for s in SPLITS}
+    tasks = ((i, np.packbits(dedup.keep(i)).tobytes(), str(model)) for i in range(dedup.num_chunks))
+    bar = tqdm(total=dedup.num_chunks, desc="tokenize+pack+write", unit="chunk",
+               disable=not cfg.run.progress)
+    with bar:
+        for marker in pool.map_ordered(tokenize_chunk, tasks):
+            i = marker["index"]
+            run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
+            ids = pq.read_table(work.chunk_file(work.docs, i, "parquet"),
+                                columns=["doc_id"]).column("doc_id").to_pylist()
+            with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
+                for s in SPLITS:
+                    tokens = z[f"{s}_tokens"]
+                    if tokens.size and int(tokens.max()) >= info.vocab_size:
+                        raise BuildError(f"chunk {i}: token id {int(tokens.max())} >= vocab size "
+                                         f"{info.vocab_size}; {work.tokens} is damaged: delete it")
+                    packers[s].add(tokens, z[f"{s}_lens"], [ids[r] for r in z[f"{s}_rows"]])
+            bar.update(1)
+    closed = {s: packers[s].close() for s in SPLITS}
+    hist = reporting.length_histogram(np.concatenate(
+        [np.zeros(0, np.int32)] + [x for p in packers.values() for x in p.doc_tokens]))
+    return {s: c[0] for s, c in closed.items()}, {s: c[1] for s, c in closed.items()}, hist
+
+
+# ---------------------------------------------------------------------------------- finish
+
+def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: DedupResult,
+            splits: dict, tails: dict, hist: dict, run: dict) -> BuildResult:
+    if splits["train"].num_samples == 0:
+        raise NoDatasetError(f"the train split holds fewer than seq_length + 1 = "
+                             f"{cfg.pack.seq_length + 1} tokens: no sample; lower --seq-length or "
+                             f"add text")
+    tok = tokenizer_info(work.staging / "tokenizer.model")
+    fingerprint = compute_fingerprint(cfg.pack.seq_length, tok.sha256, splits, config)
+    manifest = Manifest(format_version=FORMAT_VERSION, fingerprint=fingerprint,
+                        seq_length=cfg.pack.seq_length, tokenizer=tok, splits=splits,
+                        config=config, versions=library_versions(), root=out)
+    report = reporting.build_report(work, cfg, dedup, manifest, tails, hist, run)
+    reporting.write_report(work.staging, report)
+    for entry in sorted(work.staging.iterdir()):      # publish: move, then the manifest last
+        target = out / entry.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    write_manifest(out, manifest)
+    work.remove()
+    return BuildResult(out, manifest, report=report)
+
+
+def library_versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for lib in ("mindspore", "numpy", "sentencepiece", "datasketch", "pyarrow"):
+        try:
+            versions[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            versions[lib] = "absent"
+    return versions

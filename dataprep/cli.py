@@ -1,0 +1,114 @@
+"""`dataprep build | inspect | verify` (also `python -m dataprep`). Exit 0 on success, 1 on a build,
+config or dataset error (the message names the file, line or key), 2 on bad usage."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dataprep.config import ConfigError, load_build_config, parse_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"dataprep: config error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dataprep", description="Build, inspect and verify "
+                                "MindRecord pretraining datasets.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="raw corpus -> dataset directory")
+    b.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (recursive)")
+    b.add_argument("--out", required=True, metavar="DIR")
+    b.add_argument("--config", metavar="FILE.yaml")
+    b.add_argument("--workers", type=int, help="worker processes (run.workers)")
+    b.add_argument("--seq-length", type=int, help="pack.seq_length")
+    tok = b.add_mutually_exclusive_group()
+    tok.add_argument("--vocab-size", type=int, help="tokenizer.vocab_size of a trained tokenizer")
+    tok.add_argument("--tokenizer", metavar="MODEL", help="reuse this sentencepiece .model")
+    b.add_argument("--max-shard-bytes", metavar="SIZE", help="shards.max_shard_bytes: 2GiB, 64MB, "
+                   "or bytes")
+    b.add_argument("--dedup-threshold", type=float, help="dedup.threshold (Jaccard)")
+    b.add_argument("--valid-fraction", type=float, help="pack.valid_fraction")
+    b.add_argument("--strict", action="store_true", default=None,
+                   help="fail on the first bad record (run.strict)")
+    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config key, e.g. filters.min_chars=64 (repeatable)")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    b.set_defaults(func=_build)
+
+    i = sub.add_parser("inspect", help="manifest summary and one sample decoded")
+    i.add_argument("dir", metavar="DIR")
+    i.add_argument("--sample", type=int, default=0, metavar="I")
+    i.add_argument("--split", default="train")
+    i.set_defaults(func=_inspect)
+
+    v = sub.add_parser("verify", help="check a dataset against its manifest")
+    v.add_argument("dir", metavar="DIR")
+    v.set_defaults(func=_verify)
+    return p
+
+
+_FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
+              "vocab_size": "tokenizer.vocab_size", "tokenizer": "tokenizer.model",
+              "dedup_threshold": "dedup.threshold", "valid_fraction": "pack.valid_fraction",
+              "strict": "run.strict"}
+
+
+def _build(args) -> int:
+    from dataprep.build import BuildError, build
+    from dataprep.report import summary
+    overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+                 if getattr(args, flag) is not None}
+    if args.max_shard_bytes is not None:
+        overrides["shards.max_shard_bytes"] = parse_size(args.max_shard_bytes, "--max-shard-bytes")
+    if args.no_progress:
+        overrides["run.progress"] = False
+    cfg = load_build_config(args.config, overrides, args.set)
+    try:
+        result = build(args.inputs, args.out, cfg)
+    except BuildError as e:
+        print(f"dataprep build: error: {e}", file=sys.stderr)
+        return 1
+    if result.already_built:
+        print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "
+              f"{result.manifest.fingerprint[:16]}); nothing to do")
+    else:
+        print(summary(result.report))
+    return 0
+
+
+def _inspect(args) -> int:
+    from dataprep.inspect import inspect_dataset
+    from loader.manifest import ManifestError
+    try:
+        print(inspect_dataset(args.dir, args.sample, args.split))
+    except (ManifestError, IndexError) as e:
+        print(f"dataprep inspect: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _verify(args) -> int:
+    from dataprep.verify import verify_dataset
+    faults = verify_dataset(args.dir)
+    for f in faults:
+        print(f"FAULT: {f}")
+    if faults:
+        print(f"dataprep verify: {len(faults)} fault(s) in {args.dir}", file=sys.stderr)
+        return 1
+    print(f"{args.dir}: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Stage 2, in the main process and in input order: duplicate ids, exact dedup, near dedup.
+
+For each document that passed the quality filters, in input order:
+  1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be
+     unique for provenance to mean anything;
+  2. an exact key (hash of the normalised text) seen before: dropped as `exact` (similarity 1.0);
+  3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`;
+  4. otherwise kept, and indexed for the documents after it.
+The first document in input order is always the one kept. Every dropped document becomes one row of
+dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). The result (keep mask per chunk and
+counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataprep.dedup import DedupConfig, NearDedup
+from dataprep.stages import split_of
+from dataprep.workdir import atomic_write_json, tmp_path
+
+DUPLICATES_FILE = "dedup/duplicates.parquet"
+DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.string()),
+                               ("kind", pa.string()), ("similarity", pa.float64())])
+
+
+class DuplicateIdError(ValueError):
+    pass
+
+
+@dataclass
+class DedupResult:
+    chunk_rows: list[int] = field(default_factory=list)
+    docs_seen: int = 0
+    kept_docs: int = 0
+    kept_bytes: int = 0
+    train_bytes: int = 0
+    exact: list[int] = field(default_factory=lambda: [0, 0])        # docs, bytes dropped
+    near: list[int] = field(default_factory=lambda: [0, 0])
+    duplicate_ids: list[list] = field(default_factory=list)         # [source, doc_id]
+    keep_mask: np.ndarray | None = None                             # all chunks, concatenated
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunk_rows)
+
+    def keep(self, chunk: int) -> np.ndarray:
+        start = sum(self.chunk_rows[:chunk])
+        return self.keep_mask[start:start + self.chunk_rows[chunk]]
+
+    @staticmethod
+    def exists(root: Path) -> bool:
+        return (root / "dedup.json").is_file()
+
+    def save(self, root: Path) -> None:
+        mask_path = root / "dedup_keep.npy"
+        tmp = tmp_path(mask_path)
+        with open(tmp, "wb") as f:
+            np.save(f, self.keep_mask)
+        tmp.replace(mask_path)
+        d = asdict(self)
+        d.pop("keep_mask")
+        atomic_write_json(root / "dedup.json", d)   # the stage's marker: written last
+
+    @classmethod
+    def load(cls, root: Path) -> "DedupResult":
+        d = json.loads((root / "dedup.json").read_text())
+        return cls(**d, keep_mask=np.load(root / "dedup_keep.npy"))
+
+
+class DedupPass:
+    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool):
+        self.near = NearDedup(cfg)
+        self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
+        self.seen_ids: set[str] = set()
+        self.exact_keys: dict[bytes, str] = {}
+        self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
+        self.result = DedupResult()
+        self.masks: list[np.ndarray] = []
+
+    def consume(self, table: pa.Table, sig_dtype: np.dtype) -> None:
+        """One chunk of stage-1 output, in input order.
+
+        Near dedup runs on the whole chunk at once (NearDedup.add_many gives what `add` would, in
+        order). A document whose exact key matches an earlier one of the same chunk goes with it
+        and is then settled after it: an exact duplicate if that one was kept, otherwise the result
+        add_many gave it (the same as `add` in order). So the decisions, and their order in
+        duplicates.parquet, do not depend on where the chunk boundaries fall."""
+        c = {name: table.column(name).to_pylist()
+             for name in ("doc_id", "source", "reason", "key", "sig", "bytes_clean")}
+        keep = np.zeros(table.num_rows, bool)
+        drops: list[tuple] = []   # (row, doc_id, kept_doc_id, kind, similarity, bytes)
+        near_rows, first_row, same_as = [], {}, {}
+        for i, doc_id in enumerate(c["doc_id"]):
+            if not self._new_id(doc_id, c["source"][i]) or c["reason"][i]:
+                continue
+            key = c["key"][i]
+            if key in self.exact_keys:
+                drops.append((i, doc_id, self.exact_keys[key], "exact", 1.0, c["bytes_clean"][i]))
+                continue
+            if key in first_row:
+                same_as[i] = first_row[key]
+            else:
+                first_row[key] = i
+            near_rows.append(i)
+        if near_rows:
+            sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
+            hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs)
+            for i, hit in zip(near_rows, hits):
+                j = same_as.get(i)
+                if j is not None and keep[j]:
+                    drops.append((i, c["doc_id"][i], c["doc_id"][j], "exact", 1.0, c["bytes_clean"][i]))
+                elif hit is None:
+                    keep[i] = True
+                    self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
+                else:
+                    drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
+        for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
+            counts = self.result.exact if kind == "exact" else self.result.near
+            counts[0] += 1
+            counts[1] += nbytes
+            for name, value in zip(DUPLICATES_SCHEMA.names, (doc_id, kept, kind, sim)):
+                self.rows[name].append(value)
+        self.result.docs_seen += table.num_rows
+        self.result.chunk_rows.append(table.num_rows)
+        self.masks.append(keep)
+
+    def _new_id(self, doc_id: str, source: str) -> bool:
+        if doc_id not in self.seen_ids:
+            self.seen_ids.add(doc_id)
+            return True
+        if self.strict:
+            raise DuplicateIdError(f"{source}: doc_id {doc_id!r} appears twice (--strict)")
+        self.result.duplicate_ids.append([source, doc_id])
+        return False
+
+    def _kept(self, doc_id: str, key: bytes, nbytes: int) -> None:
+        self.exact_keys[key] = doc_id
+        r = self.result
+        r.kept_docs += 1
+        r.kept_bytes += nbytes
+        if split_of(doc_id, self.valid_fraction, self.split_seed) == "train":
+            r.train_bytes += nbytes
+
+    def finish(self) -> DedupResult:
+        self.result.keep_mask = (np.concatenate(self.masks) if self.masks
+                                 else np.zeros(0, bool))
+        return self.result
+
+    def write_duplicates(self, staging: Path) -> None:
+        path = staging / DUPLICATES_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_path(path)
+        pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
+        tmp.replace(path)

@@ -1,0 +1,120 @@
+"""Packing: documents back to back into samples of seq_length + 1 tokens, written as MindRecord shards
+with their provenance.
+
+Each document ends in EOS. The documents of a split form one token stream in input order; sample k of
+the split is stream[k*(L) : (k+1)*L] with L = seq_length + 1, so sample ids are global and contiguous.
+A document may straddle samples; nothing is padded.
+
+Tail: the last, partial sample of each split (fewer than L tokens) is dropped. Its tokens are counted
+in the report as `tail_tokens_dropped` (at most seq_length per split), and its documents' pieces do not
+appear in the provenance.
+
+Provenance (provenance/<split>.parquet), one row per piece of a document inside a sample:
+  sample_id, doc_id, doc_offset (first token of the piece within the document, EOS counted last),
+  sample_offset (where the piece starts in the sample), length. Row groups hold a fixed number of rows,
+  so the file does not depend on how the build was chunked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataprep.shards import ShardWriter
+from loader.manifest import SplitInfo
+
+PROVENANCE_DIR = "provenance"
+PROVENANCE_SCHEMA = pa.schema([("sample_id", pa.int64()), ("doc_id", pa.string()),
+                               ("doc_offset", pa.int32()), ("sample_offset", pa.int32()),
+                               ("length", pa.int32())])
+ROW_GROUP = 1 << 16
+
+
+class ProvenanceWriter:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(path, PROVENANCE_SCHEMA, compression="zstd")
+        self._cols: list[dict] = []
+        self._rows = 0
+
+    def add(self, cols: dict) -> None:
+        n = len(cols["sample_id"])
+        if n:
+            self._cols.append(cols)
+            self._rows += n
+        while self._rows >= ROW_GROUP:
+            self._flush(ROW_GROUP)
+
+    def close(self) -> None:
+        if self._rows:
+            self._flush(self._rows)
+        self._writer.close()
+
+    def _flush(self, n: int) -> None:
+        merged = {k: np.concatenate([c[k] for c in self._cols]) if k != "doc_id"
+                  else [d for c in self._cols for d in c[k]] for k in PROVENANCE_SCHEMA.names}
+        head = {k: v[:n] for k, v in merged.items()}
+        self._writer.write_table(pa.table(head, schema=PROVENANCE_SCHEMA), row_group_size=n)
+        rest = {k: v[n:] for k, v in merged.items()}
+        self._rows -= n
+        self._cols = [rest] if self._rows else []
+
+
+class SplitPacker:
+    """Packs one split's documents, chunk by chunk in input order, into shards and provenance."""
+
+    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int):
+        self.split, self.L = split, seq_length + 1
+        self.writer = ShardWriter(root, split, seq_length, max_shard_bytes)
+        self.provenance = ProvenanceWriter(root / PROVENANCE_DIR / f"{split}.parquet")
+        self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
+        self._pending: dict | None = None     # provenance rows of the partial sample
+        self._stream = 0                      # tokens appended so far
+        self.samples = 0
+        self.docs = 0
+        self.doc_tokens: list[np.ndarray] = []  # per-document lengths, for the report's histogram
+
+    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str]) -> None:
+        if not len(lens):
+            return
+        pieces = self._pieces(lens, doc_ids)
+        self._stream += tokens.size
+        self.docs += len(lens)
+        self.doc_tokens.append(lens - 1)
+        buf = np.concatenate([self._carry, tokens])
+        full = buf.size // self.L
+        if full:
+            self.writer.write(buf[: full * self.L].reshape(full, self.L))
+        self._carry = buf[full * self.L:]
+        done = self.samples + full
+        if self._pending is not None:
+            pieces = {k: np.concatenate([self._pending[k], v]) if k != "doc_id"
+                      else self._pending[k] + v for k, v in pieces.items()}
+        cut = int(np.searchsorted(pieces["sample_id"], done))
+        self.provenance.add({k: v[:cut] for k, v in pieces.items()})
+        self._pending = {k: v[cut:] for k, v in pieces.items()}
+        self.samples = done
+
+    def close(self) -> tuple[SplitInfo, int]:
+        """(the split's SplitInfo, tail tokens dropped)."""
+        self.provenance.close()
+        shards = tuple(self.writer.close())
+        return SplitInfo(self.samples, self.samples * self.L, shards), int(self._carry.size)
+
+    def _pieces(self, lens: np.ndarray, doc_ids: list[str]) -> dict:
+        """Provenance rows of the documents `lens` appended at the current end of the stream."""
+        lens = lens.astype(np.int64)
+        ends = self._stream + np.cumsum(lens)
+        starts = ends - lens
+        first, last = starts // self.L, (ends - 1) // self.L
+        counts = last - first + 1
+        doc = np.repeat(np.arange(len(lens)), counts)
+        sample = first[doc] + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+        lo = np.maximum(starts[doc], sample * self.L)
+        hi = np.minimum(ends[doc], (sample + 1) * self.L)
+        return {"sample_id": sample.astype(np.int64), "doc_id": [doc_ids[i] for i in doc],
+                "doc_offset": (lo - starts[doc]).astype(np.int32),
+                "sample_offset": (lo - sample * self.L).astype(np.int32),
+                "length": (hi - lo).astype(np.int32)}

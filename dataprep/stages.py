@@ -1,0 +1,216 @@
+"""The expensive, order-free work of a build, run over chunks of documents in worker processes.
+
+- `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
+  about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
+- `clean_chunk` (worker): normalise, quality-filter, exact key and MinHash signature of every document
+  of a chunk; writes .build/docs/NNNNN.parquet and then its marker NNNNN.json.
+- `tokenize_chunk` (worker): encodes the kept documents of a chunk with sentencepiece
+  (`encode(list, num_threads=1)`: the parallelism is across processes), appends EOS to each, and
+  writes .build/tokens/NNNNN.npz (flat token ids, document lengths and rows, per split), then its marker.
+
+Workers skip a chunk whose marker already exists (a resumed build), so the main process can hand every
+chunk to the pool in order and consume the results in order with `Pool.imap`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataprep.clean import normalize
+from dataprep.dedup import DedupConfig, exact_key, signatures
+from dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
+from dataprep.readers import BadRecord, InputFile, read_file
+from dataprep.workdir import atomic_write_json, read_json, tmp_path
+
+SPLITS = ("train", "valid")
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    docs_dir: str
+    tokens_dir: str
+    filters: FilterConfig
+    dedup: DedupConfig
+    valid_fraction: float
+    split_seed: int
+
+
+_setup: WorkerSetup | None = None
+_sp_cache: dict = {}
+
+
+def init_worker(setup: WorkerSetup) -> None:
+    global _setup
+    _setup = setup
+
+
+# ------------------------------------------------------------------------------------ main: reading
+
+@dataclass
+class ChunkTask:
+    index: int
+    docs: list            # (doc_id, source, raw text)
+    bad: list             # (file, line, reason, detail) met while reading this chunk
+    files_done: int       # input files finished while reading this chunk (progress only)
+    stop: str = ""        # "strict" (a bad record) or "error" (a reader failure): `bad[-1]` fails
+                          # the build, and this chunk is not written
+
+
+def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_unit: str,
+                chunk_bytes: int, strict: bool):
+    """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
+    index, docs, bad, size, files_done = 0, [], [], 0, 0
+    for f in files:
+        try:
+            for item in read_file(f, text_field=text_field, id_field=id_field, text_unit=text_unit):
+                if isinstance(item, BadRecord):
+                    bad.append((item.file, item.line, item.reason, item.detail))
+                    if strict:
+                        yield ChunkTask(index, [], bad, files_done, stop="strict")
+                        return
+                    continue
+                docs.append((item.doc_id, item.source, item.text))
+                size += len(item.text)
+                if size >= chunk_bytes:
+                    yield ChunkTask(index, docs, bad, files_done)
+                    index, docs, bad, size, files_done = index + 1, [], [], 0, 0
+        except Exception as e:   # a reader failure is reported like a bad record, never swallowed
+            yield ChunkTask(index, [], bad + [(f.rel, 0, "reader_failed", repr(e))], files_done,
+                            stop="error")
+            return
+        files_done += 1
+    if docs or bad or files_done:
+        yield ChunkTask(index, docs, bad, files_done)
+
+
+# ------------------------------------------------------------------------------- workers: stage 1
+
+DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reason", pa.string()),
+                         ("bytes_in", pa.int64()), ("bytes_clean", pa.int64()),
+                         ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string())])
+
+
+def clean_chunk(task: ChunkTask) -> dict:
+    """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
+    if task.stop:
+        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}
+    marker_path = Path(_setup.docs_dir) / f"{task.index:05d}.json"
+    if marker_path.is_file():
+        return {**read_json(marker_path), "reused": True}
+    t0 = time.process_time()
+    rows = {name: [] for name in DOCS_SCHEMA.names}
+    filters = {name: [0, 0] for name in FILTER_NAMES}
+    kept_texts = []
+    for doc_id, source, text in task.docs:
+        clean = normalize(text)
+        nbytes = len(clean.encode("utf-8"))
+        reason = quality_reason(clean, _setup.filters) or ""
+        if reason:
+            filters.setdefault(reason, [0, 0])
+            filters[reason][0] += 1
+            filters[reason][1] += nbytes
+            clean = ""
+        else:
+            kept_texts.append(clean)
+        for name, value in (("doc_id", doc_id), ("source", source), ("reason", reason),
+                            ("bytes_in", len(text.encode("utf-8"))), ("bytes_clean", nbytes),
+                            ("key", exact_key(clean) if not reason else None), ("text", clean)):
+            rows[name].append(value)
+    sigs = signatures(kept_texts, _setup.dedup) if kept_texts else None
+    it = iter(sigs) if sigs is not None else iter(())
+    rows["sig"] = [None if r else next(it).tobytes() for r in rows["reason"]]
+    path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
+    tmp = tmp_path(path)
+    pq.write_table(pa.table(rows, schema=DOCS_SCHEMA), tmp, compression="zstd")
+    os.replace(tmp, path)
+    marker = {
+        "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
+        "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
+        "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
+        "docs_out": len(kept_texts), "bytes_out": sum(len(t.encode("utf-8")) for t in kept_texts),
+        "bad": aggregate_bad(task.bad), "files_done": task.files_done,
+        "sig_dtype": str(sigs.dtype) if sigs is not None else "",
+    }
+    atomic_write_json(marker_path, marker)
+    return marker
+
+
+def aggregate_bad(bad: list) -> dict:
+    """{file: {reason: [count, first line, first detail]}} of (file, line, reason, detail) records."""
+    out: dict = {}
+    for file, line, reason, detail in bad:
+        entry = out.setdefault(file, {}).setdefault(reason, [0, line, detail])
+        entry[0] += 1
+    return out
+
+
+# ------------------------------------------------------------------------------- workers: stage 3
+
+def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
+    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction."""
+    return "valid" if unit_hash(f"split:{seed}:{doc_id}") < valid_fraction else "train"
+
+
+def unit_hash(s: str) -> float:
+    """A stable hash of `s` mapped to [0, 1)."""
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
+
+
+def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
+    """Stage 3 for one chunk: `task` is (index, packed keep mask, tokenizer model path)."""
+    index, keep_bits, model = task
+    marker_path = Path(_setup.tokens_dir) / f"{index:05d}.json"
+    if marker_path.is_file():
+        return {**read_json(marker_path), "reused": True}
+    t0 = time.process_time()
+    sp = _processor(model)
+    table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet", columns=["doc_id", "text"])
+    keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
+    rows = np.flatnonzero(keep)
+    doc_ids = table.column("doc_id").to_pylist()
+    texts = table.column("text").to_pylist()
+    arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
+    for split in SPLITS:
+        mine = [int(r) for r in rows
+                if split_of(doc_ids[r], _setup.valid_fraction, _setup.split_seed) == split]
+        chunk_texts = [texts[r] for r in mine]
+        ids = sp.encode(chunk_texts, num_threads=1) if chunk_texts else []
+        tokens, lens = _with_eos(ids, sp.eos_id())
+        arrays.update({f"{split}_tokens": tokens, f"{split}_lens": lens,
+                       f"{split}_rows": np.asarray(mine, np.int32)})
+        marker["tokens"][split] = int(tokens.size)
+        marker["docs"][split] = len(mine)
+        marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)
+    path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
+    tmp = tmp_path(path)
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+    marker["cpu_s"] = round(time.process_time() - t0, 4)
+    atomic_write_json(marker_path, marker)
+    return marker
+
+
+def _with_eos(ids: list[list[int]], eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat int32 tokens with EOS after every document, and each document's length (EOS included)."""
+    lens = np.fromiter((len(x) + 1 for x in ids), np.int32, len(ids))
+    tokens = np.full(int(lens.sum()), eos, np.int32)
+    if ids:
+        body = np.ones(tokens.size, bool)
+        body[np.cumsum(lens) - 1] = False
+        tokens[body] = np.concatenate([np.asarray(x, np.int32) for x in ids] + [np.zeros(0, np.int32)])
+    return tokens, lens
+
+
+def _processor(model: str):
+    if model not in _sp_cache:
+        import sentencepiece as spm
+        _sp_cache[model] = spm.SentencePieceProcessor(model_file=model)
+    return _sp_cache[model]

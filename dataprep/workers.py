@@ -1,0 +1,85 @@
+"""The build's worker processes: N spawned processes that take chunks in input order and hand results
+back in input order, with a bounded number of chunks in flight.
+
+- 'spawn' start method: safe although the main process holds threads (and later MindSpore).
+- `map_ordered(fn, tasks)` submits at most `2 * N` tasks ahead of the one being consumed, so memory
+  stays bounded by the chunk size however large the corpus, and the main process can do the
+  order-dependent work (dedup, packing, writing) while the workers run ahead.
+- A worker that dies (OOM killer, SIGKILL) breaks the pool: the build stops with WorkerDied instead
+  of waiting forever, and a rerun resumes from the completed chunks.
+- Workers start together (a barrier), so one that spawned first does not take every chunk alone, and
+  leave on their own if the main process is killed.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from dataprep.stages import WorkerSetup, init_worker
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class WorkerPool:
+    def __init__(self, workers: int, setup: WorkerSetup):
+        self.workers = workers
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Barrier(workers)
+        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
+                                         initargs=(setup, os.getpid(), ready))
+        # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
+        # barrier needs all of them); their results say every worker is up
+        started = [self._pool.submit(os.getpid) for _ in range(workers)]
+        try:
+            self.pids = sorted({f.result() for f in started})
+        except BrokenProcessPool:
+            raise WorkerDied("a worker process failed to start") from None
+
+    def map_ordered(self, fn, tasks):
+        """fn(task) for every task, computed in the workers, yielded in task order."""
+        pending: deque = deque()
+        try:
+            for task in tasks:
+                pending.append(self._pool.submit(fn, task))
+                if len(pending) >= 2 * self.workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise WorkerDied("a worker process died (killed, or out of memory?); rerun the same "
+                             "command to resume from the completed chunks") from None
+        finally:
+            for f in pending:
+                f.cancel()
+
+    def close(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(wait=exc_type is None)
+
+
+def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:
+    init_worker(setup)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    try:
+        ready.wait(timeout=60)
+    except threading.BrokenBarrierError:
+        pass
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A main process killed with SIGKILL cannot stop its workers: they notice and leave."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)

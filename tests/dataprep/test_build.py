@@ -1,0 +1,162 @@
+"""`dataprep build` end to end on real text: determinism across worker counts, real worker processes,
+the dataset contract, provenance, dedup output, shard caps and the guards around --out."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import sentencepiece as spm
+
+from conftest import dataset_bytes, run_build, tree_snapshot
+from dataprep.clean import normalize
+from dataprep.inspect import read_sample
+from dataprep.readers import Document, list_inputs, read_file
+from dataprep.verify import verify_dataset
+from dataprep.workdir import WorkDir
+from loader.manifest import load_manifest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [2, 3])
+def test_bytes_and_fingerprint_do_not_depend_on_workers_and_workers_are_real(
+        corpus, reference, tmp_path, workers):
+    out = tmp_path / "data"
+    assert run_build([corpus], out, "--workers", str(workers)) == 0
+    assert dataset_bytes(out) == dataset_bytes(reference)
+    assert load_manifest(out).fingerprint == load_manifest(reference).fingerprint
+    report = json.loads((out / "report.json").read_text())
+    assert report["chunks"] >= 3 * workers           # enough work units to spread
+    for stage in ("docs", "tokenize"):               # every worker process did some of each stage
+        assert len(report["worker_pids"][stage]) == workers, report["worker_pids"]
+    assert not (out / ".build").exists()
+
+
+def test_reference_build_satisfies_the_contract(reference):
+    m = load_manifest(reference)
+    assert verify_dataset(reference) == []
+    assert m.seq_length == 64 and m.tokenizer.vocab_size == 1200
+    assert m.tokenizer.pad_id >= 0 and m.tokenizer.eos_id >= 0
+    assert m.split("train").num_samples > 100 and m.split("valid").num_samples > 0
+    assert m.config["pack"]["seq_length"] == 64 and "run" not in m.config
+    scheme = m.config["dedup_scheme"]
+    assert scheme["scheme"] and scheme["bands"] * scheme["rows"] <= scheme["num_perm"]
+    assert [i["file"] for i in m.config["inputs"]] == [
+        "en.txt", "html.jsonl.zst", "licenses/LGPL-2.1.txt.zst", "licenses/LGPL-2.txt.zst",
+        "zh.txt.gz"]
+    assert set(m.versions) >= {"mindspore", "sentencepiece", "datasketch", "pyarrow", "numpy"}
+
+
+def test_provenance_rebuilds_every_token_of_a_sample_from_its_documents(corpus, reference):
+    """Re-read and re-encode the documents provenance names; the sample's tokens must be theirs."""
+    m = load_manifest(reference)
+    sp = spm.SentencePieceProcessor(model_file=str(reference / "tokenizer.model"))
+    prov = pq.read_table(reference / "provenance" / "train.parquet").to_pylist()
+    texts = {d.doc_id: normalize(d.text) for inp in list_inputs([corpus])
+             for d in read_file(inp, text_unit="paragraph") if isinstance(d, Document)}
+    split = m.split("train")
+    for sample in (0, split.num_samples // 2, split.num_samples - 1):
+        k, row = split.locate(sample)
+        ids, sid = read_sample(m.shard_path(split.shards[k]), row)
+        assert sid == sample
+        pieces = sorted((r for r in prov if r["sample_id"] == sample),
+                        key=lambda r: r["sample_offset"])
+        assert sum(r["length"] for r in pieces) == m.seq_length + 1
+        for r in pieces:
+            doc = sp.encode(texts[r["doc_id"]]) + [m.tokenizer.eos_id]
+            want = doc[r["doc_offset"]:r["doc_offset"] + r["length"]]
+            assert ids[r["sample_offset"]:r["sample_offset"] + r["length"]].tolist() == want
+
+
+def test_dedup_output_names_kept_documents_that_are_in_the_dataset(reference):
+    dups = pq.read_table(reference / "dedup" / "duplicates.parquet").to_pylist()
+    kinds = {d["kind"] for d in dups}
+    assert kinds == {"exact", "near"}, kinds       # the corpus holds both, naturally
+    for d in dups:
+        assert d["doc_id"] != d["kept_doc_id"]
+        assert 0.8 <= d["similarity"] <= 1.0
+        if d["kind"] == "exact":
+            assert d["similarity"] == 1.0
+    kept = {r["doc_id"] for name in ("train", "valid")
+            for r in pq.read_table(reference / "provenance" / f"{name}.parquet").to_pylist()}
+    dropped = {d["doc_id"] for d in dups}
+    assert not kept & dropped
+    report = json.loads((reference / "report.json").read_text())
+    st = report["stages"]
+    assert st["dedup"]["exact"]["docs"] == sum(d["kind"] == "exact" for d in dups)
+    assert st["dedup"]["docs_out"] == st["dedup"]["docs_in"] - len(dups)
+    assert st["filter"]["docs_in"] - st["filter"]["docs_out"] == sum(
+        f["docs"] for f in st["filter"]["removed_by"].values())
+
+
+def test_shards_stay_under_a_small_cap_with_contiguous_sample_ids(corpus, tmp_path):
+    out = tmp_path / "data"
+    cap = 250_000
+    assert run_build([corpus], out, "--max-shard-bytes", "250kB") == 0
+    m = load_manifest(out)
+    train = m.split("train")
+    assert len(train.shards) >= 3
+    for s in train.shards:
+        size = (out / s.file).stat().st_size + (out / f"{s.file}.db").stat().st_size
+        assert size == s.bytes <= cap
+    assert verify_dataset(out) == []              # reads every sample_id: contiguous from 0
+    last = train.shards[-1]
+    ids, sid = read_sample(out / last.file, last.num_samples - 1)
+    assert sid == train.num_samples - 1 and ids.dtype == np.int32
+
+
+def test_rerun_of_a_finished_build_is_a_no_op(corpus, reference, capsys):
+    before = tree_snapshot(reference)
+    assert run_build([corpus], reference, "--workers", "1") == 0
+    assert "already holds this dataset" in capsys.readouterr().out
+    assert tree_snapshot(reference) == before
+
+
+def test_out_holding_a_different_dataset_is_refused_and_untouched(corpus, reference, capsys):
+    before = tree_snapshot(reference)
+    assert run_build([corpus], reference, "--dedup-threshold", "0.9") == 1
+    assert "different dataset" in capsys.readouterr().err
+    assert tree_snapshot(reference) == before
+
+
+def test_unfinished_build_with_another_config_is_refused_and_untouched(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    WorkDir(out).create({"config": {"pack": {"seq_length": 7}}, "chunk_bytes": 1})
+    (out / ".build" / "docs" / "00000.json").write_text("{}")
+    before = tree_snapshot(out)
+    assert run_build([corpus], out) == 1
+    assert "unfinished build with a different config" in capsys.readouterr().err
+    assert tree_snapshot(out) == before
+
+
+def test_out_holding_other_files_is_refused(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert run_build([corpus], out) == 1
+    assert "not a dataset built by dataprep" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_missing_input_path_is_a_clear_error_and_nothing_is_written(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([corpus, tmp_path / "nope"], out) == 1
+    assert "nope" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_corpus_empty_after_filtering_is_a_clear_error(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([corpus / "en.txt"], out, "--set", "filters.min_chars=900000") == 1
+    err = capsys.readouterr().err
+    assert "no documents left after filtering" in err
+    assert not out.exists()      # created by this build, removed again: a rerun starts afresh
+
+
+def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([corpus / "html.jsonl.zst"], out, "--seq-length", "200000",
+                     "--max-shard-bytes", "64MB") == 1
+    assert "fewer than seq_length + 1 = 200001 tokens" in capsys.readouterr().err
+    assert not out.exists()
