@@ -7,7 +7,8 @@ directories are removed on the next start. At most keep_max checkpoints are kept
 
 model.ckpt holds the train cell's state parameters (weights, AdamW moments, the optimizer's step,
 the loss-scale value and its clean-step counter). When the model is sharded each rank writes
-`rank_R/model.ckpt` inside the same directory.
+`rank_R/model.ckpt` inside the same directory, and its parallel strategy as `strategy/rank_R.ckpt`
+(beside the rank directories: see train.parallel.copy_strategy).
 
 Test hook: TRAIN_TEST_CKPT_KILL="<phase>:<step>" makes the writer SIGKILL its own process at step
 `step`, with phase `before_rename` (temp dir complete, not renamed) or `before_latest` (renamed, latest
@@ -76,9 +77,12 @@ def remove_stale_temps(run_dir) -> None:
 
 
 def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: int,
-                     rank: int | None = None, is_main: bool = True, barrier=None) -> Path:
+                     rank: int | None = None, is_main: bool = True, barrier=None,
+                     add_files=None) -> Path:
     """Write checkpoint `step` atomically and publish it as latest. `rank` set: per-rank model file
-    (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename."""
+    (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename.
+    `add_files(tmp_dir)`: each rank's extra files (e.g. its parallel strategy), written into the
+    temporary directory before the second barrier, so they are published with the checkpoint."""
     root = checkpoints_root(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}"
@@ -98,6 +102,10 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         if is_main:
             _write_synced(tmp / STATE_FILE, json.dumps(state, indent=1, sort_keys=True) + "\n")
         _fsync(model_dir)
+        if add_files:
+            for path in add_files(tmp) or ():
+                _fsync(path)
+                _fsync(path.parent)
         if barrier:
             barrier()
         if not is_main:

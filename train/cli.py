@@ -4,8 +4,9 @@
                  [--nproc N [--nnodes K --node-rank R --master-addr A --master-port P]]
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
   train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
-  train plan     --config F.yaml [--set ...]              the parallel plan (train.parallel)
-  train estimate --config F.yaml [--device-memory 64GB]   memory per device (train.memory)
+  train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
+  train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
+                 (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
 Every module is imported lazily: `train compare` and `--help` never import MindSpore.
 """
 from __future__ import annotations
@@ -51,10 +52,14 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="print the parallel plan")
     _config_args(p)
+    p.add_argument("--world-size", type=int, default=None,
+                   help="processes in the job (default: data_parallel x model_parallel x pipeline_stage)")
 
     p = sub.add_parser("estimate", help="estimate memory per device")
     _config_args(p)
     p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
+    p.add_argument("--seq-length", type=int, default=None,
+                   help="tokens per sample (default: the dataset's, from data.path)")
     return ap
 
 
@@ -79,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             return evaluate(cfg, args.checkpoint)
         if args.command == "plan":
             from train.parallel import print_plan
-            print_plan(cfg)
+            print_plan(cfg, args.world_size)
             return 0
         from train.memory import main as estimate
-        return estimate(cfg, args.device_memory) or 0
+        return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
     except ConfigError as e:
         print(f"train {args.command}: config error: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -206,11 +207,15 @@ def _coerce(tp, value, key: str):
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        number = _number(value)
+        if isinstance(number, int):
+            return number
+        if isinstance(number, float) and number.is_integer() and abs(number) <= 2 ** 53:
+            return int(number)          # 1e3 or 1000.0: exact
     elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        number = _number(value)
+        if number is not None:
+            return float(number)
     elif tp is str:
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             return str(value)
@@ -225,6 +230,22 @@ def _coerce(tp, value, key: str):
     else:
         return value
     raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _number(value):
+    """An int or float, from a number or a numeric string (YAML 1.1 reads `1e30` as a string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        for parse in (int, float):
+            try:
+                number = parse(value.strip())
+            except ValueError:
+                continue
+            return number if math.isfinite(number) else None     # "nan", "inf": not a typo to accept
+    return None
 
 
 def _join(where: str, name: str) -> str:

@@ -82,30 +82,29 @@ def layout(cfg, rank: int, world_size: int) -> DistInfo:
 def setup(cfg) -> DistInfo:
     """Initialise the process group when under msrun; validate cfg.parallel against the world size.
 
-    One process (no msrun env): rank 0 of 1, nothing initialised (a config asking for more than one
-    process is an error: launch with --nproc). Under msrun: GRAPH_MODE on cfg.device, then
-    `communication.init()`, the plan validated (train.parallel.validate) and, on CPU/GPU data
-    parallel, the DATA_PARALLEL context with gradients_mean set, so that a TrainOneStepCell built
-    afterwards all-reduces (means) its gradients.
+    Owns the MindSpore device: GRAPH_MODE on cfg.device is set here, once, and nothing may set it
+    again. Under msrun `init()` gives each worker device id = its local rank, after which
+    `mindspore.set_device` refuses any call ("can not be modified") on every rank but 0.
+
+    One process (no msrun env): rank 0 of 1, no process group (a config asking for more than one
+    process is an error: launch with --nproc). Under msrun: `communication.init()`, the plan validated
+    (train.parallel.validate) and, on CPU/GPU data parallel, the DATA_PARALLEL context with
+    gradients_mean set, so that a TrainOneStepCell built afterwards all-reduces (means) its gradients.
     """
     from train import parallel  # local: parallel imports this module
 
     if not under_msrun():
         info = layout(cfg, 0, 1)
         parallel.validate(cfg, 1)
+        _set_device(cfg)
         return info
     world = msrun_world_size()
     # Check the config before init so a wrong config fails fast in every worker, not at a barrier.
     parallel.validate(cfg, world)
 
-    import mindspore as ms
     from mindspore.communication import get_group_size, get_rank, init
 
-    ms.set_context(mode=ms.GRAPH_MODE)
-    # On CPU the device id means nothing; fixing it at 0 keeps a later ms.set_device("CPU") valid
-    # (otherwise init() assigns id = local rank and set_device refuses the change). On Ascend/GPU
-    # msrun negotiates the id: set the target only.
-    ms.set_device(cfg.device, 0) if cfg.device == "CPU" else ms.set_device(cfg.device)
+    _set_device(cfg)        # the target only: init() assigns the device id
     init()                  # the scheduler process never returns from here
     rank, size = get_rank(), get_group_size()
     if size != world:
@@ -113,6 +112,13 @@ def setup(cfg) -> DistInfo:
     info = layout(cfg, rank, size)
     parallel.set_data_parallel_context(cfg, info)
     return info
+
+
+def _set_device(cfg) -> None:
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device(cfg.device)
 
 
 def all_reduce_mean(dist: DistInfo, values):

@@ -110,7 +110,9 @@ class Attention(nn.Cell):
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
         else:
             self.future = Tensor(np.triu(np.ones((s, s), np.bool_), 1))   # True: j > i, masked
+        # primitives held as attributes so that train.parallel can shard them by head
         self.qk = ops.BatchMatMul(transpose_b=True)
+        self.softmax = ops.Softmax(-1)
         self.pv = ops.BatchMatMul()
 
     def rope(self, x):
@@ -143,7 +145,7 @@ class Attention(nn.Cell):
             v = ops.tile(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.qk(q, k).astype(mstype.float32) * self.scale
         scores = ops.masked_fill(scores, self.future, -1e9)
-        probs = ops.softmax(scores, -1).astype(v.dtype)
+        probs = self.softmax(scores).astype(v.dtype)
         return self.pv(probs, v)
 
 

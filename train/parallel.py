@@ -11,9 +11,9 @@ through the DATA_PARALLEL context (`set_data_parallel_context`, called by distri
 Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
   column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
   row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
-  attention scores / weighted sum [B, N, S, *]: (dp, mp, 1, 1)          -> N / mp heads per rank
+  attention scores, softmax, weighted sum [B, N, S, *]: (dp, mp, 1, 1)  -> N / mp heads per rank
 With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
-ops the model calls functionally (norms, softmax, loss) keep MindSpore's default strategy and the
+ops the model calls functionally (norms, rotary, flash attention, loss) keep MindSpore's default strategy and the
 compiler inserts the redistributions.
 """
 from __future__ import annotations
@@ -216,6 +216,7 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
     ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
     heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
     ops += [OpShard(f"{prefix}.attention", "qk", "BatchMatMul", (heads, heads)),
+            OpShard(f"{prefix}.attention", "softmax", "Softmax", (heads,)),
             OpShard(f"{prefix}.attention", "pv", "BatchMatMul", (heads, heads))]
     return ops
 

@@ -87,12 +87,15 @@ class Identity(nn.Cell):
 
 
 class MicroStep(nn.Cell):
-    def __init__(self, loss_net: nn.Cell, weights, accumulators, loss_scale: Parameter):
+    def __init__(self, loss_net: nn.Cell, weights, accumulators, loss_scale: Parameter,
+                 pipeline_reducer: nn.Cell | None = None):
         super().__init__(auto_prefix=False)
         self.loss_net = loss_net
         self.weights = weights
         self.acc = accumulators
         self.loss_scale = loss_scale
+        # pipeline stages: sums the pipeline's own micro-batch gradients (PipelineGradReducer)
+        self.pipeline_reducer = Identity() if pipeline_reducer is None else pipeline_reducer
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
 
@@ -100,6 +103,7 @@ class MicroStep(nn.Cell):
         loss = self.loss_net(input_ids)
         sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
         grads = self.grad(self.loss_net, self.weights)(input_ids, sens)
+        grads = self.pipeline_reducer(grads)
         done = self.hyper_map(ops.assign_add, self.acc, grads)
         return ops.depend(loss, done)
 
@@ -162,7 +166,7 @@ class TrainStep:
     """The train cell handed to parallel.parallelize: `micro` and `apply` are the two graphs."""
 
     def __init__(self, loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int,
-                 clip_norm: float, dynamic_scale: bool, scale_cfg):
+                 clip_norm: float, dynamic_scale: bool, scale_cfg, pipeline_reducer: nn.Cell | None = None):
         self.loss_net, self.optimizer, self.micro_steps = loss_net, optimizer, micro_steps
         weights = optimizer.parameters
         self.accumulators = weights.clone(prefix="acc", init="zeros")
@@ -171,7 +175,7 @@ class TrainStep:
                                     requires_grad=False)
         self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
                                     requires_grad=False)
-        self.micro = MicroStep(loss_net, weights, self.accumulators, self.loss_scale)
+        self.micro = MicroStep(loss_net, weights, self.accumulators, self.loss_scale, pipeline_reducer)
         self.apply = ApplyStep(optimizer, self.accumulators, self.loss_scale, self.good_steps,
                                micro_steps, clip_norm, dynamic_scale, scale_cfg.factor,
                                scale_cfg.window, scale_cfg.min)

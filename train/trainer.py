@@ -61,8 +61,11 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Sessio
     apply_recompute(model, cfg.recompute)
     loss_net = CausalLMLoss(compute, args.vocab_size)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    step = TrainStep(loss_net, optimizer, local // micro, cfg.optim.clip_norm,
-                     cfg.precision.dtype == "fp16", cfg.precision.loss_scale)
+    # Pipeline stages (Ascend): the step's loss cell splits each micro-step into pipeline micro-batches
+    # and the pipeline's gradients are summed before they are accumulated. pp == 1: both identities.
+    step = TrainStep(parallel.wrap_loss_cell(cfg, loss_net), optimizer, local // micro, cfg.optim.clip_norm,
+                     cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
+                     parallel.pipeline_grad_reducer(cfg, optimizer.parameters))
     step = parallel.parallelize(cfg, dist, model, step)
     return Session(args, model, loss_net, optimizer, step,
                    flops_per_token(args, count_params(model)), local // micro)
@@ -137,9 +140,21 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
     if dist.sharded:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               rank=dist.rank, is_main=dist.is_main,
-                              barrier=lambda: distributed.barrier(dist))
+                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist))
     elif dist.is_main:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max)
+
+
+def strategy_files(cfg: Config, dist):
+    """The per-rank extra files of a sharded checkpoint: CKPT/strategy/rank_R.ckpt (None if unsharded)."""
+    if not dist.sharded:
+        return None
+    from train.parallel import copy_strategy
+
+    def add(tmp_dir: Path) -> list[Path]:
+        copied = copy_strategy(cfg, dist, tmp_dir)
+        return [copied] if copied else []
+    return add
 
 
 def measure_peak_tflops(n: int = 1024, reps: int = 5) -> float:
@@ -202,9 +217,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
     import mindspore as ms
     from loader import Loader
 
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device(cfg.device)
-    ms.set_seed(cfg.seed)
+    ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
     with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
                 seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
                 num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader:

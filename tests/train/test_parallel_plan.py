@@ -110,11 +110,13 @@ def test_every_projection_is_split_megatron_style(dp, mp, pp):
         for prim in ("qk", "pv"):
             o = plan.op(f"layers.{i}.attention", prim)
             assert (o.kind, o.in_strategy) == ("BatchMatMul", ((dp, mp, 1, 1), (dp, mp, 1, 1)))
+        o = plan.op(f"layers.{i}.attention", "softmax")
+        assert (o.kind, o.in_strategy) == ("Softmax", ((dp, mp, 1, 1),))
     assert plan.op("output").in_strategy == ((dp, 1), (mp, 1))
     assert plan.op("tok_embeddings", "gather").in_strategy == ((1, 1), (dp,))
     assert plan.dataset_strategy == ((dp, 1),)
-    # 4 layers * (7 projections + 2 attention matmuls) + embedding + head: nothing else, nothing twice
-    assert len(plan.ops) == 4 * 9 + 2
+    # 4 layers * (7 projections + 2 attention matmuls + softmax) + embedding + head: nothing else, nothing twice
+    assert len(plan.ops) == 4 * 10 + 2
     assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)
 
 

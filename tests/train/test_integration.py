@@ -1,0 +1,164 @@
+"""The parallel pieces wired into the trainer: numeric strings in the config, `train plan --world-size` and
+`train estimate --seq-length` through the CLI, the strategy file in a sharded checkpoint, the pipeline
+wrappers in the session builder, and the device set once, by distributed.setup().
+
+(That nothing sets the device after setup() is checked for real by test_msrun: under msrun, init() gives
+rank 1 device id 1, and a second mindspore.set_device there fails with "can not be modified".)
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from train.config import ConfigError, load_config
+from train.distributed import DistInfo, layout
+from trainer_harness import REPO, TINY
+
+LLAMA_7B = REPO / "configs" / "llama-7b.yaml"
+
+
+# ---------------------------------------------------------------- config: numeric strings
+
+def test_numeric_strings_are_numbers(tmp_path):
+    # YAML 1.1 reads 1e30 and 1e3 (no dot) as strings
+    cfg = load_config(None, ["optim.lr=1e30", "train.steps=1e3", "train.global_batch_size=16.0",
+                             "optim.eps='2.5e-9'", "checkpoint.keep_max=' 7 '"])
+    assert cfg.optim.lr == 1e30 and cfg.optim.eps == 2.5e-9
+    assert (cfg.train.steps, cfg.train.global_batch_size, cfg.checkpoint.keep_max) == (1000, 16, 7)
+    assert all(type(v) is int for v in (cfg.train.steps, cfg.train.global_batch_size, cfg.checkpoint.keep_max))
+    path = tmp_path / "c.yaml"
+    path.write_text("optim: {lr: 1e-3, min_lr: 1e-4}\ntrain: {steps: 2e2}\n")
+    from_file = load_config(path)
+    assert (from_file.optim.lr, from_file.optim.min_lr, from_file.train.steps) == (1e-3, 1e-4, 200)
+    assert from_file.hash() == load_config(None, ["optim.lr=0.001", "optim.min_lr=0.0001",
+                                                  "train.steps=200"]).hash()
+
+
+@pytest.mark.parametrize("item,message", [
+    ("train.steps=2.5", "train.steps: expected int, got 2.5"),
+    ("train.steps=1e30", "train.steps: expected int, got '1e30'"),      # not exact as an int
+    ("train.steps=true", "train.steps: expected int, got True"),
+    ("optim.lr=fast", "optim.lr: expected float, got 'fast'"),
+    ("optim.lr=nan", "optim.lr: expected float, got 'nan'"),
+    ("optim.lr=true", "optim.lr: expected float, got True"),
+])
+def test_non_numbers_still_name_the_key(item, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_config(None, [item])
+
+
+# ---------------------------------------------------------------- CLI: plan and estimate
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_train_plan_world_size():
+    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "32")
+    assert r.returncode == 0, r.stderr
+    assert "world 32 = data_parallel 4 x model_parallel 8 x pipeline_stage 1" in r.stdout
+    assert "layers.0.attention.wq.matmul" in r.stdout and "((4, 1), (8, 1))" in r.stdout
+    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16")
+    assert r.returncode == 2 and "= 32, but the job has 16 process(es)" in r.stderr and not r.stdout
+    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16", "--set", "parallel.data_parallel=2")
+    assert r.returncode == 0 and "world 16 = data_parallel 2 x model_parallel 8" in r.stdout
+
+
+def test_train_estimate_seq_length_without_a_dataset():
+    base = ("estimate", "--config", str(LLAMA_7B), "--seq-length", "4096", "--set", "model.vocab_size=32000")
+    r = cli(*base)
+    assert r.returncode == 0, r.stderr
+    assert "6.738 B parameters; bf16: 16 bytes/parameter (weights 2 + gradients 2 + fp32 master 4" in r.stdout
+    assert "micro-batch 2 x seq 4096" in r.stdout and "fits (" in r.stdout
+    assert "cheapest changes" not in r.stdout
+    r = cli(*base, "--device-memory", "4GB")
+    assert r.returncode == 0, r.stderr
+    assert "does NOT fit" in r.stdout and "cheapest changes" in r.stdout and "--set parallel." in r.stdout
+    shorter = cli(*base, "--device-memory", "4GB", "--seq-length", "1024")
+    assert "micro-batch 2 x seq 1024" in shorter.stdout      # the last --seq-length wins
+    r = cli("estimate", "--config", str(LLAMA_7B))
+    assert r.returncode == 2 and "--seq-length N with model.vocab_size set" in r.stderr
+
+
+# ---------------------------------------------------------------- sharded checkpoints: the strategy
+
+def ascend(*sets: str):
+    return load_config(None, ["device=Ascend", "model.vocab_size=128", *sets])
+
+
+def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp_path):
+    import numpy as np
+    from mindspore import Parameter, Tensor
+
+    from train import checkpoint as ckpt
+    from train.parallel import strategy_path
+    from train.trainer import strategy_files
+
+    run_dir = tmp_path / "run"
+    cfg = ascend("parallel.model_parallel=2", f"run.dir={run_dir}")
+    dist = layout(cfg, 0, 2)
+    assert dist.sharded
+    single = load_config(None, [])
+    assert strategy_files(single, layout(single, 0, 1)) is None        # one process: nothing to add
+    plain = load_config(None, ["parallel.data_parallel=2"])
+    assert strategy_files(plain, layout(plain, 1, 2)) is None          # data parallel: not sharded
+    params = {"w": Parameter(Tensor(np.arange(4, dtype=np.float32)), name="w")}
+
+    # nothing compiled yet (no strategy file): the checkpoint is written all the same
+    first = ckpt.write_checkpoint(run_dir, 1, params, {"step": 1}, 5, rank=0, add_files=strategy_files(cfg, dist))
+    assert sorted(p.name for p in first.iterdir()) == ["rank_0", "state.json"]
+
+    src = strategy_path(cfg, dist)
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"strategy of rank 0")
+    final = ckpt.write_checkpoint(run_dir, 2, params, {"step": 2}, 5, rank=0, add_files=strategy_files(cfg, dist))
+    assert final == run_dir / "checkpoints" / "step_00000002" and ckpt.latest_checkpoint(run_dir) == final
+    assert (final / "strategy" / "rank_0.ckpt").read_bytes() == b"strategy of rank 0"
+    assert sorted(p.name for p in (final / "rank_0").iterdir()) == ["model.ckpt"]   # not in the rank dir
+    assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+# ---------------------------------------------------------------- pipeline wrappers in the session
+
+def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(tiny_data):
+    from mindspore import nn
+    from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+
+    from train.parallel import pipeline_grad_reducer, wrap_loss_cell
+    from train.step import Identity
+    from train.trainer import build_session
+
+    one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
+    flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
+    cell = nn.Dense(2, 2)
+    assert wrap_loss_cell(flat_cfg, cell) is cell
+    assert isinstance(pipeline_grad_reducer(flat_cfg, cell.trainable_params()), nn.Identity)
+    flat = build_session(flat_cfg, 128, 32, one)
+    assert flat.train_step.micro.loss_net is flat.loss_net                       # unchanged
+    assert type(flat.train_step.micro.pipeline_reducer) in (Identity, nn.Identity)
+
+    # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
+    piped_cfg = load_config(TINY, ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2",
+                                   "train.micro_batch_size=4", "model.flash_attention=false"])
+    piped = build_session(piped_cfg, 128, 32, one)
+    micro = piped.train_step.micro
+    assert isinstance(micro.loss_net, Pipeline) and micro.loss_net.network is piped.loss_net
+    assert micro.loss_net.micro_size == 2
+    assert isinstance(micro.pipeline_reducer, PipelineGradReducer)
+    # the wrapper renames nothing: checkpoints of both layouts hold the same tensors
+    assert sorted(piped.train_step.state_parameters()) == sorted(flat.train_step.state_parameters())
+
+
+def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
+    import mindspore as ms
+
+    from train import distributed
+
+    for var in ("MS_ROLE", "MS_WORKER_NUM"):
+        monkeypatch.delenv(var, raising=False)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    distributed.setup(load_config(None, []))
+    assert ms.get_context("mode") == ms.GRAPH_MODE and ms.get_context("device_target") == "CPU"
