@@ -27,6 +27,7 @@ the larger set built by `neardup_eval.py build --full`: precision 0.973, recall 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -34,7 +35,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-import datasketch
 import numpy as np
 
 SCHEME = "oph-rot-v1"        # bump whenever anything that changes signatures changes
@@ -96,7 +96,8 @@ def describe(cfg: DedupConfig) -> dict:
             "band_layout": "band b = bins b, b + bands, b + 2 * bands, ...",
             "verification": "signature-estimated Jaccard >= threshold",
             "index_bits": 16,
-            "datasketch_version": datasketch.__version__}
+            # without importing datasketch (half a second: it pulls in scipy) in every process
+            "datasketch_version": importlib.metadata.version("datasketch")}
 
 
 # ------------------------------------------------------------------------------------ hashing
@@ -196,14 +197,13 @@ def _block_minima(docs: list[str], order: int, cfg: DedupConfig) -> tuple[np.nda
     for j in range(1, order):
         h += np.multiply(cps[j:j + n_windows], mults[j], out=tmp)
     h ^= salt
-    # Window starts of doc d: offsets[d] + [0, counts[d]), where a short doc has one window.
+    # Doc d holds windows [counts[d]) of its lengths[d] + order (a short doc has one window);
+    # the others run into the padding.
     counts = np.maximum(lengths - order + 1, 1)
-    offsets = np.concatenate(([0], np.cumsum(lengths + order)[:-1]))
-    first_window = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    spans = np.stack([counts, lengths + order - counts], axis=1).reshape(-1)
+    valid = np.repeat(np.tile(np.array([True, False]), len(docs)), spans)[:n_windows]
+    h = _fmix64(h[valid])
     doc_of = np.repeat(np.arange(len(docs), dtype=np.int64), counts)
-    pos = np.repeat(offsets - first_window, counts)
-    pos += np.arange(len(pos), dtype=np.int64)
-    h = _fmix64(h[pos])
     bins = (h >> np.uint64(32)) * np.uint64(k)
     bins >>= np.uint64(32)
     doc_of *= k
@@ -394,8 +394,10 @@ class NearDedup:
 
     def _index_many(self, keys: list[str], sigs16: np.ndarray, hashes: np.ndarray) -> None:
         n, m = len(self._keys), len(keys)
-        while n + m > len(self._sigs):
-            self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
+        if n + m > len(self._sigs):  # grow by a quarter: little slack, and a small copy peak
+            grown = np.empty((max(n + m, len(self._sigs) * 5 // 4), self.cfg.num_perm), np.uint16)
+            grown[:n] = self._sigs[:n]
+            self._sigs = grown
         self._sigs[n:n + m] = sigs16
         self._keys.extend(keys)
         self._table.insert(hashes, np.arange(n, n + m))

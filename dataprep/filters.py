@@ -18,6 +18,10 @@ unless noted; "non-space" characters exclude whitespace):
   the characters of all units. A unit is a run of non-space characters, except that every Han, kana
   and other CJK character is a unit of its own (Chinese has no spaces): so the thresholds of Gopher's
   word n-grams apply to both. Orders with a tiny upper bound are skipped (the result is exact).
+  Only texts of at least `top_ngram_min_units` units (default 100) are checked: n-gram statistics
+  mean nothing over a short paragraph, where naming "the package" twice already covers 20%
+  (Gopher applies its rules to documents of 50 words and more; 100 units are about 50 words of
+  Chinese, where every character is a unit).
 """
 from __future__ import annotations
 
@@ -50,6 +54,9 @@ class FilterConfig:
     max_dup_paragraph_char_fraction: float = 0.2
     # (order, max fraction) pairs, Gopher's word n-gram values.
     max_top_ngram_fraction: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
+    # Texts with fewer units than this skip top_ngram: a short paragraph that says "the package"
+    # twice is not repetitive, and n-gram statistics mean nothing over a few dozen words.
+    top_ngram_min_units: int = 100
     disabled: tuple[str, ...] = field(default=())  # filter names to skip
 
     def __post_init__(self):
@@ -60,6 +67,9 @@ class FilterConfig:
         if self.min_chars < 0 or self.max_chars < self.min_chars:
             raise ValueError(f"FilterConfig: need 0 <= min_chars <= max_chars, "
                              f"got {self.min_chars}, {self.max_chars}")
+        if self.top_ngram_min_units < 0:
+            raise ValueError(f"FilterConfig.top_ngram_min_units must be >= 0, "
+                             f"got {self.top_ngram_min_units}")
         orders = [n for n, _ in self.max_top_ngram_fraction]
         if any(n < 1 for n in orders) or orders != sorted(set(orders)):
             raise ValueError(f"FilterConfig.max_top_ngram_fraction: orders must be increasing "
@@ -92,17 +102,27 @@ _ASCII_CLASS = bytes(_BMP_CLASS[:128].tolist()) + bytes(128)
 _CLASS_BYTES = [bytes([c]) for c in range(5)]
 
 
-def char_classes(text: str) -> list[int]:
-    """Counts of [space, letter, digit, symbol, other] characters in `text`."""
+def code_points(text: str) -> np.ndarray:
+    """The code points of `text` as uint32 (lone surrogates included)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def char_classes(text: str, cps: np.ndarray | None = None) -> list[int]:
+    """Counts of [space, letter, digit, symbol, other] characters in `text` (`cps`: its code
+    points, when the caller has them already)."""
     if text.isascii():  # bytes.translate and count: no per-call numpy overhead
         classes = text.encode("ascii").translate(_ASCII_CLASS)
-        return [classes.count(c) for c in _CLASS_BYTES]
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    astral = cps > 0xFFFF
-    classes = _BMP_CLASS[np.where(astral, 0, cps)]
-    if astral.any():
+        counts = [classes.count(c) for c in _CLASS_BYTES[:_OTHER]]
+        return counts + [len(classes) - sum(counts)]
+    cps = code_points(text) if cps is None else cps
+    if cps.max() <= 0xFFFF:
+        classes = _BMP_CLASS[cps]
+    else:
+        astral = cps > 0xFFFF
+        classes = _BMP_CLASS[np.where(astral, 0, cps)]
         classes[astral] = [_category_class(int(cp)) for cp in cps[astral]]
-    return np.bincount(classes, minlength=5).tolist()
+    counts = [np.count_nonzero(classes == c) for c in range(_OTHER)]  # faster than bincount
+    return counts + [len(classes) - sum(counts)]
 
 
 # --------------------------------------------------------------------------- units and n-grams
@@ -151,9 +171,30 @@ def top_ngram_cleared(text: str, orders: tuple[tuple[int, float], ...]) -> bool:
     return all(n * best <= limit * total for n, limit in orders)
 
 
+def top_ngram_passes(text: str, cfg: "FilterConfig", cps: np.ndarray | None = None) -> bool:
+    """True when `text` has fewer than cfg.top_ngram_min_units units, or no order's top n-gram
+    covers more than its limit (`cps`: the code points of a non-ASCII text, if known)."""
+    if not text.isascii():
+        cps = code_points(text) if cps is None else cps
+        if _IS_CJK[cps].any():
+            toks = _UNIT.findall(text)
+            return len(toks) < cfg.top_ngram_min_units or not top_ngram_failure(
+                toks, cfg.max_top_ngram_fraction)
+    toks = text.split()  # no CJK character: the units are the whitespace-separated tokens
+    if len(toks) < max(1, cfg.top_ngram_min_units):
+        return True
+    counts = Counter(toks)
+    coverage = list(map(mul, counts.values(), map(len, counts)))
+    total, best = sum(coverage), max(coverage)
+    if all(n * best <= limit * total for n, limit in cfg.max_top_ngram_fraction):
+        return True  # the bound of top_ngram_failure, without building anything more
+    return not top_ngram_failure(toks, cfg.max_top_ngram_fraction, counts)
+
+
 def top_ngram_failure(toks: list[str], orders: tuple[tuple[int, float], ...],
-                      ) -> tuple[int, float] | None:
-    """The first (order, fraction) whose top n-gram covers more than its limit, else None.
+                      unit_counts: Counter | None = None) -> tuple[int, float] | None:
+    """The first (order, fraction) whose top n-gram covers more than its limit, else None
+    (`unit_counts`: Counter(toks), if the caller has it).
 
     An n-gram occurs at most as often as each of its units, so its coverage is at most n times the
     largest coverage of a single unit: orders under that bound are skipped without counting.
@@ -161,7 +202,7 @@ def top_ngram_failure(toks: list[str], orders: tuple[tuple[int, float], ...],
     total = sum(map(len, toks))
     if total == 0:
         return None
-    unit_counts = Counter(toks)
+    unit_counts = Counter(toks) if unit_counts is None else unit_counts
     best_unit = max(map(mul, unit_counts.values(), map(len, unit_counts)))
     for n, limit in orders:
         if len(toks) < n:
@@ -188,13 +229,16 @@ _BULLETS = ("-", "*", "\u2022", "\u2023", "\u25cf", "\u25e6", "\u2043", "\u25aa"
 
 def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
     """(share of parts that repeat an earlier part, share of characters in those parts)."""
-    parts = [p for p in parts if p]
-    if len(parts) < 2 or len(set(parts)) == len(parts):
+    parts = list(filter(None, parts))
+    if len(parts) < 2:
         return 0.0, 0.0
-    counts = Counter(parts)
-    dup_count = len(parts) - len(counts)
-    dup_chars = sum((c - 1) * len(p) for p, c in counts.items() if c > 1)
-    return dup_count / len(parts), dup_chars / max(1, sum(map(len, parts)))
+    distinct = set(parts)
+    if len(distinct) == len(parts):
+        return 0.0, 0.0
+    # A part seen c times repeats c - 1 times: summed over parts, all of them less each one once.
+    total = sum(map(len, parts))
+    dup_chars = total - sum(map(len, distinct))
+    return (len(parts) - len(distinct)) / len(parts), dup_chars / max(1, total)
 
 
 # --------------------------------------------------------------------------- the filter chain
@@ -206,13 +250,14 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    classes = char_classes(text)
+    cps = None if text.isascii() else code_points(text)
+    classes = char_classes(text, cps)
     nonspace = max(1, sum(classes) - classes[_SPACE])
     if classes[_SYMBOL] > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
         return "symbol_ratio"
     if classes[_LETTER] < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
         return "letter_ratio"
-    lines = [line for line in text.split("\n") if line]
+    lines = list(filter(None, text.split("\n")))
     n_lines = max(1, len(lines))
     bullets = sum(map(str.startswith, lines, repeat(_BULLETS)))
     if bullets > cfg.max_bullet_lines * n_lines and "bullet_lines" not in off:
@@ -220,18 +265,17 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
     ellipses = sum(map(str.endswith, lines, repeat(_ELLIPSES)))
     if ellipses > cfg.max_ellipsis_lines * n_lines and "ellipsis_lines" not in off:
         return "ellipsis_lines"
-    dup_count, dup_chars = duplicate_fractions(text.split("\n\n"))
-    if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
-        return "dup_paragraphs"
-    if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
-        return "dup_paragraph_chars"
+    if "\n\n" in text:  # else one paragraph: nothing repeats
+        dup_count, dup_chars = duplicate_fractions(text.split("\n\n"))
+        if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
+            return "dup_paragraphs"
+        if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
+            return "dup_paragraph_chars"
     dup_count, dup_chars = duplicate_fractions(lines)
     if dup_count > cfg.max_dup_line_fraction and "dup_lines" not in off:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
-    orders = cfg.max_top_ngram_fraction
-    if ("top_ngram" not in off and not top_ngram_cleared(text, orders)
-            and top_ngram_failure(units(text), orders)):
+    if "top_ngram" not in off and not top_ngram_passes(text, cfg, cps):
         return "top_ngram"
     return None

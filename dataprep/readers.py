@@ -5,12 +5,13 @@ JSON lines (one object per line), .parquet with pyarrow, anything else as UTF-8 
 Every reader yields `Document`s and, for anything it cannot turn into a document, a `BadRecord`
 naming the file, the 1-based line (or parquet row; 0 for the whole file) and a short stable reason.
 Nothing is skipped without a record, except blank lines in jsonl, which hold no record at all.
-A damaged compressed stream yields the documents before the damage, then one
-`BadRecord(reason="truncated_compressed" | "corrupt_compressed")`, then stops.
+A damaged compressed stream yields every document decoded before the damage (decompression is
+incremental: only the record the damage hits is lost; zstd decodes whole blocks, so there the block
+it hits), then one `BadRecord(reason="truncated_compressed" | "corrupt_compressed")` naming the
+first line not read whole, then stops.
 """
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import zlib
@@ -27,6 +28,7 @@ PARQUET_SUFFIXES = {".parquet"}
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 TEXT_UNITS = ("file", "paragraph")
 _CHUNK = 1 << 16
+_FEED = 1 << 13        # compressed bytes per decompress call
 _PARQUET_BATCH = 1024
 _TEXT_CHUNK = 1 << 22
 
@@ -129,70 +131,69 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
 
 
 def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:
-    if compression == "gzip":
-        return io.BufferedReader(_GzipRaw(raw), _CHUNK)
-    if compression == "zstd":
-        return io.BufferedReader(_ZstdRaw(raw), _CHUNK)
+    if compression:
+        return io.BufferedReader(_StreamRaw(raw, compression), _CHUNK)
     return raw
 
 
-class _GzipRaw(io.RawIOBase):
-    """gzip.GzipFile (multi-member files are fine) whose damage errors become _Damaged."""
+class _StreamRaw(io.RawIOBase):
+    """Decompresses every gzip member or zstd frame of `raw`, incrementally: every byte decoded
+    before a damage is delivered first, and only then does the damage raise _Damaged. So the lines
+    before a cut or a corrupt spot all reach the reader (gzip.GzipFile would drop the whole
+    buffered block around it). Input is fed in small pieces, so that a corrupt spot costs at most
+    the output of one piece."""
 
-    def __init__(self, raw: BinaryIO):
-        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        try:
-            data = self._gz.read(len(buf))
-        except EOFError as e:
-            raise _Damaged("truncated_compressed", f"gzip stream ends early: {e}") from None
-        except (gzip.BadGzipFile, zlib.error) as e:
-            raise _Damaged("corrupt_compressed", f"gzip stream is corrupt: {e}") from None
-        buf[:len(data)] = data
-        return len(data)
-
-
-class _ZstdRaw(io.RawIOBase):
-    """Decompresses every zstd frame of `raw`; a last frame cut short raises _Damaged."""
-
-    def __init__(self, raw: BinaryIO):
-        self._raw, self._dctx = raw, zstandard.ZstdDecompressor()
-        self._obj, self._pending, self._started = None, b"", False
+    def __init__(self, raw: BinaryIO, compression: str):
+        self._raw, self._gzip = raw, compression == "gzip"
+        self._name = "gzip" if self._gzip else "zstd"
+        self._dctx = None if self._gzip else zstandard.ZstdDecompressor()
+        self._obj = None                     # decompressor of the current member or frame
+        self._pending, self._pos = b"", 0    # decoded bytes not yet delivered
+        self._damage: _Damaged | None = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:
-        while len(self._pending) == 0:
+        while self._pos == len(self._pending):
+            if self._damage is not None:
+                raise self._damage
             if not self._fill():
                 return 0
-        n = min(len(buf), len(self._pending))
-        buf[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        n = min(len(buf), len(self._pending) - self._pos)
+        buf[:n] = self._pending[self._pos:self._pos + n]
+        self._pos += n
         return n
 
     def _fill(self) -> bool:
-        """Decompress one more input chunk into _pending; False at a clean end of stream."""
+        """Decode one more input chunk into _pending; False at a clean end of the stream."""
         chunk = self._raw.read(_CHUNK)
         if not chunk:
             if self._obj is not None and not self._obj.eof:
-                raise _Damaged("truncated_compressed", "zstd stream ends inside a frame")
+                self._damage = _Damaged("truncated_compressed",
+                                        f"{self._name} stream ends early (cut short)")
+                return True
             return False
         out = []
-        while chunk:
-            if self._obj is None or self._obj.eof:
-                self._obj = self._dctx.decompressobj()
+        for i in range(0, len(chunk), _FEED):
             try:
-                out.append(self._obj.decompress(chunk))
-            except zstandard.ZstdError as e:
-                raise _Damaged("corrupt_compressed", f"zstd stream is corrupt: {e}") from None
-            chunk = self._obj.unused_data if self._obj.eof else b""
-        self._pending = b"".join(out)
+                self._decode(chunk[i:i + _FEED], out)
+            except (zlib.error, zstandard.ZstdError) as e:
+                self._damage = _Damaged("corrupt_compressed", f"{self._name} stream is corrupt: {e}")
+                break
+        self._pending, self._pos = b"".join(out), 0
         return True
+
+    def _decode(self, data: bytes, out: list) -> None:
+        while data:
+            if self._obj is None or self._obj.eof:   # the next gzip member / zstd frame
+                if self._gzip and self._obj is not None:
+                    data = data.lstrip(b"\0")       # zero padding after a member (as gzip allows)
+                    if not data:
+                        return
+                self._obj = zlib.decompressobj(31) if self._gzip else self._dctx.decompressobj()
+            out.append(self._obj.decompress(data))
+            data = self._obj.unused_data if self._obj.eof else b""
 
 
 def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
@@ -275,7 +276,8 @@ def _read_text(inp: InputFile, stream: BinaryIO,
                 first = line
             parts.append(s)
     except _Damaged as e:
-        yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
+        cut = f"; the paragraph from line {first} is cut short" if parts else ""
+        yield BadRecord(inp.rel, line + 1, e.reason, e.detail + cut)
         return
     if parts:
         yield Document(f"{inp.rel}:{first}", "".join(parts), inp.rel)

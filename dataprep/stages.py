@@ -110,7 +110,7 @@ def clean_chunk(task: ChunkTask) -> dict:
     kept_texts = []
     for doc_id, source, text in task.docs:
         clean = normalize(text)
-        nbytes = len(clean.encode("utf-8"))
+        nbytes = utf8_len(clean)
         reason = quality_reason(clean, _setup.filters) or ""
         if reason:
             filters.setdefault(reason, [0, 0])
@@ -120,7 +120,7 @@ def clean_chunk(task: ChunkTask) -> dict:
         else:
             kept_texts.append(clean)
         for name, value in (("doc_id", doc_id), ("source", source), ("reason", reason),
-                            ("bytes_in", len(text.encode("utf-8"))), ("bytes_clean", nbytes),
+                            ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
                             ("key", exact_key(clean) if not reason else None), ("text", clean)):
             rows[name].append(value)
     sigs = signatures(kept_texts, _setup.dedup) if kept_texts else None
@@ -134,12 +134,17 @@ def clean_chunk(task: ChunkTask) -> dict:
         "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
         "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
         "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
-        "docs_out": len(kept_texts), "bytes_out": sum(len(t.encode("utf-8")) for t in kept_texts),
+        "docs_out": len(kept_texts), "bytes_out": sum(map(utf8_len, kept_texts)),
         "bad": aggregate_bad(task.bad), "files_done": task.files_done,
         "sig_dtype": str(sigs.dtype) if sigs is not None else "",
     }
     atomic_write_json(marker_path, marker)
     return marker
+
+
+def utf8_len(text: str) -> int:
+    """len(text.encode("utf-8")), without encoding ASCII text (str.isascii() is O(1))."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def aggregate_bad(bad: list) -> dict:

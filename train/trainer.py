@@ -10,6 +10,7 @@ is a *skipped* step (the scale halves), not a bad one.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -92,7 +93,7 @@ def prepare_run_dir(run_dir: Path) -> None:
     """Create the run dir and check that it is writable, with an error naming it."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{__import__('os').getpid()}"
+        probe = run_dir / f".write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:

@@ -200,6 +200,20 @@ def test_index_grows_and_keeps_finding_everything():
     assert [r[0] for r in again] == [str(i) for i in range(len(docs))]
 
 
+def test_signature_store_grows_with_little_slack():
+    """Kept signatures grow by a quarter at a time (not doubling): at most 25% unused rows beyond
+    the first 1024, and the same answers however the store grew."""
+    cfg = DedupConfig()
+    rng = np.random.default_rng(3)
+    nd = NearDedup(cfg)
+    for i in range(0, 6000, 500):
+        sigs = rng.integers(0, 2**32, size=(500, cfg.num_perm), dtype=np.uint32)
+        assert all(r is None for r in nd.add_many([f"{i + j}" for j in range(500)], sigs))
+        store = nd.nbytes() - nd._table.nbytes()
+        assert store <= max(1024, 1.25 * len(nd)) * cfg.num_perm * 2, (len(nd), store)
+    assert nd.add("again", sigs[7]) == ("5507", 1.0)
+
+
 # ------------------------------------------------------------------------------------ quality
 
 def test_precision_and_recall_on_real_near_duplicates(labelled):

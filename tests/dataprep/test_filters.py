@@ -6,10 +6,12 @@ import pytest
 
 from dataprep.clean import normalize
 from dataprep.filters import (FILTER_NAMES, FilterConfig, char_classes, quality_reason,
-                              top_ngram_cleared, top_ngram_failure, units)
+                              top_ngram_cleared, top_ngram_failure, top_ngram_passes, units)
+from dataprep.readers import InputFile, read_file
 from neardup_eval import load
 
 DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
+DEMO_HTML = Path(__file__).parents[2] / "demo" / "corpus" / "debian-reference-html.jsonl.zst"
 CFG = FilterConfig()
 
 # Real sentences (GPL-3 preamble; GnuPG's Chinese help) used to build crafted documents.
@@ -120,12 +122,43 @@ def test_top_ngram_skip_bound_is_exact(real_docs):
             # The cheap pre-check never clears a text that fails.
             if top_ngram_cleared(text, limits):
                 assert top_ngram_failure(units(text), limits) is None
+            # The filter chain's entry point agrees with the reference on every text.
+            cfg = FilterConfig(max_top_ngram_fraction=limits, top_ngram_min_units=0)
+            assert top_ngram_passes(text, cfg) == (top_ngram_failure(units(text), limits) is None)
 
 
 def test_top_ngram_precheck_clears_ordinary_prose(real_docs):
     orders = CFG.max_top_ngram_fraction
     assert top_ngram_cleared(real_docs["common-licenses/GPL-2"], orders)
     assert top_ngram_cleared(real_docs["gnupg/help.zh_CN.txt"], orders)
+
+
+# Real short paragraphs of the demo corpus (English and Chinese) that n-gram statistics would reject:
+# "the package" twice in 38 words, "档案库" (archive) six times in 99 characters.
+SHORT_REAL = ["ch02.en.html#p113", "ch02.en.html#p250", "ch01.zh-cn.html#p300",
+              "ch02.zh-cn.html#p517", "ch02.zh-cn.html#p78"]
+
+
+def test_real_short_paragraphs_pass_top_ngram():
+    docs = {d.doc_id: normalize(d.text) for d in read_file(InputFile(DEMO_HTML, DEMO_HTML.name))
+            if d.doc_id in SHORT_REAL}
+    assert sorted(docs) == sorted(SHORT_REAL)
+    for doc_id, text in docs.items():
+        assert len(units(text)) < CFG.top_ngram_min_units, doc_id
+        assert quality_reason(text, CFG) is None, doc_id
+        # Their n-gram coverage is over the limits: the minimum length is what lets them through.
+        assert quality_reason(text, FilterConfig(top_ngram_min_units=0)) == "top_ngram", doc_id
+
+
+def test_top_ngram_applies_from_min_units():
+    spam = normalize("buy now " * 40)                       # 80 units
+    assert quality_reason(spam, FilterConfig(top_ngram_min_units=80)) == "top_ngram"
+    assert quality_reason(spam, FilterConfig(top_ngram_min_units=81)) is None
+    zh = "立即购买" * 25                                     # 100 units: one per character
+    assert quality_reason(zh, FilterConfig(top_ngram_min_units=100)) == "top_ngram"
+    assert quality_reason(zh, FilterConfig(top_ngram_min_units=101)) is None
+    for raw in CRAFTED["top_ngram"]:                        # the crafted cases are long enough
+        assert len(units(normalize(raw))) >= CFG.top_ngram_min_units
 
 
 def test_thresholds_are_configurable():
@@ -139,5 +172,7 @@ def test_bad_config_names_the_field():
         FilterConfig(disabled=("no_such_filter",))
     with pytest.raises(ValueError, match="min_chars"):
         FilterConfig(min_chars=10, max_chars=5)
+    with pytest.raises(ValueError, match="top_ngram_min_units"):
+        FilterConfig(top_ngram_min_units=-1)
     with pytest.raises(ValueError, match="max_top_ngram_fraction"):
         FilterConfig(max_top_ngram_fraction=((3, 0.1), (2, 0.1)))

@@ -1,6 +1,7 @@
 """Readers: every format, plain and compressed, and every kind of bad input."""
 import gzip
 import json
+import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -232,3 +233,52 @@ def test_unknown_text_unit_is_rejected(tmp_path):
     path.write_text("x")
     with pytest.raises(ValueError, match="text_unit"):
         _read(InputFile(path, "x.txt"), text_unit="sentence")
+
+
+def _small_stream(records: list[bytes], compression: str) -> bytes:
+    """A few records compressed; zstd flushes a block after each record (as a streaming writer
+    does), because zstd can only decode whole blocks."""
+    if compression == "gz":
+        return gzip.compress(b"".join(records), mtime=0)
+    cobj = zstandard.ZstdCompressor().compressobj()
+    out = [cobj.compress(r) + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) for r in records]
+    return b"".join(out) + cobj.flush()
+
+
+def _decodable_prefix(data: bytes, compression: str) -> bytes:
+    obj = (zlib.decompressobj(31) if compression == "gz"
+           else zstandard.ZstdDecompressor().decompressobj())
+    try:
+        return obj.decompress(data)
+    except (zlib.error, zstandard.ZstdError):
+        return b""
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_small_truncated_stream_loses_only_the_damaged_record(tmp_path, compression):
+    records = [json.dumps({"id": f"r{i}", "text": f"{ENGLISH} {i}"}).encode() + b"\n"
+               for i in range(6)]
+    full = _small_stream(records, compression)
+    path = tmp_path / f"small.jsonl.{compression}"
+    seen = set()
+    for cut in range(1, len(full)):   # every place the file can be cut
+        path.write_bytes(full[:cut])
+        got = _read(InputFile(path, path.name))
+        complete = _decodable_prefix(full[:cut], compression).count(b"\n")
+        assert [r.doc_id for r in got[:-1]] == [f"r{i}" for i in range(complete)], cut
+        assert (got[-1].reason, got[-1].line) == ("truncated_compressed", complete + 1), cut
+        seen.add(complete)
+    # Each record is a document as soon as its bytes are in: a cut loses only the record it hits.
+    assert seen == set(range(len(records) + 1))
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_small_truncated_paragraphs_before_the_damage_are_documents(tmp_path, compression):
+    paras = [f"{ENGLISH} {i}\nsecond line {i}\n\n".encode() for i in range(4)]
+    full = _small_stream(paras, compression)
+    path = tmp_path / f"small.txt.{compression}"
+    path.write_bytes(full[:len(full) - 12])   # inside the last paragraph's data (or gzip trailer)
+    got = _read(InputFile(path, path.name), text_unit="paragraph")
+    docs = [r for r in got if isinstance(r, Document)]
+    assert [d.doc_id for d in docs][:3] == [f"{path.name}:{3 * i + 1}" for i in range(3)]
+    assert got[-1].reason == "truncated_compressed" and len(got) == len(docs) + 1
