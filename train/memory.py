@@ -8,14 +8,24 @@ split by vocabulary, and the LM head), pipeline parallel keeps one stage's layer
 (AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
 plus gradients (level2), plus the compute weights (level3).
 
-Activations are counted tensor by tensor for train/model.py's layer (what backward keeps): the layer
-input, the two RMSNorms (fp32 normalised value + output), q, k, v (grouped KV heads tiled to all
-heads), softmax probabilities [heads, S, S] (fp32 and, in 16-bit, their cast) or flash attention's
-log-sum-exp, the attention output, the residual, and the SwiGLU's four [S, ffn] tensors. Recompute
-drops what its cells hold (full: all but the layer input). Model parallel divides the per-head and
-per-ffn tensors; sequence parallel also the per-token ones. A pipeline stage under 1F1B holds
-min(p - stage, m) micro-batches in flight; the last stage also holds the logits (fp32) and their
-gradient.
+Our trainer (train/step.py) adds, as separate lines: the fp32 accumulators MicroStep adds every
+micro-step's gradients into (4 bytes/parameter, always allocated, sharded with the gradients), and
+ApplyStep's own buffers (unscaled gradients, clipped gradients, the zeros that reset the accumulators).
+
+Two memory regimes (`reuses_memory`):
+- Ascend/GPU: buffers are reused once their last reader ran. Activations are counted tensor by tensor
+  for train/model.py's layer (what backward keeps): the layer input, the two RMSNorms (fp32 normalised
+  value + output), q, k, v (grouped KV heads tiled to all heads), softmax probabilities [heads, S, S]
+  (fp32 and, in 16-bit, their cast) or flash attention's log-sum-exp, the attention output, the
+  residual, and the SwiGLU's four [S, ffn] tensors; plus the loss path (logits, exp(logits - max) and
+  the backward working set of three fp32 [B*S, V] gradients). Recompute drops what its cells hold
+  (full: all but the layer input). Model parallel divides the per-head and per-ffn tensors; sequence
+  parallel also the per-token ones. A pipeline stage under 1F1B holds min(p - stage, m) micro-batches
+  in flight; the last stage also holds the logits. ApplyStep runs in the micro-step's freed memory.
+- CPU (MindSpore 2.10, measured by bench/bench_memory.py): each graph keeps a buffer for every node
+  output, and its own, for its lifetime. So activations = every forward and backward intermediate
+  of one micro-step (hand-counted from model.py, see _layer_all_intermediates), recompute saves
+  nothing, and ApplyStep's buffers add to the micro-step's.
 """
 from __future__ import annotations
 
@@ -59,6 +69,9 @@ class Estimate:
     weights: float                  # bytes
     grads: float
     optimizer: float                # master weights + Adam m, v
+    accumulators: float             # fp32 gradient sums of train/step.py's MicroStep (4 bytes/parameter)
+    step_temps: float               # ApplyStep's own buffers (see _step_temp_bytes)
+    reuse: bool                     # memory reused within and across graphs (Ascend/GPU; not CPU)
     activations: float
     comm: float
     layer_activations: tuple        # bytes per layer of that stage (one micro-batch)
@@ -72,8 +85,17 @@ class Estimate:
         return self.weights + self.grads + self.optimizer
 
     @property
+    def trainer(self) -> float:
+        """What our trainer holds beyond the 16 bytes/parameter and the activations: the accumulators,
+        and the apply step's temporaries. With reuse the apply step runs in the micro-step's freed
+        gradients and activations, so only its excess counts; on CPU each graph keeps its own."""
+        if self.reuse:
+            return self.accumulators + max(0.0, self.step_temps - self.grads - self.activations)
+        return self.accumulators + self.step_temps
+
+    @property
     def total(self) -> float:
-        return self.static + self.activations + self.comm
+        return self.static + self.activations + self.trainer + self.comm
 
 
 # ---------------------------------------------------------------- parameters
@@ -108,9 +130,20 @@ def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
 
 # ---------------------------------------------------------------- activations
 
+def reuses_memory(cfg) -> bool:
+    """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
+    what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
+    output buffer for the graph's lifetime, and each graph keeps its own (measured in bench_memory.py:
+    a forward-only graph grows by the sum of all its intermediates; the apply graph grows by the same
+    amount whatever the micro-step's activations were; recompute lowers nothing)."""
+    return cfg.device != "CPU"
+
+
 def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
-    """Bytes one decoder layer keeps for backward, for one micro-batch; `modules`: its recomputed cells
-    ("" = the whole layer)."""
+    """Bytes one decoder layer holds at the micro-step's peak, for one micro-batch; `modules`: its
+    recomputed cells ("" = the whole layer)."""
+    if not reuses_memory(cfg):
+        return _layer_all_intermediates(cfg, seq, micro)
     m, p = cfg.model, cfg.parallel
     b = 4 if cfg.precision.dtype == "fp32" else 2
     t = p.model_parallel
@@ -135,13 +168,40 @@ def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> fl
     return total
 
 
-def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
-    """Final norm, logits (16-bit output + fp32 copy) and the fp32 logits gradient."""
+def _layer_all_intermediates(cfg, seq: int, micro: int) -> float:
+    """CPU: every intermediate of train/model.py's layer, forward and backward, counted by hand in
+    T = [tokens, hidden], F = [tokens, ffn] (b bytes) and A = fp32 [heads, S, S] per sample.
+    Forward 28T + 4F + 4A: two RMSNorms 3T each (square, normalised, weighted); q, k, v and their
+    transposes 6T; rotary on q and k 5T each (halves, four products, sub + add, concat); scores,
+    scaled, masked, softmax 4A; p @ v, its transpose, wo 3T; two residual adds 2T; SwiGLU w1, w3,
+    silu, product 4F, w2 T. Backward 49T + 5F + 5A: SwiGLU 5F + 3T (w2 dx, both product gradients,
+    silu grad 2F; w1, w3 dx and their sum); each RMSNorm 8T (two products' gradients, their
+    reductions' temporaries, the mean's broadcast, square 2T, the sum) and its residual sum T;
+    attention 28T + 5A (wo dx, transpose, dv, dq, dk; each rotary 7.5T: concat split, four product
+    gradients, negation, sums, two slice gradients padded to full size and their sum; three transposes,
+    three dx and two sums; dprobs, softmax grad 2A, mask, scale)."""
+    m = cfg.model
     b = 4 if cfg.precision.dtype == "fp32" else 2
+    tok = seq * micro
+    t, f, a = tok * m.hidden_size * b, tok * ffn_size(m) * b, m.num_heads * seq * tok * 4
+    return (28 + 49) * t + (4 + 5) * f + (4 + 5) * a
+
+
+def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
+    """The final norm, the logits and CausalLMLoss's fp32 path (logsumexp keeps exp(logits - max)).
+    Ascend/GPU: kept logits (16-bit output + fp32 copy) and the exp, plus the backward working set:
+    the logits' gradient from logsumexp, the gather's scattered gradient and their sum (3 fp32 [B*S, V]).
+    CPU (no reuse): forward 3 (logits, minus max, exp), backward 9 (the sum's broadcast, exp product,
+    the max's mask, cast and product, the gather's zeros and scatter, two sums), and the final norm
+    and LM head's [tokens, hidden] tensors 12T (norm 3 + 8, LM head dx 1)."""
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    tok = seq * micro
+    if not reuses_memory(cfg):
+        return tok * vocab * 4 * 12 + tok * cfg.model.hidden_size * b * 12
     t = cfg.parallel.model_parallel
     sp = t if cfg.parallel.sequence_parallel else 1
-    tok = seq * micro
-    logits = tok * vocab * ((4 if b == 4 else 4 + b) + 4) / t
+    kept = (4 if b == 4 else 4 + b) + 4                  # logits (+ fp32 copy), exp(logits - max)
+    logits = tok * vocab * (kept + 3 * 4) / t
     return tok * cfg.model.hidden_size * (4 + 2 * b) / sp + logits
 
 
@@ -179,6 +239,8 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
     weights = n * per.weights / (dp if shard["weights"] else 1)
     grads = n * per.grads / (dp if shard["grads"] else 1)
     optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
+    accumulators = n * 4 / (dp if shard["grads"] else 1)     # fp32, sharded with the gradients
+    step_temps = n * _step_temp_bytes(cfg) / (dp if shard["grads"] else 1)
     mb = micro_batch(cfg)
     m = p.micro_batch_num if p.pipeline_stage > 1 else 1
     in_flight = min(p.pipeline_stage - stage, m)
@@ -187,9 +249,20 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
     head = head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
     activations = sum(per_layer) * in_flight + head
     return Estimate(params_total=count_params(cfg, vocab), params_device=int(n), stage=stage,
-                    weights=weights, grads=grads, optimizer=optimizer, activations=activations,
+                    weights=weights, grads=grads, optimizer=optimizer, accumulators=accumulators,
+                    step_temps=step_temps, reuse=reuses_memory(cfg), activations=activations,
                     comm=_comm_bytes(cfg, n, seq, mb), layer_activations=per_layer,
                     head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq)
+
+
+def _step_temp_bytes(cfg) -> int:
+    """Bytes per parameter of ApplyStep's own buffers (train/step.py): the unscaled fp32 gradients are
+    all live when the global norm is known (clipping needs it), the clipped ones replace them one by
+    one, the zeros that reset the accumulators are transient: 4. On CPU every one of them is kept:
+    unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4."""
+    if reuses_memory(cfg):
+        return 4
+    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + 4
 
 
 def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
@@ -352,6 +425,9 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
         f"  weights           {_gb(est.weights)}",
         f"  gradients         {_gb(est.grads)}",
         f"  optimizer states  {_gb(est.optimizer)}   (fp32 master + Adam m, v)",
+        f"  accumulators      {_gb(est.accumulators)}   (our trainer: fp32 gradient sums of the micro-steps, "
+        f"4 bytes/parameter)",
+        f"  apply step        {_gb(est.trainer - est.accumulators)}   ({_step_note(est)})",
         f"  activations       {_gb(est.activations)}   ({len(est.layer_activations)} layers x "
         f"{est.in_flight} micro-batch(es) in flight, micro-batch {est.micro_batch} x seq {est.seq_length}; "
         f"recompute {cfg.recompute.mode})",
@@ -367,6 +443,14 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
         lines.append(f"device memory {device_bytes / GB:.2f} GB: {verdict} "
                      f"({100 * est.total / device_bytes:.0f}% used)")
     return "\n".join(lines)
+
+
+def _step_note(est: Estimate) -> str:
+    per = est.step_temps / max(1, est.params_device)
+    if est.reuse:
+        return (f"what its unscaled fp32 gradients, {_size(est.step_temps)}, need beyond the micro-step's "
+                f"freed gradients and activations")
+    return f"CPU keeps every buffer of the graph: unscaled, clipped, zeroing {per:.0f} bytes/parameter"
 
 
 def format_advice(advice: list[Advice], device_bytes: float) -> str:

@@ -7,7 +7,7 @@ import pytest
 from synthetic import make_dataset
 from train.config import ConfigError, load_config
 from train.memory import (GB, advise, bytes_per_param, count_params, estimate, format_estimate,
-                          layer_activation_bytes, main, parse_size)
+                          head_activation_bytes, layer_activation_bytes, main, parse_size)
 
 LLAMA_7B = ["device=Ascend", "model.hidden_size=4096", "model.num_layers=32", "model.num_heads=32",
             "model.ffn_size=11008", "model.vocab_size=32000", "train.global_batch_size=64"]
@@ -86,17 +86,17 @@ def test_recompute_lowers_activations_in_order():
 
 
 def test_layer_activation_counts_and_sequence_parallel():
-    cfg = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128"])
+    small = ["device=Ascend", "model.flash_attention=false", "model.hidden_size=64", "model.num_heads=4",
+             "model.ffn_size=128"]
+    cfg = load_config(None, small)
     s, b, h, f, a = 16, 2, 64, 128, 4
     expected = (2 * s * b * h * 4                   # layer input, residual
                 + 2 * s * b * h * 8                 # two norms: fp32 value + output
                 + 4 * s * b * h * 4 + a * s * s * b * 4  # q, k, v, attention out; softmax (fp32)
                 + 4 * s * b * f * 4)                # SwiGLU
     assert layer_activation_bytes(cfg, s, b) == expected
-    tp = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128",
-                            "parallel.model_parallel=2"])
-    sp = load_config(None, ["model.hidden_size=64", "model.num_heads=4", "model.ffn_size=128",
-                            "parallel.model_parallel=2", "parallel.sequence_parallel=true"])
+    tp = load_config(None, [*small, "parallel.model_parallel=2"])
+    sp = load_config(None, [*small, "parallel.model_parallel=2", "parallel.sequence_parallel=true"])
     assert layer_activation_bytes(sp, s, b) == pytest.approx(expected / 2)
     assert expected / 2 < layer_activation_bytes(tp, s, b) < expected
 
@@ -122,7 +122,7 @@ def test_advice_without_data_parallel_goes_to_pipeline_and_model_parallel():
     assert not advice[-1].fits
     wide = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "train.micro_batch_size=8",
                   "model.flash_attention=false")
-    tight = advise(wide, SEQ, VOCAB, 30e9)
+    tight = advise(wide, SEQ, VOCAB, 40e9)
     names = [a.change.split(":")[0] for a in tight]
     assert names[-1] == "double model parallel" and tight[-1].fits
     assert "--set parallel.data_parallel=4 --set parallel.model_parallel=2" in tight[-1].change
@@ -172,3 +172,65 @@ def test_estimate_without_a_dataset_takes_seq_length_and_the_configured_vocab(ca
     assert "6.738 B parameters" in out and "seq 4096" in out and "recompute full" in out
     with pytest.raises(ConfigError, match="--seq-length"):
         main(load_config(REPO / "configs" / "llama-7b.yaml"), "64GB", seq_length=4096)
+
+
+# ---------------------------------------------------------------- what our trainer adds
+
+def test_accumulators_and_apply_step_are_separate_lines_on_top_of_the_16_bytes():
+    cfg = cfg_7b("precision.dtype=bf16", "model.flash_attention=false")
+    est = estimate(cfg, SEQ, VOCAB)
+    n = count_params(cfg, VOCAB)
+    assert est.static == 16 * n                     # the accounting is untouched
+    assert est.accumulators == 4 * n                # MicroStep's fp32 sums: always there, even with K = 1
+    assert est.reuse and est.step_temps == 4 * n
+    # Ascend reuses the micro-step's freed gradients and activations for the apply step's buffers
+    assert est.trainer == est.accumulators + max(0.0, est.step_temps - est.grads - est.activations)
+    assert est.total == pytest.approx(est.static + est.activations + est.trainer + est.comm)
+    sharded = [estimate(cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                               f"parallel.optimizer_level={lv}"), SEQ, VOCAB) for lv in ("level1", "level2")]
+    assert sharded[0].accumulators == pytest.approx(4 * n)          # level1: states only
+    assert sharded[1].accumulators == pytest.approx(4 * n / 8)      # level2: with the gradients
+    text = format_estimate(cfg, est)
+    assert "accumulators" in text and "apply step" in text
+
+
+def cpu_cfg(*sets):
+    return load_config(None, ["device=CPU", "precision.dtype=fp32", "model.hidden_size=1024", "model.num_layers=4",
+                              "model.num_heads=16", "model.vocab_size=8192", "train.global_batch_size=4", *sets])
+
+
+def test_cpu_keeps_every_buffer_of_both_graphs():
+    cpu = estimate(cpu_cfg(), 256, 8192)
+    ascend = estimate(cpu_cfg("device=Ascend"), 256, 8192)
+    n = cpu.params_device
+    assert not cpu.reuse and ascend.reuse
+    assert cpu.step_temps == 12 * n                 # unscaled + clipped + zeros, none reused
+    assert estimate(cpu_cfg("optim.clip_norm=0"), 256, 8192).step_temps == 8 * n
+    assert cpu.trainer == cpu.accumulators + cpu.step_temps
+    # every forward and backward intermediate vs what backward keeps: several times more
+    assert cpu.activations > 4 * ascend.activations
+    # recompute frees nothing on CPU (each graph keeps its buffers), and so is never advised there
+    full = estimate(cpu_cfg("recompute.mode=full"), 256, 8192)
+    assert full.activations == cpu.activations
+    advice = advise(cpu_cfg("parallel.data_parallel=2", "train.global_batch_size=8"), 256, 8192, 1e9)
+    assert advice and not any("recompute" in a.change for a in advice)
+
+
+def test_cpu_intermediates_count_by_hand():
+    cfg = load_config(None, ["device=CPU", "precision.dtype=fp32", "model.hidden_size=64", "model.num_heads=4",
+                             "model.ffn_size=128"])
+    s, b, h, f, a = 16, 2, 64, 128, 4
+    t, ff, att = s * b * h * 4, s * b * f * 4, a * s * s * b * 4
+    assert layer_activation_bytes(cfg, s, b) == 77 * t + 9 * ff + 9 * att
+    assert head_activation_bytes(cfg, s, b, 100) == s * b * 100 * 4 * 12 + 12 * t
+    # linear in the micro-batch, quadratic in the sequence through the scores only
+    assert layer_activation_bytes(cfg, s, 2 * b) == 2 * layer_activation_bytes(cfg, s, b)
+    assert layer_activation_bytes(cfg, 2 * s, b) == 2 * (77 * t + 9 * ff) + 4 * 9 * att
+
+
+def test_loss_path_counts_logits_exp_and_their_gradients():
+    cfg = cfg_7b("precision.dtype=bf16", "model.flash_attention=false")
+    tok, h = SEQ * 1, 4096
+    assert head_activation_bytes(cfg, SEQ, 1, VOCAB) == tok * h * (4 + 2 * 2) + tok * VOCAB * (6 + 4 + 12)
+    mp = cfg_7b("precision.dtype=bf16", "parallel.model_parallel=8")
+    assert head_activation_bytes(mp, SEQ, 1, VOCAB) == tok * h * 8 + tok * VOCAB * 22 / 8
