@@ -12,6 +12,8 @@ same raw texts with the same model, measured in this run. Memory is the peak RSS
 process tree (main + workers), sampled every 50 ms. One-worker builds run at --mb / 4, / 2 and --mb,
 so the marginal throughput between the smallest and largest (start-up costs cancel) and the growth of
 peak memory per input MB can be read off; then --mb again with each of --workers.
+With --tokenizer and fewer workers than cores, the build tokenizes and packs during stage 1 (the main
+process, while it waits on the workers), so 'tokenize+write' times only the chunks left after it.
 """
 from __future__ import annotations
 

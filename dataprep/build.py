@@ -12,6 +12,11 @@ Stages (worker processes where it is expensive, the main process where order mat
                           shards under the byte cap, provenance              (pack.py)
   6. finish     manifest (fingerprint over config, tokenizer and shard checksums), report, publish.
 Stages 2 and 5 consume the worker results in input order while the workers run ahead (workers.py).
+With --tokenizer MODEL (no training, so no need to wait for stage 2 to end) and fewer workers than
+cores, stages 4 and 5 start during stage 1: while the main process waits for the next stage-1 result,
+it tokenizes and packs the chunks stage 2 has settled (tokenize_chunk is pure: the same tokens
+whoever runs it), so the workers and the main process work at the same time; the chunks left at the
+end of stage 1 go to the workers.
 
 Determinism: everything that decides bytes happens in input order in the main process, and the chunk
 boundaries depend only on the inputs and `run.chunk_bytes`; so DIR is the same for any --workers.
@@ -33,6 +38,7 @@ import platform
 import shutil
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +52,7 @@ from dataprep.dedup import describe
 from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
 from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
-from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, read_chunks,
+from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read_chunks,
                              split_of, tokenize_chunk, unit_hash)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
 from dataprep.workers import WorkerDied, WorkerPool
@@ -96,10 +102,19 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     preload = _preload_writer()
     try:
         with _worker_pool(cfg, work) as pool:
-            dedup = _timed(times, "docs+dedup", _docs_and_dedup, pool, files, cfg, work, run)
-            model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, dedup)
+            # a given tokenizer and a core to spare: stages 4 and 5 start with stage 1 (see the
+            # module docstring); with a core per worker, the main process would only slow them
+            packing = None
+            if cfg.tokenizer.model and cfg.run.workers < len(os.sched_getaffinity(0)):
+                model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, None)
+                packing = PackStage(cfg, work, model, run)
+            dedup = _timed(times, "docs+dedup", _docs_and_dedup, pool, files, cfg, work, run,
+                           packing)
+            if packing is None:
+                model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, dedup)
+                packing = PackStage(cfg, work, model, run)
             splits, tails, hist = _timed(times, "tokenize+pack+write", _tokenize_and_write,
-                                         pool, cfg, work, dedup, model, run)
+                                         pool, cfg, dedup, packing)
         return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
@@ -165,6 +180,7 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
     setup = WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
                         cfg.pack.valid_fraction, cfg.pack.split_seed)
+    init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
     try:
         return WorkerPool(cfg.run.workers, setup)
     except WorkerDied as e:
@@ -189,7 +205,8 @@ def _timed(times: dict, name: str, fn, *args):
 
 # ---------------------------------------------------------------------------------- stages
 
-def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict) -> DedupResult:
+def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
+                    packing: "PackStage | None") -> DedupResult:
     if DedupResult.exists(work.root):
         result = DedupResult.load(work.root)
         run["chunks_reused"]["docs"] = result.num_chunks
@@ -199,8 +216,16 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict) -> 
     dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict)
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
                disable=not cfg.run.progress)
+    settled: deque = deque()   # (chunk, keep mask): deduplicated, not yet tokenized
+
+    def tokenize_settled() -> bool:
+        if not settled:
+            return False
+        packing.add(tokenize_chunk(packing.task(*settled.popleft())))
+        return True
+
     with bar:
-        for marker in pool.map_ordered(clean_chunk, tasks):
+        for marker in pool.map_ordered(clean_chunk, tasks, tokenize_settled if packing else None):
             if "stop" in marker:
                 file, line, reason, detail = marker["stop"]
                 why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
@@ -213,6 +238,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict) -> 
                 dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
             except DuplicateIdError as e:
                 raise BuildError(str(e)) from None
+            if packing:
+                settled.append((marker["index"], dedup.masks[-1]))
             bar.update(marker["files_done"])
     result = dedup.finish()
     if result.kept_docs == 0:
@@ -223,7 +250,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict) -> 
     return result
 
 
-def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult) -> Path:
+def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult | None) -> Path:
     model = work.staging / "tokenizer.model"
     try:
         if cfg.tokenizer.model:
@@ -261,34 +288,57 @@ def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
 
 
-def _tokenize_and_write(pool, cfg: BuildConfig, work: WorkDir, dedup: DedupResult, model: Path,
-                        run: dict):
-    for sub in ("shards", "provenance"):    # this stage is replayed whole after an interruption
-        shutil.rmtree(work.staging / sub, ignore_errors=True)
-    info = tokenizer_info(model)
-    packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length, cfg.shards.max_shard_bytes)
-               for s in SPLITS}
-    tasks = ((i, np.packbits(dedup.keep(i)).tobytes(), str(model)) for i in range(dedup.num_chunks))
-    bar = tqdm(total=dedup.num_chunks, desc="tokenize+pack+write", unit="chunk",
-               disable=not cfg.run.progress)
+def _tokenize_and_write(pool, cfg: BuildConfig, dedup: DedupResult, packing: "PackStage"):
+    """The chunks not tokenized and packed yet (all of them, unless stage 1 did some), by the workers."""
+    tasks = (packing.task(i, dedup.keep(i)) for i in range(packing.next, dedup.num_chunks))
+    bar = tqdm(total=dedup.num_chunks, initial=packing.next, desc="tokenize+pack+write",
+               unit="chunk", disable=not cfg.run.progress)
     with bar:
         for marker in pool.map_ordered(tokenize_chunk, tasks):
-            i = marker["index"]
-            run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
-            ids = pq.read_table(work.chunk_file(work.docs, i, "parquet"),
-                                columns=["doc_id"]).column("doc_id").to_pylist()
-            with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
-                for s in SPLITS:
-                    tokens = z[f"{s}_tokens"]
-                    if tokens.size and int(tokens.max()) >= info.vocab_size:
-                        raise BuildError(f"chunk {i}: token id {int(tokens.max())} >= vocab size "
-                                         f"{info.vocab_size}; {work.tokens} is damaged: delete it")
-                    packers[s].add(tokens, z[f"{s}_lens"], [ids[r] for r in z[f"{s}_rows"]])
+            packing.add(marker)
             bar.update(1)
-    closed = {s: packers[s].close() for s in SPLITS}
-    hist = reporting.length_histogram(np.concatenate(
-        [np.zeros(0, np.int32)] + [x for p in packers.values() for x in p.doc_tokens]))
-    return {s: c[0] for s, c in closed.items()}, {s: c[1] for s, c in closed.items()}, hist
+    return packing.close()
+
+
+class PackStage:
+    """Stages 4-5, in order: chunk after chunk, the tokens of its kept documents into the packers."""
+
+    def __init__(self, cfg: BuildConfig, work: WorkDir, model: Path, run: dict):
+        for sub in ("shards", "provenance"):    # this stage is replayed whole after an interruption
+            shutil.rmtree(work.staging / sub, ignore_errors=True)
+        self.work, self.run, self.model = work, run, str(model)
+        self.info = tokenizer_info(model)
+        self.packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length,
+                                       cfg.shards.max_shard_bytes) for s in SPLITS}
+        self.next = 0   # the next chunk to pack
+
+    def task(self, index: int, keep: np.ndarray) -> tuple:
+        """The tokenize_chunk task of a chunk."""
+        return index, np.packbits(keep).tobytes(), self.model
+
+    def add(self, marker: dict) -> None:
+        """Pack the chunk of a tokenize_chunk marker: the next one in input order."""
+        i, work = marker["index"], self.work
+        if i != self.next:   # a bug, never bad input: packing out of order would change bytes
+            raise RuntimeError(f"chunk {i} packed after chunk {self.next - 1}")
+        self.run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
+        ids = pq.read_table(work.chunk_file(work.docs, i, "parquet"),
+                            columns=["doc_id"]).column("doc_id").to_pylist()
+        with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
+            for s in SPLITS:
+                tokens = z[f"{s}_tokens"]
+                if tokens.size and int(tokens.max()) >= self.info.vocab_size:
+                    raise BuildError(f"chunk {i}: token id {int(tokens.max())} >= vocab size "
+                                     f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
+                self.packers[s].add(tokens, z[f"{s}_lens"], [ids[r] for r in z[f"{s}_rows"]])
+        self.next += 1
+
+    def close(self):
+        """(SplitInfo per split, tail tokens dropped per split, document length histogram)."""
+        closed = {s: self.packers[s].close() for s in SPLITS}
+        hist = reporting.length_histogram(np.concatenate(
+            [np.zeros(0, np.int32)] + [x for p in self.packers.values() for x in p.doc_tokens]))
+        return {s: c[0] for s, c in closed.items()}, {s: c[1] for s, c in closed.items()}, hist
 
 
 # ---------------------------------------------------------------------------------- finish

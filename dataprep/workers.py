@@ -35,26 +35,26 @@ class WorkerPool:
         self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
                                          initargs=(setup, os.getpid(), ready))
         # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
-        # barrier needs all of them); their results say every worker is up
-        started = [self._pool.submit(os.getpid) for _ in range(workers)]
-        try:
-            self.pids = sorted({f.result() for f in started})
-        except BrokenProcessPool:
-            raise WorkerDied("a worker process failed to start") from None
+        # barrier needs all of them); not waited for: the main process reads the first chunks
+        # while they start, and a worker that fails to start breaks the pool like one that dies
+        for _ in range(workers):
+            self._pool.submit(os.getpid)
 
-    def map_ordered(self, fn, tasks):
-        """fn(task) for every task, computed in the workers, yielded in task order."""
+    def map_ordered(self, fn, tasks, idle=None):
+        """fn(task) for every task, computed in the workers, yielded in task order. While the next
+        result is not ready, `idle()` (if given) does a piece of the main process's own work; it
+        returns False when it has none left."""
         pending: deque = deque()
         try:
             for task in tasks:
                 pending.append(self._pool.submit(fn, task))
                 if len(pending) >= 2 * self.workers:
-                    yield pending.popleft().result()
+                    yield _next_result(pending, idle)
             while pending:
-                yield pending.popleft().result()
+                yield _next_result(pending, idle)
         except BrokenProcessPool:
-            raise WorkerDied("a worker process died (killed, or out of memory?); rerun the same "
-                             "command to resume from the completed chunks") from None
+            raise WorkerDied("a worker process died (killed, out of memory, or failed to start?); "
+                             "rerun the same command to resume from the completed chunks") from None
         finally:
             for f in pending:
                 f.cancel()
@@ -67,6 +67,12 @@ class WorkerPool:
 
     def __exit__(self, exc_type, exc, tb):
         self.close(wait=exc_type is None)
+
+
+def _next_result(pending: deque, idle):
+    while idle is not None and not pending[0].done() and idle():
+        pass
+    return pending.popleft().result()
 
 
 def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:

@@ -160,3 +160,26 @@ def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsy
                      "--max-shard-bytes", "64MB") == 1
     assert "fewer than seq_length + 1 = 200001 tokens" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
+    """While the next result is not ready the main process does its own work (`idle`), until idle
+    says it has none; results still come back in task order."""
+    import time
+
+    from dataprep.config import BuildConfig
+    from dataprep.stages import WorkerSetup
+    from dataprep.workers import WorkerPool
+    cfg = BuildConfig()
+    setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
+    calls = []
+
+    def idle() -> bool:
+        calls.append(time.monotonic())
+        return len(calls) < 3
+
+    with WorkerPool(1, setup) as pool:
+        results = list(pool.map_ordered(abs, [-3, -1, -2]))
+        assert results == [3, 1, 2] and calls == []
+        assert list(pool.map_ordered(time.sleep, [0.5], idle)) == [None]
+    assert len(calls) == 3    # called while the sleep ran, and not again once it said False

@@ -120,3 +120,37 @@ def _is_worker(p) -> bool:
         return "spawn_main" in " ".join(p.cmdline())
     except psutil.Error:
         return False
+
+
+def _same_data(out: Path, reference: Path) -> None:
+    """Shards, provenance and dedup output byte for byte (the manifest differs: its config names
+    the given tokenizer)."""
+    mine, ref = dataset_bytes(out), dataset_bytes(reference)
+    data = [k for k in ref if k.split("/")[0] in ("shards", "provenance", "dedup")]
+    assert len(data) >= 4 and all(mine.get(k) == ref[k] for k in data)
+
+
+@pytest.mark.slow
+def test_given_tokenizer_overlapped_stages_and_a_sigkill_give_the_same_bytes(corpus, reference,
+                                                                             tmp_path):
+    """With --tokenizer, the main process tokenizes and packs while stage 1 runs: the same bytes,
+    uninterrupted or killed once some chunks are tokenized and rerun."""
+    given = ["--tokenizer", str(reference / "tokenizer.model")]
+    settings = [a for a in TEST_SETTINGS if a not in ("--vocab-size", "1200")]
+    out = tmp_path / "straight"
+    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+            *settings, *COMMAND, *given]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    _same_data(out, reference)
+
+    out = tmp_path / "killed"
+    argv[argv.index("--out") + 1] = str(out)
+    proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _kill_when(proc, out / ".build" / "tokens", 3)
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["chunks_reused"]["tokenize"] >= 3
+    _same_data(out, reference)

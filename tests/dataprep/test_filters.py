@@ -2,11 +2,13 @@
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dataprep.clean import normalize
-from dataprep.filters import (FILTER_NAMES, FilterConfig, char_classes, quality_reason,
-                              top_ngram_cleared, top_ngram_failure, top_ngram_passes, units)
+from dataprep.filters import (FILTER_NAMES, FilterConfig, char_classes, most_common_ngram,
+                              quality_reason, top_ngram_cleared, top_ngram_failure,
+                              top_ngram_passes, units)
 from dataprep.readers import InputFile, read_file
 from neardup_eval import load
 
@@ -176,3 +178,18 @@ def test_bad_config_names_the_field():
         FilterConfig(top_ngram_min_units=-1)
     with pytest.raises(ValueError, match="max_top_ngram_fraction"):
         FilterConfig(max_top_ngram_fraction=((3, 0.1), (2, 0.1)))
+
+
+def test_most_common_ngram_matches_counter_ties_and_wide_ids():
+    """The numpy n-gram count picks what Counter.most_common(1) picks: the same count and, among
+    equals, the n-gram seen first; ids too wide for one int64 key take the re-densifying path."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        size, vocab = int(rng.integers(4, 60)), int(rng.integers(1, 8))
+        ids = rng.integers(0, vocab, size)
+        if trial % 3 == 0:
+            ids = ids * 999_983 + 10**6   # width**4 > 2**62
+        for n in (2, 3, 4):
+            grams = list(zip(*(ids[i:].tolist() for i in range(n))))
+            gram, count = Counter(grams).most_common(1)[0]
+            assert most_common_ngram(ids.astype(np.int64), n) == (grams.index(gram), count)

@@ -282,3 +282,32 @@ def test_small_truncated_paragraphs_before_the_damage_are_documents(tmp_path, co
     docs = [r for r in got if isinstance(r, Document)]
     assert [d.doc_id for d in docs][:3] == [f"{path.name}:{3 * i + 1}" for i in range(3)]
     assert got[-1].reason == "truncated_compressed" and len(got) == len(docs) + 1
+
+
+def _rglob_reference(root):
+    """The listing's definition for one directory: Path.rglob, hidden parts out, resolved paths."""
+    found = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return [InputFile(path=p.resolve(), rel=rel) for rel, p in found]
+
+
+def test_list_inputs_walk_agrees_with_rglob_on_symlinks_and_hidden_names(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "o.txt").write_text("o")
+    (outside / "deep" / "d.txt").write_text("d")
+    root = tmp_path / "corpus"
+    for rel in ["b.txt", "a/z.jsonl", "a/b/c/x.txt", ".h/x.txt", "a/.y.txt", "m-n.txt", "m/n.txt"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    (root / "link-file.txt").symlink_to(outside / "o.txt")     # listed, at its target's path
+    (root / "a" / "again.txt").symlink_to(root / "b.txt")      # the same file as b.txt
+    (root / "link-dir").symlink_to(outside / "deep")           # not entered (as rglob)
+    (root / "broken.txt").symlink_to(tmp_path / "missing")     # not a file
+    (tmp_path / "via").symlink_to(root)                        # the root itself through a link
+    for arg in (root, tmp_path / "via"):
+        ref = _rglob_reference(arg)
+        got = list_inputs([arg])
+        rels = [f.rel for f in ref]
+        assert "link-file.txt" in rels and "link-dir/d.txt" not in rels and "broken.txt" not in rels
+        assert got == [f for i, f in enumerate(ref) if f.path not in {g.path for g in ref[:i]}]
