@@ -1,6 +1,6 @@
 """Shared fixtures for the dataprep pipeline tests: a small real corpus cut from the demo corpus
 (Debian Reference in English and Chinese, GNU licence texts: real text with natural exact and near
-duplicates) in four formats, and helpers that run `dataprep build` and compare dataset directories."""
+duplicates) in four formats, and the reference build (helpers: dataprep_helpers.py)."""
 from __future__ import annotations
 
 import gzip
@@ -12,16 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from dataprep.cli import main as dataprep_main
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "demo" / "corpus"
-
-# Small on purpose: seq 64, vocab 1200 at coverage 0.995; every test build takes a few seconds.
-TEST_SETTINGS = ["--seq-length", "64", "--vocab-size", "1200", "--valid-fraction", "0.1",
-                 "--set", "tokenizer.character_coverage=0.995", "--set", "tokenizer.num_threads=1",
-                 "--set", "input.text_unit=paragraph", "--set", "run.chunk_bytes=16KiB",
-                 "--no-progress"]
+from dataprep_helpers import DEMO, run_build
 
 
 def _zst(path: Path) -> bytes:
@@ -59,25 +50,9 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
-def run_build(inputs, out, *extra: str) -> int:
-    """`dataprep build` in this process, with the small test settings; returns the exit code."""
-    return dataprep_main(["build", *map(str, inputs), "--out", str(out), *TEST_SETTINGS, *extra])
-
-
 @pytest.fixture(scope="session")
 def reference(corpus, tmp_path_factory) -> Path:
     """One uninterrupted build with --workers 1: the bytes the other builds must reproduce."""
     out = tmp_path_factory.mktemp("ref") / "data"
     assert run_build([corpus], out, "--workers", "1") == 0
     return out
-
-
-def dataset_bytes(root: Path) -> dict[str, bytes]:
-    """Every file of a dataset dir except report.* (which holds timings), by relative path."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in ("report.json", "report.md")}
-
-
-def tree_snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
 
-from conftest import dataset_bytes, run_build, tree_snapshot
+from dataprep_helpers import dataset_bytes, run_build, tree_snapshot
 from dataprep.clean import normalize
 from dataprep.inspect import read_sample
 from dataprep.readers import Document, list_inputs, read_file
@@ -183,3 +183,13 @@ def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
         assert results == [3, 1, 2] and calls == []
         assert list(pool.map_ordered(time.sleep, [0.5], idle)) == [None]
     assert len(calls) == 3    # called while the sleep ran, and not again once it said False
+
+
+def test_with_eos_puts_each_document_then_eos_back_to_back():
+    from dataprep.stages import _with_eos
+    docs = [np.array([5, 6, 7], np.int32), np.zeros(0, np.int32), np.array([9], np.int32)]
+    tokens, lens = _with_eos(docs, 2)
+    assert tokens.tolist() == [5, 6, 7, 2, 2, 9, 2] and tokens.dtype == np.int32
+    assert lens.tolist() == [4, 1, 2]
+    tokens, lens = _with_eos([], 2)
+    assert tokens.size == 0 and lens.size == 0

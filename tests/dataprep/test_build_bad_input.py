@@ -9,7 +9,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import run_build
+from dataprep_helpers import run_build
 
 GOOD = ("Debian keeps a record of every file installed by each program, so removing software later "
         "leaves your computer exactly as it was before. Entry {n}.")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_SETTINGS, dataset_bytes
+from dataprep_helpers import REPO, TEST_SETTINGS, dataset_bytes, run_build
 
 # Smaller chunks than the reference build: many work units to kill in the middle of. The chunk size
 # is runtime-only, so the bytes must still equal the reference's.
@@ -76,7 +76,6 @@ def test_crash_while_publishing_then_rerun_gives_the_same_bytes(corpus, referenc
     """Killed after moving its outputs into DIR but before the manifest (which marks a finished
     build): the rerun takes them back and finishes."""
     import dataprep.build
-    from conftest import run_build
 
     def crash(*args):
         raise KeyboardInterrupt("simulated kill before the manifest is written")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from dataprep.clean import normalize
+from dataprep.clean import normalize, squeeze_whitespace
 
 CHINESE = "机器学习是人工智能的一个分支。它研究计算机怎样模拟人类的学习行为，以获取新的知识或技能。"
 
@@ -73,3 +73,17 @@ def test_normalize_is_idempotent_and_deterministic(text):
     once = normalize(text)
     assert normalize(once) == once
     assert normalize(text) == once
+
+
+def test_long_text_squeezed_in_blocks_equals_the_whole_text_at_once():
+    """Blocks are cut just after an LF; every kind of line break, CRLF split or not, empty lines and
+    a text ending with or without a break must give what one pass over the whole text gives."""
+    import random
+    rng = random.Random(7)
+    pieces = ["word", " ", "\t", "  ", "\n", "\r", "\r\n", "\n\n", "\x0b", "\x0c", "\x1c", "\x85",
+              "\u2028", "\u2029", "中文", "\u3000", "x y"]
+    for trial in range(200):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 60)))
+        whole = "\n".join([" ".join(line.split()) for line in text.splitlines()])
+        for block in (1, 2, 3, 5, 8, 1 << 20):
+            assert squeeze_whitespace(text, block) == whole, (trial, block, text)

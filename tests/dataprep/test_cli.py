@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_SETTINGS
+from dataprep_helpers import REPO, TEST_SETTINGS
 from dataprep.cli import main
 from dataprep.config import ConfigError, load_build_config, manifest_config, parse_size
 from loader.manifest import load_manifest

@@ -1,0 +1,32 @@
+"""Helpers shared by the dataprep pipeline tests (a uniquely named module: every tests/ subfolder has
+its own conftest.py, and `from conftest import ...` would pick whichever was imported last)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataprep.cli import main as dataprep_main
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "demo" / "corpus"
+
+# Small on purpose: seq 64, vocab 1200 at coverage 0.995; every test build takes a few seconds.
+TEST_SETTINGS = ["--seq-length", "64", "--vocab-size", "1200", "--valid-fraction", "0.1",
+                 "--set", "tokenizer.character_coverage=0.995", "--set", "tokenizer.num_threads=1",
+                 "--set", "input.text_unit=paragraph", "--set", "run.chunk_bytes=16KiB",
+                 "--no-progress"]
+
+
+def run_build(inputs, out, *extra: str) -> int:
+    """`dataprep build` in this process, with the small test settings; returns the exit code."""
+    return dataprep_main(["build", *map(str, inputs), "--out", str(out), *TEST_SETTINGS, *extra])
+
+
+def dataset_bytes(root: Path) -> dict[str, bytes]:
+    """Every file of a dataset dir except report.* (which holds timings), by relative path."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name not in ("report.json", "report.md")}
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
