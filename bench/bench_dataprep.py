@@ -100,6 +100,13 @@ def load_texts(corpus: Path) -> list[str]:
     return [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in open(p)]
 
 
+def largest_doc_mb(corpus: Path) -> float:
+    """The longest document's UTF-8 size: its transient copies (reader, pickling to a worker,
+    normalising) set a floor under the peak that does not scale with the corpus."""
+    return max(len(json.loads(line)["text"].encode("utf-8"))
+               for p in sorted(corpus.glob("*.jsonl")) for line in open(p)) / 1e6
+
+
 def train_model(texts: list[str], work: Path) -> Path:
     import sentencepiece as spm
     model = work / "bench.model"
@@ -217,7 +224,10 @@ def main() -> None:
           f"{(mb1 - mb0) / wall:.2f} MB/s wall (ratio {(mb1 - mb0) / wall / ref:.2f}), "
           f"{(mb1 - mb0) / cpu:.2f} MB per CPU-s (cpu ratio {(mb1 - mb0) / cpu / ref_cpu:.2f}); "
           f"peak RSS grows {rss:.2f} MB per input MB -> about "
-          f"{(r1['peak_rss'] / 2**20 + rss * (1000 - mb1)) / 1024:.2f} GiB at 1 GB")
+          f"{(r1['peak_rss'] / 2**20 + rss * (1000 - mb1)) / 1024:.2f} GiB at 1 GB; largest "
+          f"document {largest_doc_mb(corpora[sizes[0]]):.1f} MB in the {sizes[0]} MB corpus, "
+          f"{largest_doc_mb(corpora[args.mb]):.1f} MB in the {args.mb} MB one (filtered as too_long "
+          f"or not, a long document's copies add to the peak: read the growth with that in mind)")
 
 
 if __name__ == "__main__":

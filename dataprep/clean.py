@@ -62,11 +62,26 @@ def normalize(text: str) -> str:
         if not unicodedata.is_normalized("NFKC", text):
             text = _nfkc_keeping_cjk_punctuation(text)
         text = _INVISIBLE.sub("", text)
-    # splitlines() breaks at CR, CRLF, VT, FF, FS/GS/RS, NEL, LS and PS as well as LF.
-    text = "\n".join([" ".join(line.split()) for line in text.splitlines()])
+    text = squeeze_whitespace(text)
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text.strip("\n")
+
+
+def squeeze_whitespace(text: str, block: int = 1 << 20) -> str:
+    """Runs of whitespace inside each line become one space, lines are stripped and joined by LF.
+
+    splitlines() breaks at CR, CRLF, VT, FF, FS/GS/RS, NEL, LS and PS as well as LF. A long text is
+    done in blocks of about `block` characters, each cut just after an LF: every block then ends
+    with a whole line break, so its lines are exactly the text's lines there; this bounds the list
+    of lines alive at once (a 10 MB document has ~1M lines, ~60 B each as str objects)."""
+    parts, start = [], 0
+    while start < len(text):
+        cut = text.find("\n", start + block)
+        end = len(text) if cut < 0 else cut + 1
+        parts.append("\n".join([" ".join(line.split()) for line in text[start:end].splitlines()]))
+        start = end
+    return "\n".join(parts)
 
 
 def _nfkc_keeping_cjk_punctuation(text: str) -> str:

@@ -193,3 +193,15 @@ def test_with_eos_puts_each_document_then_eos_back_to_back():
     assert lens.tolist() == [4, 1, 2]
     tokens, lens = _with_eos([], 2)
     assert tokens.size == 0 and lens.size == 0
+
+
+def test_pyarrow_uses_malloc_in_build_processes_unless_told_otherwise():
+    """pyarrow's own pool keeps freed chunk tables' memory (peak RSS, bench_dataprep.py)."""
+    import os
+    import subprocess
+    import sys
+    code = "import dataprep.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["system"]
