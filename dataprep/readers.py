@@ -226,11 +226,10 @@ def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str,
     try:
         for raw_line in stream:
             line += 1
-            try:
-                s = raw_line.decode("utf-8")
-            except UnicodeDecodeError as e:
+            s = _decode_line(inp.rel, line, raw_line)
+            if isinstance(s, BadRecord):
                 records += 1
-                yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+                yield s
                 continue
             if not s.strip():
                 continue
@@ -277,10 +276,9 @@ def _read_text(inp: InputFile, stream: BinaryIO,
     try:
         for raw_line in stream:
             line += 1
-            try:
-                s = raw_line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+            s = _decode_line(inp.rel, line, raw_line)
+            if isinstance(s, BadRecord):
+                yield s
                 continue
             if not s.strip():
                 if parts:
@@ -318,10 +316,11 @@ def _read_whole_text(inp: InputFile, stream: BinaryIO) -> Iterator[Document | Ba
                 pass
             for raw_line in _split_lines(chunk):
                 line += 1
-                try:
-                    parts.append(raw_line.decode("utf-8"))
-                except UnicodeDecodeError as e:
-                    yield BadRecord(inp.rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
+                s = _decode_line(inp.rel, line, raw_line)
+                if isinstance(s, BadRecord):
+                    yield s
+                else:
+                    parts.append(s)
     except _Damaged as e:
         yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
         return
@@ -330,6 +329,14 @@ def _read_whole_text(inp: InputFile, stream: BinaryIO) -> Iterator[Document | Ba
         yield Document(f"{inp.rel}:1", text, inp.rel)
     else:
         yield BadRecord(inp.rel, 0, "empty_file", "no text")
+
+
+def _decode_line(rel: str, line: int, raw: bytes) -> str | BadRecord:
+    """One line as text, or the invalid_utf8 BadRecord that names it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return BadRecord(rel, line, "invalid_utf8", f"byte {e.start}: {e.reason}")
 
 
 def _split_lines(chunk: bytes) -> list[bytes]:
