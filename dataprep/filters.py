@@ -143,34 +143,6 @@ def units(text: str) -> list[str]:
     return text.split() if text.isascii() else _UNIT.findall(text)
 
 
-_NON_CJK_RUN = re.compile(f"[^\\s{_CJK}]+")
-
-
-def top_ngram_cleared(text: str, orders: tuple[tuple[int, float], ...]) -> bool:
-    """True when the unit bound alone proves that no order's top n-gram exceeds its limit.
-
-    Cheap: counts CJK characters with Counter over the string and only the non-CJK runs as
-    tokens, without building the unit list (see top_ngram_failure for the bound).
-    """
-    if text.isascii():
-        counts = Counter(text.split())
-        if not counts:
-            return True
-        total = sum(map(mul, counts.values(), map(len, counts)))
-        best = max(map(mul, counts.values(), map(len, counts)))
-    else:
-        chars = Counter(text)
-        distinct = np.frombuffer("".join(chars).encode("utf-32-le", "surrogatepass"), np.uint32)
-        counts = np.fromiter(chars.values(), dtype=np.int64, count=len(chars))
-        cjk = counts[_IS_CJK[distinct]].tolist()
-        runs = Counter(_NON_CJK_RUN.findall(text))
-        total = sum(cjk) + sum(map(mul, runs.values(), map(len, runs)))
-        best = max(max(cjk, default=0), max(map(mul, runs.values(), map(len, runs)), default=0))
-        if total == 0:
-            return True
-    return all(n * best <= limit * total for n, limit in orders)
-
-
 def top_ngram_passes(text: str, cfg: "FilterConfig", cps: np.ndarray | None = None) -> bool:
     """True when `text` has fewer than cfg.top_ngram_min_units units, or no order's top n-gram
     covers more than its limit (`cps`: the code points of a non-ASCII text, if known)."""

@@ -75,10 +75,6 @@ class ShardWriter:
             self._finish_file()
         return self.shards
 
-    @property
-    def next_sample(self) -> int:
-        return self._next_sample
-
     def _open(self) -> None:
         from mindspore.mindrecord import FileWriter  # heavy import, only when writing
         self._file = shard_file_name(self.split, self._next_shard)
