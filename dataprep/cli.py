@@ -1,11 +1,12 @@
-"""`dataprep build | inspect | verify` (also `python -m dataprep`). Exit 0 on success, 1 on a build,
-config or dataset error (the message names the file, line or key), 2 on bad usage."""
+"""`dataprep build | inspect | verify` (also `python -m dataprep`). Exit 0 on success, 1 on a build or
+dataset error (the message names the file or line), 2 on a config error (it names the key) or bad usage."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from dataprep.config import ConfigError, load_build_config, parse_size
+from dataprep.config import load_build_config
+from mspretrain.config import ConfigError, add_config_options, parse_size, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,8 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"dataprep: config error: {e}", file=sys.stderr)
-        return 1
+        return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
         print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="raw corpus -> dataset directory")
     b.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (recursive)")
     b.add_argument("--out", required=True, metavar="DIR")
-    b.add_argument("--config", metavar="FILE.yaml")
+    add_config_options(b)
     b.add_argument("--workers", type=int, help="worker processes (run.workers)")
     b.add_argument("--seq-length", type=int, help="pack.seq_length")
     tok = b.add_mutually_exclusive_group()
@@ -41,8 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--valid-fraction", type=float, help="pack.valid_fraction")
     b.add_argument("--strict", action="store_true", default=None,
                    help="fail on the first bad record (run.strict)")
-    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config key, e.g. filters.min_chars=64 (repeatable)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.set_defaults(func=_build)
 

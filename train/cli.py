@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mspretrain.config import ConfigError, add_config_options, report
+
 EXIT_ERROR = 2
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="YAML config file, e.g. configs/tiny.yaml")
-    p.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="override config keys, e.g. --set train.steps=100 run.dir=runs/a (repeatable)")
+    add_config_options(p, required=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    from train.config import ConfigError, load_config
+    from train.config import load_config
 
     try:
         if args.command == "compare":
@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         from train.memory import main as estimate
         return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
     except ConfigError as e:
-        print(f"train {args.command}: config error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        return report(f"train {args.command}", e)
     except Exception as e:
         if type(e).__name__ in _CLEAR_ERRORS:
             print(f"train {args.command}: {type(e).__name__}: {e}", file=sys.stderr)

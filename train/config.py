@@ -1,5 +1,6 @@
-"""One typed config tree for the trainer: dataclasses, loaded from YAML, `--set a.b=v` overrides,
-validated once at start-up with errors that name the key.
+"""One typed config tree for the trainer: dataclasses, loaded by the shared config layer
+(`mspretrain.config`) from YAML with `--set a.b=v` overrides, validated once at start-up with errors that
+name the key.
 
 The key names are the public interface (README, configs/, tests). Add fields; do not rename them.
 """
@@ -8,17 +9,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key."""
+from mspretrain.config import ConfigError, load  # noqa: F401 (ConfigError re-exported)
 
 
 @dataclass
@@ -161,95 +155,8 @@ class Config:
 # ---------------------------------------------------------------- loading
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Config:
-    """YAML file (optional) plus `a.b=value` overrides (values parsed as YAML) -> a typed Config."""
-    raw: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} not found")
-        raw = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=100")
-        node = raw
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {p} is not a section")
-        node[parts[-1]] = yaml.safe_load(value)
-    return build(Config, raw, "")
-
-
-def build(cls, raw, where: str):
-    """Build dataclass `cls` from a mapping, checking every key and type; errors name the key."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {raw!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"unknown key {_join(where, unknown[0])} (known: {', '.join(sorted(names))})")
-    kwargs = {}
-    for name, value in raw.items():
-        kwargs[name] = _coerce(hints[name], value, _join(where, name))
-    return cls(**kwargs)
-
-
-def _coerce(tp, value, key: str):
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value if value is not None else {}, key)
-    origin = typing.get_origin(tp)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        number = _number(value)
-        if isinstance(number, int):
-            return number
-        if isinstance(number, float) and number.is_integer() and abs(number) <= 2 ** 53:
-            return int(number)          # 1e3 or 1000.0: exact
-    elif tp is float:
-        number = _number(value)
-        if number is not None:
-            return float(number)
-    elif tp is str:
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
-            return str(value)
-    elif tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return dict(value)
-    elif tp is list or origin is list:
-        if isinstance(value, (list, tuple)):
-            return list(value)
-    elif origin in (typing.Union, types.UnionType):
-        return value
-    else:
-        return value
-    raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
-
-
-def _number(value):
-    """An int or float, from a number or a numeric string (YAML 1.1 reads `1e30` as a string), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, str):
-        for parse in (int, float):
-            try:
-                number = parse(value.strip())
-            except ValueError:
-                continue
-            return number if math.isfinite(number) else None     # "nan", "inf": not a typo to accept
-    return None
-
-
-def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
+    """YAML file (optional) plus `a.b=value` overrides (values read as YAML) -> a typed Config."""
+    return load(Config, path, overrides)
 
 
 def parse_layer_ranges(spec: str, num_layers: int, key: str) -> list[int]:

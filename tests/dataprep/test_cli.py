@@ -48,10 +48,10 @@ def test_flags_override_yaml_and_runtime_options_stay_out_of_the_manifest(tmp_pa
     ("pack: {valid_fraction: 1.5}\n", "pack.valid_fraction"),
     ("shards: {max_shard_bytes: 100kB}\npack: {seq_length: 4096}\n", "shards.max_shard_bytes"),
 ])
-def test_config_errors_name_the_key_and_exit_1(tmp_path, capsys, yaml_text, key):
+def test_config_errors_name_the_key_and_exit_2(tmp_path, capsys, yaml_text, key):
     path = tmp_path / "c.yaml"
     path.write_text(yaml_text)
-    assert main(["build", str(tmp_path), "--out", str(tmp_path / "o"), "--config", str(path)]) == 1
+    assert main(["build", str(tmp_path), "--out", str(tmp_path / "o"), "--config", str(path)]) == 2
     assert key in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 

@@ -7,6 +7,7 @@ rank 1 device id 1, and a second mindspore.set_device there fails with "can not 
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -38,14 +39,13 @@ def test_numeric_strings_are_numbers(tmp_path):
 
 @pytest.mark.parametrize("item,message", [
     ("train.steps=2.5", "train.steps: expected int, got 2.5"),
-    ("train.steps=1e30", "train.steps: expected int, got '1e30'"),      # not exact as an int
-    ("train.steps=true", "train.steps: expected int, got True"),
+    ("train.steps=1e30", "train.steps: expected int, got 1e+30"),       # not exact as an int
     ("optim.lr=fast", "optim.lr: expected float, got 'fast'"),
     ("optim.lr=nan", "optim.lr: expected float, got 'nan'"),
-    ("optim.lr=true", "optim.lr: expected float, got True"),
+    ("optim.lr=[1]", "optim.lr: expected float, got [1]"),
 ])
 def test_non_numbers_still_name_the_key(item, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, [item])
 
 
