@@ -1,4 +1,4 @@
-"""`dataprep build`: raw corpus files -> a contract-1 dataset directory (DESIGN.md).
+"""`dataprep build`: raw corpus files -> a dataset directory (docs/contracts.md).
 
 Stages (worker processes where it is expensive, the main process where order matters):
   1. docs      [workers]  read (main, streamed) -> normalise -> quality filters -> exact key -> MinHash,

@@ -3,6 +3,7 @@ dataset error (the message names the file or line), 2 on a config error (it name
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from dataprep.config import load_build_config
@@ -10,6 +11,11 @@ from mspretrain.config import ConfigError, add_config_options, parse_size, repor
 
 
 def main(argv: list[str] | None = None) -> int:
+    # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a 250 MB
+    # build ~100 MB more peak RSS across the main process and a worker, for no speed gain here. It is
+    # read when pyarrow's default pool is first made, so it is set before the build imports pyarrow;
+    # worker processes inherit it. An explicit setting wins.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -86,7 +92,7 @@ def _build(args) -> int:
 
 
 def _inspect(args) -> int:
-    from dataprep.inspect import inspect_dataset
+    from dataprep.inspection import inspect_dataset
     from loader.manifest import ManifestError
     try:
         print(inspect_dataset(args.dir, args.sample, args.split))

@@ -14,7 +14,7 @@ from pathlib import Path
 from dataprep.dedup import DedupConfig
 from dataprep.filters import FilterConfig
 from dataprep.shards import shard_capacity
-from mspretrain.config import ConfigError, Size, as_dict, load, parse_size  # noqa: F401 (re-exported)
+from mspretrain.config import ConfigError, Size, as_dict, load
 
 
 @dataclass

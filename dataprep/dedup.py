@@ -30,12 +30,13 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from mspretrain.files import atomic_write_bytes
 
 SCHEME = "oph-rot-v1"        # bump whenever anything that changes signatures changes
 _MASK64 = (1 << 64) - 1
@@ -529,10 +530,7 @@ class NearDedup:
 
     def save(self, path) -> None:
         """Write the state atomically (to a temporary file, then renamed)."""
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.state())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, self.state())
 
     @classmethod
     def load(cls, cfg: DedupConfig, path) -> "NearDedup":

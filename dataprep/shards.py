@@ -2,7 +2,7 @@
 under a byte cap, samples numbered globally and contiguously across shards.
 
 MindRecord has no size cap of its own and pads every file with a header area and whole pages
-(MINDSPORE-NOTES.md), so the writer sizes the header and pages from the cap and rolls to a new file
+(measured with MindSpore 2.10), so the writer sizes the header and pages from the cap and rolls to a new file
 once a conservative per-sample bound says the next sample might not fit.
 """
 from __future__ import annotations

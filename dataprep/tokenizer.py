@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from loader.manifest import TokenizerInfo, sha256_file
+from mspretrain.files import atomic_open
 
 
 class TokenizerError(RuntimeError):
@@ -58,9 +59,8 @@ def _strip_paths(model: Path) -> None:
 
 
 def copy_tokenizer(src: str, model_path: Path) -> None:
-    tmp = model_path.with_name(f".{model_path.name}.tmp{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, model_path)
+    with atomic_open(model_path) as f, open(src, "rb") as f_src:
+        shutil.copyfileobj(f_src, f)
     tokenizer_info(model_path)   # fails early on a file that is not a usable model
 
 

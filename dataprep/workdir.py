@@ -16,31 +16,14 @@ replay the completed chunk outputs in input order, which gives the same state in
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
+from mspretrain.files import atomic_write_bytes, atomic_write_json  # noqa: F401 (the stages' writers)
+from mspretrain.files import tmp_sibling as tmp_path  # noqa: F401
+
 WORK_DIR = ".build"
 LOCK_FILE = "build.json"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=1) + "\n")
-                       .encode())
-
-
-def tmp_path(path: Path) -> Path:
-    """A temporary sibling to write to before `os.replace(tmp, path)`."""
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
 def read_json(path: Path):

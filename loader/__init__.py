@@ -1,4 +1,4 @@
-"""A multiprocess, prefetching MindRecord loader with a global sample cursor (contract 2).
+"""A multiprocess, prefetching MindRecord loader with a global sample cursor (docs/contracts.md).
 
     from loader import Loader
     with Loader("data/ds", global_batch_size=32, seed=1, dp_rank=r, dp_size=d, num_workers=2) as ld:
@@ -6,7 +6,7 @@
             ...
             state = ld.state_dict() # {version, dataset_fingerprint, seed, cursor, ...}; JSON-able
 
-The MindSpore adapter lives in `loader.mindspore` (imported on demand).
+The MindSpore adapter lives in `loader.mindspore_adapter` (imported on demand).
 """
 from loader.core import Loader, StateError
 from loader.manifest import ManifestError

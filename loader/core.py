@@ -1,6 +1,6 @@
 """The Loader: global-cursor batches of a contract-1 dataset (or a weighted blend of several).
 
-Contract 2 (DESIGN.md): the sample at global cursor c is perm_{c // N}[c % N]; a step consumes the
+The loader state contract (docs/contracts.md): the sample at global cursor c is perm_{c // N}[c % N]; a step consumes the
 global batch [c, c + G) and rank r of D takes [c + r*G/D, c + (r+1)*G/D). For a blend, position c
 first picks a source and a sample number in that source's own stream (blend.py). The cursor moves
 only when the consumer takes a batch (`next()`), never when a worker prefetches, so `state_dict()`
@@ -130,6 +130,18 @@ class Loader:
         self.cursor += self.global_batch_size
         return batch
 
+    def with_cursors(self, steps: int | None = None):
+        """The next `steps` batches (to the end if None), each with the cursor right after it: what a
+        framework adapter puts into its items so that `state_at` stays exact behind its prefetching."""
+        taken = 0
+        while steps is None or taken < steps:
+            try:
+                batch = next(self)
+            except StopIteration:
+                return
+            taken += 1
+            yield batch, self.cursor
+
     def _produce(self, cursor: int) -> dict[str, np.ndarray]:
         batch = self._maker(cursor) if self.num_workers == 0 else self._from_workers(cursor)
         if not self.blended:
@@ -158,6 +170,14 @@ class Loader:
         if self.blended:
             state["sources"] = [{"fingerprint": s.manifest.fingerprint, "weight": s.weight,
                                  "num_samples": s.num_samples} for s in self._sources]
+        return state
+
+    def state_at(self, cursor: int) -> dict:
+        """The state as it stood right after the batch that ended at `cursor`. Framework adapters
+        whose pipelines read ahead put that cursor into each item; saving `state_at(item cursor)` of
+        the last item really consumed is exact, whatever was prefetched."""
+        state = self.state_dict()
+        state["cursor"] = int(cursor)
         return state
 
     def load_state_dict(self, state: Mapping, force: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The dataset directory contract (DESIGN.md, contract 1): manifest.json and how to read it.
+"""The dataset directory contract (docs/contracts.md): manifest.json and how to read it.
 
 This is the one module `dataprep` (the writer) and `loader` (the reader) share. It knows the layout
 and the sample schema, nothing about how a dataset is built or iterated.
@@ -12,6 +12,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from mspretrain.files import atomic_write_json
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -133,9 +135,7 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 def write_manifest(root: str | os.PathLike, manifest: Manifest) -> Path:
     """Write atomically (temp file + rename): a reader never sees a half-written manifest."""
     path = Path(root) / MANIFEST_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, manifest.to_dict(), indent=2)
     return path
 
 

@@ -1,6 +1,6 @@
 """What a batch holds: global positions -> (source, sample id) -> token rows.
 
-`SampleOrder` is the pure function of contract 2 (seed, the sources' sizes and blend weights ->
+`SampleOrder` is the pure function of the loader state contract (seed, the sources' sizes and blend weights ->
 which sample sits at each global position). `BatchMaker` turns a cursor into this rank's batch; the
 main process uses it directly with num_workers=0, and each worker process runs its own copy, so
 workers need nothing from the caller but a cursor.

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import mindspore as ms
 
+from mspretrain.files import atomic_write_json, atomic_write_text, fsync_path
+
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
 MODEL_FILE = "model.ckpt"
@@ -98,28 +100,26 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
         ms.save_checkpoint([{"name": name, "data": p} for name, p in params.items()], str(model_path))
-        _fsync(model_path)
+        fsync_path(model_path)
         if is_main:
-            _write_synced(tmp / STATE_FILE, json.dumps(state, indent=1, sort_keys=True) + "\n")
-        _fsync(model_dir)
+            atomic_write_json(tmp / STATE_FILE, state)
+        fsync_path(model_dir)
         if add_files:
             for path in add_files(tmp) or ():
-                _fsync(path)
-                _fsync(path.parent)
+                fsync_path(path)
+                fsync_path(path.parent)
         if barrier:
             barrier()
         if not is_main:
             return final
-        _fsync(tmp)
+        fsync_path(tmp)
         _test_hook("before_rename", step)
         if final.exists():       # the same step again after a resume from an older checkpoint
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync(root)
+        fsync_path(root)
         _test_hook("before_latest", step)
-        _write_synced(root / f".tmp-{LATEST}", final.name + "\n")
-        os.replace(root / f".tmp-{LATEST}", root / LATEST)
-        _fsync(root)
+        atomic_write_text(root / LATEST, final.name + "\n")
     except (OSError, RuntimeError, ValueError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"cannot write checkpoint {final}: {e} (earlier checkpoints are untouched)") from e
@@ -166,21 +166,6 @@ def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bo
             raise CheckpointError(f"{path}: {name} is {value.dtype}{tuple(value.shape)}, the model has "
                                   f"{p.dtype}{tuple(p.shape)}")
         p.set_data(value)
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _test_hook(phase: str, step: int) -> None:

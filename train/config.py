@@ -145,10 +145,10 @@ class Config:
         d.pop("checkpoint")     # when state is saved, not what it is
         d.pop("eval")           # validation reads, never trains
         d["data"].pop("path")           # where, not what: the dataset fingerprint is checked apart
-        d["data"].pop("num_workers")    # the loader's stream does not depend on these (contract 2)
+        d["data"].pop("num_workers")    # the loader's stream does not depend on these (docs/contracts.md)
         d["data"].pop("prefetch")
         d["train"].pop("peak_tflops")
-        d["parallel"].pop("data_parallel")  # elastic resume: same stream (contract 2), only the reduction order differs
+        d["parallel"].pop("data_parallel")  # elastic resume: same stream (docs/contracts.md), only the reduction order differs
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

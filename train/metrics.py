@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
+
+from mspretrain.files import atomic_open
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -61,12 +62,8 @@ def truncate_after(run_dir, step: int) -> int:
         return 0
     records = read_records(path)
     kept = [r for r in records if r["step"] <= step]
-    tmp = path.with_name(f".tmp-{METRICS_FILE}")
-    with open(tmp, "w") as f:
+    with atomic_open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return len(records) - len(kept)
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from dataprep_helpers import REPO, TEST_SETTINGS
 from dataprep.cli import main
-from dataprep.config import ConfigError, load_build_config, manifest_config, parse_size
+from dataprep.config import ConfigError, load_build_config, manifest_config
+from mspretrain.config import parse_size
 from loader.manifest import load_manifest
 
 

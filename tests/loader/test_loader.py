@@ -1,4 +1,4 @@
-"""Contract 2: order, the global cursor, exact resume, elastic data parallelism, state checks."""
+"""The loader state (docs/contracts.md): order, the global cursor, exact resume, elastic data parallelism, state checks."""
 import json
 
 import numpy as np

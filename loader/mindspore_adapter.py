@@ -1,16 +1,16 @@
 """A thin MindSpore adapter: a `mindspore.dataset.GeneratorDataset` fed by a Loader.
 
-    from loader.mindspore import to_dataset, state_at
+    from loader.mindspore_adapter import to_dataset
     ds = to_dataset(ld)                                  # one item = this rank's slice of a global batch
     for item in ds.create_dict_iterator(output_numpy=True):
         ...train on item["input_ids"]...
-        state = state_at(ld, int(item["cursor"]))        # the loader state after this batch
+        state = ld.state_at(int(item["cursor"]))         # the loader state after this batch
 
 The prefetch caveat: MindSpore's pipeline pulls items ahead of the consumer (its own prefetch queue,
 `mindspore.dataset.config.set_prefetch_size`), so the Loader's own `cursor` runs ahead of what the
 trainer has taken, and `ld.state_dict()` would skip the prefetched batches on resume. The adapter
 therefore puts the cursor after each batch into the item itself (column "cursor", int64 scalar):
-the trainer saves `state_at(ld, item["cursor"])` of the last item it really consumed, which is exact
+the trainer saves `ld.state_at(item["cursor"])` of the last item it really consumed, which is exact
 whatever MindSpore prefetched. The generator runs in MindSpore's pipeline thread
 (`python_multiprocessing=False`): the Loader's own worker processes do the parallel reading.
 
@@ -33,14 +33,8 @@ class _LoaderSource:
         self.loader, self.columns, self.steps = loader, columns, steps
 
     def __iter__(self):
-        taken = 0
-        while self.steps is None or taken < self.steps:
-            try:
-                batch = next(self.loader)
-            except StopIteration:
-                return
-            taken += 1
-            yield tuple(batch[c] for c in self.columns) + (np.array(self.loader.cursor, dtype=np.int64),)
+        for batch, cursor in self.loader.with_cursors(self.steps):
+            yield tuple(batch[c] for c in self.columns) + (np.array(cursor, dtype=np.int64),)
 
 
 class _SizedLoaderSource(_LoaderSource):
@@ -65,10 +59,3 @@ def to_dataset(loader: Loader, steps: int | None = None,
     source = (_SizedLoaderSource if sized else _LoaderSource)(loader, tuple(columns), steps)
     return msds.GeneratorDataset(source, column_names=list(columns) + ["cursor"], shuffle=False,
                                  num_parallel_workers=1, python_multiprocessing=False)
-
-
-def state_at(loader: Loader, cursor: int) -> dict:
-    """The loader state as it stood right after the batch whose item carried `cursor`."""
-    state = loader.state_dict()
-    state["cursor"] = int(cursor)
-    return state

@@ -1,0 +1,35 @@
+"""mspretrain.files: the one atomic write. A failed write leaves the old file and no temporary behind."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mspretrain.files import atomic_open, atomic_write_json, atomic_write_text
+
+
+def test_replaces_whole_files(tmp_path):
+    path = tmp_path / "state.json"
+    atomic_write_json(path, {"b": 1, "a": "é"})
+    assert path.read_text(encoding="utf-8") == '{\n "a": "é",\n "b": 1\n}\n'
+    atomic_write_text(path, "new\n")
+    assert path.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_an_error_mid_write_keeps_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with atomic_open(path, "w") as f:
+            f.write("half of the new")
+            raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
+def test_binary_writers_such_as_numpy_and_json_dump_work(tmp_path):
+    path = tmp_path / "x.json"
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        json.dump([1, 2], f)
+    assert json.loads(path.read_text()) == [1, 2]
