@@ -23,6 +23,8 @@ from dataprep.stages import SPLITS
 from dataprep.workdir import WorkDir, read_json
 from loader.manifest import ShardInfo, SplitInfo
 
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # "0": Ray nodes bind to 127.0.0.1
+
 
 @dataclass
 class Stages:
@@ -53,8 +55,8 @@ class Stages:
 
 def build_stages(files: list[InputFile], cfg: BuildConfig, work: WorkDir, run: dict):
     """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
-    import ray
     started = _connect(cfg)
+    import ray
     try:
         ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, os.environ.get(faults.ENV, ""))
         stages = Stages(cfg.run.progress)
@@ -87,6 +89,10 @@ def build_stages(files: list[InputFile], cfg: BuildConfig, work: WorkDir, run: d
 def _connect(cfg: BuildConfig) -> bool:
     """Join cfg.run.ray_address, or start a local instance bound to 127.0.0.1. True if this call
     connected (and so must disconnect)."""
+    if not cfg.run.ray_address:
+        # a one-machine instance listens on 127.0.0.1 only: Ray's switch for that is read when
+        # ray is first imported (it then takes the loopback address as the node's address)
+        os.environ.setdefault(LOOPBACK_ENV, "0")
     import ray
     if ray.is_initialized():
         return False
