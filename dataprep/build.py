@@ -202,9 +202,14 @@ def _unpublish(out: Path, work: WorkDir) -> None:
             os.replace(entry, work.staging / entry.name)
 
 
+def worker_setup(cfg: BuildConfig, work: WorkDir) -> WorkerSetup:
+    """What every process running the chunk functions (stages.py) needs; both engines use it."""
+    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
+                       cfg.pack.valid_fraction, cfg.pack.split_seed)
+
+
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
-    setup = WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                        cfg.pack.valid_fraction, cfg.pack.split_seed)
+    setup = worker_setup(cfg, work)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
     try:
         return WorkerPool(cfg.run.workers, setup)

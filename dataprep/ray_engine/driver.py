@@ -197,8 +197,9 @@ def _write_stage(stages: Stages, ctx: Ctx, tokens: list[dict]):
         for shard, first in enumerate(range(0, n, cap)):
             count = min(cap, n - first)
             lo, hi = first * L, (first + count) * L
+            ks = range(int(np.searchsorted(ends, lo, "right")), int(np.searchsorted(starts, hi)))
             spans = [(index[k], int(max(lo, starts[k]) - starts[k]), int(min(hi, ends[k]) - starts[k]))
-                     for k in range(len(chunks)) if starts[k] < hi and ends[k] > lo]
+                     for k in ks if ends[k] > starts[k]]
             calls.append((ctx, split, shard, first, count, spans))
     written = stages.run("write", tasks_write.write_shard, calls)
     prov = stages.run("provenance", tasks_write.write_provenance,

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from dataprep.config import BuildConfig
 from dataprep.readers import InputFile
-from dataprep.stages import WorkerSetup, init_worker
+from dataprep.stages import init_worker
 from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
 
 UNIT_BITS = 40               # order key = (unit << UNIT_BITS) | row within the unit
@@ -46,9 +46,8 @@ class Ctx:
 
     def setup_worker(self) -> None:
         """The local engine's per-process setup, so its chunk functions run unchanged here."""
-        w, c = self.work, self.cfg
-        init_worker(WorkerSetup(str(w.docs), str(w.tokens), c.filters, c.dedup,
-                                c.pack.valid_fraction, c.pack.split_seed))
+        from dataprep.build import worker_setup
+        init_worker(worker_setup(self.cfg, self.work))
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,7 @@ from dataprep.workdir import tmp_path
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
 EXACT_SCHEMA = pa.schema([("key", pa.binary()), ("order", pa.int64())])
 CELLS_SCHEMA = pa.schema([("cell", pa.uint64()), ("order", pa.int64())])
-GROUPS_SCHEMA = pa.schema([("label", pa.int64()), ("order", pa.int64()), ("doc_id", pa.string()),
-                           ("source", pa.string()), ("reason", pa.string()), ("key", pa.binary()),
-                           ("sig", pa.binary()), ("bytes_clean", pa.int64())])
+GROUP_KEYS = [("label", pa.int64()), ("order", pa.int64())]
 
 
 def docs_unit(ctx: Ctx, unit: Unit) -> dict:
@@ -93,8 +91,8 @@ def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dt
 
 
 def group_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
-    """The unit's documents that have a component label (and no duplicate id), with everything the
-    keep rule reads, shuffled by label."""
+    """The unit's documents that have a component label (and no duplicate id), with every stage-1
+    column but the text (whatever the keep rule reads), shuffled by label."""
     marker = ctx.marker("groups", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
@@ -103,11 +101,14 @@ def group_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     label_of = dict(zip(labels.column("order").to_pylist(), labels.column("label").to_pylist())) \
         if labels is not None else {}
     dup = _dup_orders(ctx, lo, hi)
-    writer = PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions, GROUPS_SCHEMA)
+    schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0]["index"], "parquet"))
+    columns = [f for f in schema if f.name != "text"]
+    writer = PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
+                               pa.schema(GROUP_KEYS + columns))
     base, sent = lo, 0
     for c in chunks:
         table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                              columns=[n for n in GROUPS_SCHEMA.names if n not in ("label", "order")])
+                              columns=[f.name for f in columns])
         order = np.arange(base, base + table.num_rows, dtype=np.int64)
         rows = [r for r, o in enumerate(order.tolist()) if o in label_of and o not in dup]
         base += table.num_rows
