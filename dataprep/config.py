@@ -69,6 +69,7 @@ class RunConfig:
     ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
     ray_partitions: int = 16       # engine ray: shuffle partitions of the dedup stages
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
+    ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
 
 
 @dataclass

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from dataprep.config import BuildConfig
 from dataprep.dedup_pass import DedupResult
-from dataprep.ray_engine import faults, tasks_dedup, tasks_units, tasks_write
+from dataprep.ray_engine import faults, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile
 from dataprep.shards import shard_capacity
@@ -126,10 +126,11 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
     U, P = len(units), ctx.partitions
     parts = [(ctx, p, U) for p in range(P)]
     stages.run("ids", tasks_dedup.ids_reduce, parts)
-    stages.run("exact", tasks_dedup.exact_reduce, parts)
-    stages.run("cells", tasks_dedup.cells_reduce, parts)
-    stages.run("components", tasks_dedup.components, [(ctx,)])
-    stages.run("groups", tasks_units.group_unit, [(ctx, u["unit"], u["chunks"]) for u in units])
+    edges = sum(m["edges"] for m in stages.run("exact", tasks_dedup.exact_reduce, parts)
+                + stages.run("cells", tasks_dedup.cells_reduce, parts))
+    label_files = _components(stages, ctx, edges)
+    stages.run("groups", tasks_units.group_unit,
+               [(ctx, u["unit"], u["chunks"], label_files) for u in units])
     sig_dtype = next((u["sig_dtype"] for u in units if u.get("sig_dtype")), "")
     stages.run("replay", tasks_dedup.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
     settled = stages.run("settle", tasks_units.settle_unit,
@@ -152,6 +153,23 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
         raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
                              f"read); see the filter thresholds in the config")
     return result
+
+
+def _components(stages: Stages, ctx: Ctx, edges: int) -> list[str]:
+    """Label files of the connected components: one union-find task when the edges fit, else
+    min-label rounds until no label changes."""
+    if edges <= ctx.cfg.run.ray_union_find_edges:
+        stages.run("components", tasks_dedup.components, [(ctx,)])
+        return [str(ctx.ray_dir / "labels" / "all.parquet")]
+    paths = [str(p) for p in sorted(ctx.stage_dir("edges").glob("*.parquet"))]
+    stages.run("adjacency", tasks_labels.adjacency_map, [(ctx, i, paths) for i in range(len(paths))])
+    rnd = 0
+    while True:
+        sent = stages.run("labels", tasks_labels.label_round,
+                          [(ctx, rnd, p, len(paths)) for p in range(ctx.partitions)])
+        if not any(m["sent"] for m in sent):
+            return [str(p) for p in tasks_labels.final_labels(ctx, rnd)]
+        rnd += 1
 
 
 def _tokenizer_stage(stages: Stages, ctx: Ctx, units: list[dict], dedup: DedupResult) -> Path:

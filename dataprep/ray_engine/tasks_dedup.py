@@ -100,7 +100,8 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
 
 def components(ctx: Ctx) -> dict:
     """Connected components of all edges (one union-find, scipy's), labelled by their smallest order
-    key; written as ray/labels.parquet sorted by order, row groups small enough to skip by range."""
+    key; written as ray/labels/all.parquet sorted by order, row groups small enough to skip by
+    range. (Too many edges for one task: tasks_labels.py.)"""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
     marker = ctx.marker("components", "all")
@@ -117,7 +118,7 @@ def components(ctx: Ctx) -> dict:
         n_comp, comp = connected_components(graph, directed=False)
         _, first = np.unique(comp, return_index=True)   # nodes ascend: first = smallest order
         labels = nodes[first][comp]
-    path = ctx.ray_dir / "labels.parquet"
+    path = ctx.stage_dir("labels") / "all.parquet"
     tmp = tmp_path(path)
     pq.write_table(pa.table({"order": nodes, "label": labels}), tmp, row_group_size=1 << 16)
     tmp.replace(path)

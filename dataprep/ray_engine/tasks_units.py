@@ -90,14 +90,14 @@ def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dt
     writer.add({"cell": cells, "order": orders}, stable_partition(cells, P))
 
 
-def group_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
+def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> dict:
     """The unit's documents that have a component label (and no duplicate id), with every stage-1
     column but the text (whatever the keep rule reads), shuffled by label."""
     marker = ctx.marker("groups", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
     lo, hi = unit_range(unit)
-    labels = read_parquets([ctx.ray_dir / "labels.parquet"], filters=in_range(lo, hi))
+    labels = read_parquets(label_files, filters=in_range(lo, hi))
     label_of = dict(zip(labels.column("order").to_pylist(), labels.column("label").to_pylist())) \
         if labels is not None else {}
     dup = _dup_orders(ctx, lo, hi)

@@ -47,18 +47,25 @@ def _report(out) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("partitions,chunk", [(1, "1MiB"), (3, "64KiB"), (8, "16KiB")])
+@pytest.mark.parametrize("partitions,chunk,union_find", [(1, "1MiB", True), (3, "64KiB", True),
+                                                      (8, "16KiB", False)])
 def test_demo_corpus_gives_the_local_bytes_for_any_partitioning(ray_address, demo_local, tmp_path,
-                                                                partitions, chunk):
+                                                                partitions, chunk, union_find):
     out = tmp_path / "data"
+    edges = 10**9 if union_find else 0   # 0: components by min-label rounds
     assert _demo_build(out, "--engine", "ray", "--set", f"run.ray_partitions={partitions}",
-                       "--set", f"run.chunk_bytes={chunk}") == 0
+                       "--set", f"run.chunk_bytes={chunk}",
+                       "--set", f"run.ray_union_find_edges={edges}") == 0
     assert dataset_bytes(out) == dataset_bytes(demo_local)   # manifest, shards, .db, provenance, dups
     rep, local = _report(out), _report(demo_local)
     assert rep["stages"] == local["stages"] and rep["bad_records"] == local["bad_records"]
     assert rep["token_length_histogram"] == local["token_length_histogram"]
     assert rep["ray"]["partitions"] == partitions and rep["ray"]["cpus"] == 2
     assert rep["ray"]["tasks"]["replay"] == partitions
+    if union_find:
+        assert rep["ray"]["tasks"]["components"] == 1 and "labels" not in rep["ray"]["tasks"]
+    else:   # several rounds of one task per partition
+        assert rep["ray"]["tasks"]["labels"] >= 2 * partitions and "components" not in rep["ray"]["tasks"]
     assert rep["ray"]["tasks"]["docs"] == rep["stages"]["read"]["files"]   # one unit per file
     assert rep["stages"]["dedup"]["near"]["docs"] > 0 and rep["stages"]["dedup"]["exact"]["docs"] > 0
 
