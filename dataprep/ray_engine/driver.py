@@ -32,10 +32,12 @@ class Stages:
     progress: bool
     tasks: dict = field(default_factory=dict)
     reused: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
 
     def run(self, name: str, fn, calls: list[tuple]) -> list[dict]:
         import ray
         from ray.exceptions import RayTaskError
+        t0 = time.perf_counter()
         remote = ray.remote(num_cpus=1, max_retries=5)(fn)
         refs = [remote.remote(*args) for args in calls]
         with tqdm(total=len(refs), desc=name, unit="task", disable=not self.progress) as bar:
@@ -48,6 +50,7 @@ class Stages:
         except RayTaskError as e:
             from dataprep.build import BuildError
             raise BuildError(f"stage {name}: {e.cause!r}") from None
+        self.seconds[name] = round(self.seconds.get(name, 0) + time.perf_counter() - t0, 3)
         self.tasks[name] = self.tasks.get(name, 0) + len(results)
         self.reused[name] = self.reused.get(name, 0) + sum(bool(r.get("reused")) for r in results)
         return results
@@ -79,7 +82,8 @@ def build_stages(files: list[InputFile], cfg: BuildConfig, work: WorkDir, run: d
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         run["ray"] = {"nodes": len(nodes), "cpus": int(ray.cluster_resources().get("CPU", 0)),
                       "partitions": ctx.partitions, "units": len(units),
-                      "tasks": stages.tasks, "tasks_reused": stages.reused}
+                      "tasks": stages.tasks, "tasks_reused": stages.reused,
+                      "stage_s": stages.seconds}
         return dedup, splits, tails, hist
     finally:
         if started:
