@@ -151,7 +151,8 @@ def work_lock(config: dict, cfg: BuildConfig) -> dict:
     engine (each engine lays out its intermediate files its own way)."""
     lock = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
     if cfg.run.engine != "local":
-        lock.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions)
+        lock.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
+                    unit_bytes=cfg.run.ray_unit_bytes)
     return lock
 
 

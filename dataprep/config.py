@@ -70,6 +70,7 @@ class RunConfig:
     ray_partitions: int = 16       # engine ray: shuffle partitions of the dedup stages
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
     ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
+    ray_unit_bytes: int = 256 << 20   # engine ray: uncompressed jsonl files are cut into work units
 
 
 @dataclass
@@ -83,7 +84,8 @@ class BuildConfig:
     run: RunConfig = field(default_factory=RunConfig)
 
 
-SIZE_KEYS = {"shards.max_shard_bytes", "tokenizer.sample_bytes", "run.chunk_bytes"}
+SIZE_KEYS = {"shards.max_shard_bytes", "tokenizer.sample_bytes", "run.chunk_bytes",
+             "run.ray_unit_bytes"}
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
           "gib": 1 << 30, "tib": 1 << 40}

@@ -17,7 +17,7 @@ from dataprep.config import BuildConfig
 from dataprep.dedup_pass import DedupResult
 from dataprep.ray_engine import faults, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
-from dataprep.readers import InputFile
+from dataprep.readers import InputFile, file_format
 from dataprep.shards import shard_capacity
 from dataprep.stages import SPLITS
 from dataprep.workdir import WorkDir, read_json
@@ -113,10 +113,21 @@ def _lap(t0: float) -> float:
     return round(time.perf_counter() - t0, 3)
 
 
+def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
+    """Work units from the sorted inputs: a file each, large uncompressed jsonl files cut into
+    parts of about run.ray_unit_bytes at line starts (tasks count the lines). Depends only on the
+    inputs and that size, never on the cluster."""
+    big = [k for k, f in enumerate(files)
+           if file_format(f.path) == ("jsonl", None) and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
+    parts = dict(zip(big, stages.run("plan", tasks_units.plan_file,
+                                     [(ctx, files[k]) for k in big]))) if big else {}
+    return [p for k, f in enumerate(files) for p in (parts[k]["parts"] if k in parts else [f])]
+
+
 def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
     from dataprep.build import BuildError
     units = stages.run("docs", tasks_units.docs_unit,
-                       [(ctx, Unit(i, f)) for i, f in enumerate(files)])
+                       [(ctx, Unit(i, f)) for i, f in enumerate(_plan(stages, ctx, files))])
     for m in units:   # the first stop in input order, as the local build reports it
         if "stop" in m:
             file, line, reason, detail = m["stop"]

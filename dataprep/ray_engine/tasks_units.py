@@ -19,6 +19,7 @@ from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_range)
 from dataprep.ray_engine.shuffle import PartitionedWriter, part_file
+from dataprep.readers import InputFile, split_jsonl
 from dataprep.stages import clean_chunk, read_chunks, split_of, tokenize_chunk
 from dataprep.workdir import tmp_path
 
@@ -26,6 +27,11 @@ IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source
 EXACT_SCHEMA = pa.schema([("key", pa.binary()), ("order", pa.int64())])
 CELLS_SCHEMA = pa.schema([("cell", pa.uint64()), ("order", pa.int64())])
 GROUP_KEYS = [("label", pa.int64()), ("order", pa.int64())]
+
+
+def plan_file(ctx: Ctx, inp: InputFile) -> dict:
+    """The parts of one large uncompressed jsonl file (readers.split_jsonl)."""
+    return {"parts": split_jsonl(inp, ctx.cfg.run.ray_unit_bytes)}
 
 
 def docs_unit(ctx: Ctx, unit: Unit) -> dict:

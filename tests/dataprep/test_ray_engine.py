@@ -138,6 +138,10 @@ def messy(corpus, tmp_path_factory):
                                   + "\n" for i in range(2000)).encode(), mtime=0)
     (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     (root / "d.jsonl").write_text(json.dumps({"id": "good-2", "text": good.format(n=9)}) + "\n")
+    # a larger plain jsonl file, cut into several work units, with bad lines and doc ids by line
+    en = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 40][:300]
+    rows = [json.dumps({"text": p}).encode() if k % 37 else b'{"text": 1' for k, p in enumerate(en)]
+    (root / "e.jsonl").write_bytes(b"\n".join(rows) + b"\n\n" + rows[5] + b"\n")
     return root
 
 
@@ -146,8 +150,11 @@ def test_bad_input_is_counted_as_locally_and_strict_names_file_and_line(ray_addr
                                                                        tmp_path, capsys):
     local, distributed = tmp_path / "local", tmp_path / "ray"
     assert run_build([messy], local) == 0
-    assert run_build([messy], distributed, "--engine", "ray", "--set", "run.ray_partitions=3") == 0
+    assert run_build([messy], distributed, "--engine", "ray", "--set", "run.ray_partitions=3",
+                     "--set", "run.ray_unit_bytes=8KiB") == 0
     rep, ref = _report(distributed), _report(local)
+    assert rep["ray"]["units"] > rep["stages"]["read"]["files"]   # e.jsonl was cut into parts
+    assert rep["bad_records"]["e.jsonl"]["invalid_json"][0] >= 2
     assert rep["bad_records"] == ref["bad_records"]
     assert rep["bad_records"]["a.jsonl"]["duplicate_doc_id"][0] == 1
     assert rep["bad_records"]["d.jsonl"]["duplicate_doc_id"][0] == 1
