@@ -20,7 +20,7 @@ from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile, file_format
 from dataprep.shards import shard_capacity
 from dataprep.stages import SPLITS
-from dataprep.workdir import WorkDir, read_json
+from dataprep.workdir import WorkDir
 from loader.manifest import ShardInfo, SplitInfo
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # "0": Ray nodes bind to 127.0.0.1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +17,7 @@ from dataprep.ray_engine import faults
 from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_range)
-from dataprep.ray_engine.shuffle import PartitionedWriter, part_file
+from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
 from dataprep.stages import clean_chunk, read_chunks, split_of, tokenize_chunk
 from dataprep.workdir import tmp_path
