@@ -86,11 +86,11 @@ def bytes_key64(keys: list[bytes]) -> np.ndarray:
     return np.fromiter((int.from_bytes(k[:8], "little") for k in keys), np.uint64, len(keys))
 
 
-def write_parquet(path: Path, table: pa.Table) -> None:
+def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     """Write atomically: a retried task overwrites its own file, a killed one leaves no file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
     os.replace(tmp, path)
 
 
@@ -99,6 +99,22 @@ def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:
     tables = [pq.read_table(p, columns=columns, filters=filters) for p in paths if Path(p).is_file()]
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
+
+
+def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
+    """A reduce task's output (sorted by order) cut into one file per work unit it touches, so that
+    a per-unit task later reads only its own rows: `unit_files(stage_dir, unit, partitions)`."""
+    from dataprep.ray_engine.shuffle import part_file
+    units = table.column("order").to_numpy() >> UNIT_BITS if table.num_rows else np.zeros(0, int)
+    starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if len(units) else []
+    for k, s in enumerate(starts):
+        e = starts[k + 1] if k + 1 < len(starts) else len(units)
+        write_parquet(part_file(stage_dir, int(units[s]), part), table.slice(s, e - s))
+
+
+def unit_files(stage_dir: Path, unit: int, partitions: int) -> list[Path]:
+    from dataprep.ray_engine.shuffle import part_file
+    return [part_file(stage_dir, unit, p) for p in range(partitions)]
 
 
 def in_range(lo: int, hi: int) -> list:

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dataprep.dedup_pass import DUPLICATES_FILE, DUPLICATES_SCHEMA, DedupPass
-from dataprep.ray_engine.layout import (Ctx, done, finish, in_range, read_parquets, unit_range,
-                                        write_parquet)
+from dataprep.ray_engine.layout import (Ctx, done, finish, read_parquets, unit_files,
+                                        write_by_unit, write_parquet)
 from dataprep.ray_engine.shuffle import part_files
 from dataprep.workdir import tmp_path
 
@@ -49,8 +49,7 @@ def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
                 rows["doc_id"].append(doc_id)
             else:
                 seen.add(doc_id)
-    write_parquet(ctx.stage_dir("dupids") / f"p{part:04d}.parquet",
-                  pa.table(rows, schema=DUPIDS_SCHEMA))
+    write_by_unit(ctx.stage_dir("dupids"), part, pa.table(rows, schema=DUPIDS_SCHEMA))
     return finish(marker, {"part": part, "duplicate_ids": len(rows["order"])})
 
 
@@ -143,8 +142,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
                                f"{len(dp.rows['doc_id'])} drops")
         out = {**dp.rows, "order": t.column("order").take(pa.array(dropped)),
                "bytes": t.column("bytes_clean").take(pa.array(dropped))}
-    write_parquet(ctx.stage_dir("drops") / f"p{part:04d}.parquet",
-                  pa.table(out, schema=DROPS_SCHEMA))
+    write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
     return finish(marker, {"part": part, "docs": t.num_rows if t is not None else 0,
                            "drops": len(out["doc_id"])})
 
@@ -158,11 +156,11 @@ def write_duplicates(ctx: Ctx, units: int) -> dict:
     path = ctx.work.staging / DUPLICATES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)
-    drops = sorted(ctx.stage_dir("drops").glob("p*.parquet"))
+    drops = ctx.stage_dir("drops")
     writer = pq.ParquetWriter(tmp, DUPLICATES_SCHEMA, compression="zstd")
     pending, rows, total = [], 0, 0
     for u in range(units):
-        t = read_parquets(drops, filters=in_range(*unit_range(u)))
+        t = read_parquets(unit_files(drops, u, ctx.partitions))
         if t is None:
             continue
         t = t.sort_by("order").select(DUPLICATES_SCHEMA.names).cast(DUPLICATES_SCHEMA)

@@ -53,7 +53,8 @@ def label_round(ctx: Ctx, rnd: int, part: int, edge_files: int) -> dict:
             np.minimum.at(heard, idx, msgs.column("label").to_numpy())
         changed = heard < labels
         labels = heard
-    write_parquet(_labels_file(ctx, rnd, part), pa.table({"order": nodes, "label": labels}))
+    write_parquet(_labels_file(ctx, rnd, part), pa.table({"order": nodes, "label": labels}),
+                  row_group_size=1 << 16)   # read by order range, per work unit
     # tell the neighbours of every node whose label changed
     writer = PartitionedWriter(ctx.stage_dir(f"messages/r{rnd:04d}"), part, ctx.partitions,
                                MSG_SCHEMA)

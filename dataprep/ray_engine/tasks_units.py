@@ -16,7 +16,7 @@ from dataprep.dedup import NearDedup
 from dataprep.ray_engine import faults
 from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
-                                        text_key64, unit_range)
+                                        text_key64, unit_files, unit_range)
 from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
 from dataprep.stages import clean_chunk, read_chunks, split_of, tokenize_chunk
@@ -105,7 +105,7 @@ def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> di
     labels = read_parquets(label_files, filters=in_range(lo, hi))
     label_of = dict(zip(labels.column("order").to_pylist(), labels.column("label").to_pylist())) \
         if labels is not None else {}
-    dup = _dup_orders(ctx, lo, hi)
+    dup = _dup_orders(ctx, unit)
     schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0]["index"], "parquet"))
     columns = [f for f in schema if f.name != "text"]
     writer = PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
@@ -128,9 +128,8 @@ def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> di
     return finish(marker, {"unit": unit, "docs": sent})
 
 
-def _dup_orders(ctx: Ctx, lo: int, hi: int) -> set[int]:
-    t = read_parquets(sorted(ctx.stage_dir("dupids").glob("p*.parquet")), columns=["order"],
-                      filters=in_range(lo, hi))
+def _dup_orders(ctx: Ctx, unit: int) -> set[int]:
+    t = read_parquets(unit_files(ctx.stage_dir("dupids"), unit, ctx.partitions), columns=["order"])
     return set(t.column("order").to_pylist()) if t is not None else set()
 
 
@@ -140,11 +139,10 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     if (m := done(marker)) is not None:
         return m
     lo, hi = unit_range(unit)
-    dups = read_parquets(sorted(ctx.stage_dir("dupids").glob("p*.parquet")),
-                         filters=in_range(lo, hi))
+    dups = read_parquets(unit_files(ctx.stage_dir("dupids"), unit, ctx.partitions))
     dups = dups.sort_by("order") if dups is not None else None
-    drops = read_parquets(sorted(ctx.stage_dir("drops").glob("p*.parquet")),
-                          columns=["order", "kind", "bytes"], filters=in_range(lo, hi))
+    drops = read_parquets(unit_files(ctx.stage_dir("drops"), unit, ctx.partitions),
+                          columns=["order", "kind", "bytes"])
     dropped = set(drops.column("order").to_pylist()) if drops is not None else set()
     dup_set = set(dups.column("order").to_pylist()) if dups is not None else set()
     keep_dir = ctx.stage_dir("keep")
