@@ -167,3 +167,28 @@ def test_bad_input_is_counted_as_locally_and_strict_names_file_and_line(ray_addr
         assert run_build([messy], tmp_path / f"strict-{engine}", "--strict", "--engine", engine) == 1
         errors.append(capsys.readouterr().err)
     assert "a.jsonl:2: invalid_json" in errors[0] and errors[0] == errors[1]
+
+
+@pytest.mark.slow
+def test_without_an_address_the_build_starts_its_own_ray_on_loopback_only(corpus, reference,
+                                                                          tmp_path):
+    import psutil
+    out = tmp_path / "data"
+    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+            *TEST_SETTINGS, "--engine", "ray", "--set", "run.ray_cpus=1"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    listening = set()
+    while proc.poll() is None:   # every listening socket of the build's process tree, sampled
+        try:
+            tree = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.Error:
+            break
+        listening |= {c.laddr.ip for c in psutil.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN and c.pid in tree}
+        time.sleep(0.2)
+    assert proc.wait() == 0, proc.stderr.read()
+    assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+    assert dataset_bytes(out) == dataset_bytes(reference)
+    assert json.loads((out / "report.json").read_text())["ray"]["cpus"] == 1
