@@ -18,7 +18,7 @@ process, while it waits on the workers), so 'tokenize+write' times only the chun
     .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2]
 
 compares `--engine ray` (a local Ray instance the build starts, limited to N CPUs with
-run.ray_cpus; its ~5 s start-up is part of the wall time) with itself at 1 CPU and with the local
+run.ray_cpus, work units of --mb / 16 MB; its ~5 s start-up is part of the wall time) with itself at 1 CPU and with the local
 engine at the same number of workers, on the --mb corpus, and prints the driver's peak RSS (the
 `dataprep build` process alone, not the Ray processes it starts) at --mb / 4 and --mb and its growth
 per input MB.
@@ -266,7 +266,9 @@ def bench_ray(args) -> None:
     for engine, cpus, corpus in ([("ray", c, corpora[mb]) for c in args.cpus]
                                  + [("local", c, corpora[mb]) for c in args.cpus]
                                  + [("ray", args.cpus[0], corpora[small])]):
-        extra = ("--engine", "ray", "--set", f"run.ray_cpus={cpus}") if engine == "ray" else ()
+        # work units of mb/16: enough of them to keep every CPU busy to the end of a stage
+        extra = ("--engine", "ray", "--set", f"run.ray_cpus={cpus}",
+                 "--set", f"run.ray_unit_bytes={max(1, mb // 16)}MB") if engine == "ray" else ()
         r = run_build(corpus, args.work / "out", model, cpus, *extra)
         size = r["report"]["stages"]["read"]["bytes"] / 1e6
         rows[(engine, cpus, round(size))] = (size, r)
