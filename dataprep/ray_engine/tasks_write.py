@@ -31,10 +31,12 @@ def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
     tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     if tokens.size != count * L:
         raise RuntimeError(f"{split} shard {shard}: {tokens.size} tokens for {count} samples")
-    faults.inject(ctx.fault, "write")
     writer = ShardWriter(work.staging, split, ctx.cfg.pack.seq_length,
                          ctx.cfg.shards.max_shard_bytes, first_shard=shard, first_sample=first)
-    writer.write(tokens.reshape(count, L))
+    rows = tokens.reshape(count, L)
+    writer.write(rows[:count // 2])
+    faults.inject(ctx.fault, "write")   # a shard file open and half written
+    writer.write(rows[count // 2:])
     (info,) = writer.close()
     return finish(marker, {"split": split, "shard": asdict(info)})
 

@@ -70,14 +70,15 @@ def test_demo_corpus_gives_the_local_bytes_for_any_partitioning(ray_address, dem
     assert rep["stages"]["dedup"]["near"]["docs"] > 0 and rep["stages"]["dedup"]["exact"]["docs"] > 0
 
 
+@pytest.mark.parametrize("stage", ["docs", "write"])
 def test_a_worker_killed_mid_task_is_retried_and_the_bytes_are_unchanged(ray_address, corpus,
                                                                         reference, tmp_path,
-                                                                        monkeypatch):
+                                                                        monkeypatch, stage):
     flag = tmp_path / "killed"
-    monkeypatch.setenv(FAULT_ENV, f"kill:docs:{flag}")
+    monkeypatch.setenv(FAULT_ENV, f"kill:{stage}:{flag}")
     out = tmp_path / "data"
     assert run_build([corpus], out, "--engine", "ray", "--set", "run.ray_partitions=2") == 0
-    assert flag.exists()   # a docs task really killed its own worker process (SIGKILL)
+    assert flag.exists()   # a task really killed its own worker process (SIGKILL) mid-task
     assert dataset_bytes(out) == dataset_bytes(reference)
 
 
