@@ -14,6 +14,14 @@ so the marginal throughput between the smallest and largest (start-up costs canc
 peak memory per input MB can be read off; then --mb again with each of --workers.
 With --tokenizer and fewer workers than cores, the build tokenizes and packs during stage 1 (the main
 process, while it waits on the workers), so 'tokenize+write' times only the chunks left after it.
+
+    .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2]
+
+compares `--engine ray` (a local Ray instance the build starts, limited to N CPUs with
+run.ray_cpus, work units of --mb / 16 MB; its ~5 s start-up is part of the wall time) with itself at 1 CPU and with the local
+engine at the same number of workers, on the --mb corpus, and prints the driver's peak RSS (the
+`dataprep build` process alone, not the Ray processes it starts) at --mb / 4 and --mb and its growth
+per input MB.
 """
 from __future__ import annotations
 
@@ -135,15 +143,16 @@ def encode_reference(texts: list[str], model: Path) -> float:
     return nbytes / 1e6 / (time.perf_counter() - t0), nbytes / 1e6 / (time.process_time() - c0)
 
 
-def run_build(corpus: Path, out: Path, model: Path, workers: int) -> dict:
-    """Wall time, CPU time of the whole process tree, peak tree RSS and the report of one build."""
+def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -> dict:
+    """Wall time, CPU time of the whole process tree, peak tree RSS, peak RSS of the main (driver)
+    process alone and the report of one build."""
     import shutil
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
-            "--tokenizer", str(model), "--workers", str(workers), "--no-progress"]
+            "--tokenizer", str(model), "--workers", str(workers), "--no-progress", *extra]
     t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = [0]
+    peak = [0, 0]
     stop = threading.Event()
     threading.Thread(target=_sample_rss, args=(proc.pid, peak, stop), daemon=True).start()
     stdout, stderr = proc.communicate()
@@ -152,7 +161,8 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int) -> dict:
     if proc.returncode:
         raise SystemExit(f"build failed: {stderr.decode()[-2000:]}")
     report = json.loads((out / "report.json").read_text())
-    return {"wall": wall, "cpu": _children_cpu() - c0, "peak_rss": peak[0], "report": report}
+    return {"wall": wall, "cpu": _children_cpu() - c0, "peak_rss": peak[0], "driver_rss": peak[1],
+            "report": report}
 
 
 def _children_cpu() -> float:
@@ -174,6 +184,10 @@ def _sample_rss(pid: int, peak: list, stop: threading.Event) -> None:
                 except psutil.Error:
                     pass
             peak[0] = max(peak[0], rss)
+            try:
+                peak[1] = max(peak[1], root.memory_info().rss)
+            except psutil.Error:
+                pass
             time.sleep(0.05)
     except psutil.Error:
         pass
@@ -184,8 +198,12 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--workers", type=int, nargs="+", default=[2])
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-dataprep"))
+    ap.add_argument("--engine", choices=("local", "ray"), default="local")
+    ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="--engine ray: CPU counts")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.engine == "ray":
+        return bench_ray(args)
     sizes = [args.mb // 4, args.mb // 2, args.mb]
     corpora = {mb: make_corpus(args.work / f"corpus-{mb}", mb) for mb in sizes}
     texts = load_texts(corpora[args.mb])
@@ -228,6 +246,58 @@ def main() -> None:
           f"document {largest_doc_mb(corpora[sizes[0]]):.1f} MB in the {sizes[0]} MB corpus, "
           f"{largest_doc_mb(corpora[args.mb]):.1f} MB in the {args.mb} MB one (filtered as too_long "
           f"or not, a long document's copies add to the peak: read the growth with that in mind)")
+
+
+def bench_ray(args) -> None:
+    """--engine ray at each of --cpus against itself at the fewest and the local engine."""
+    small, mb = args.mb // 4, args.mb
+    corpora = {m: make_corpus(args.work / f"corpus-{m}", m) for m in (small, mb)}
+    texts = load_texts(corpora[mb])
+    model = train_model(texts, args.work)
+    ref, ref_cpu = encode_reference(texts, model)
+    del texts
+    print(f"reference: sp.encode(list, num_threads=1) on {mb} MB: {ref:.2f} MB/s wall, "
+          f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores)")
+    print(f"{'input':>8} {'engine':>6} {'cpus':>4} {'MB/s':>7} {'ratio':>6} {'driver RSS':>10} "
+          f"{'tree RSS':>9} {'MB/CPU-s':>8}   (ratio = MB/s / reference MB/s; CPU-s: ray = the "
+          f"tasks' CPU time, local = the process tree's)")
+    rows = {}
+    for engine, cpus, corpus in ([("ray", c, corpora[mb]) for c in args.cpus]
+                                 + [("local", c, corpora[mb]) for c in args.cpus]
+                                 + [("ray", args.cpus[0], corpora[small])]):
+        # work units of mb/16: enough of them to keep every CPU busy to the end of a stage
+        extra = ("--engine", "ray", "--set", f"run.ray_cpus={cpus}",
+                 "--set", f"run.ray_unit_bytes={max(1, mb // 16)}MB") if engine == "ray" else ()
+        r = run_build(corpus, args.work / "out", model, cpus, *extra)
+        size = r["report"]["stages"]["read"]["bytes"] / 1e6
+        rows[(engine, cpus, round(size))] = (size, r)
+        rep = r["report"]
+        # CPU seconds: the Ray tasks' own (the report's) plus the driver's share of the tree's;
+        # the local engine's whole process tree
+        cpu = sum(rep["ray"]["task_cpu_s"].values()) if engine == "ray" else r["cpu"]
+        r["work_cpu"] = cpu
+        print(f"{size:7.1f}M {engine:>6} {cpus:4d} {size / r['wall']:7.2f} "
+              f"{size / r['wall'] / ref:6.2f} {r['driver_rss'] / 2**20:8.0f}MB "
+              f"{r['peak_rss'] / 2**20:7.0f}MB {size / cpu:8.2f}   stages s {rep['time_s']}")
+        if engine == "ray":
+            print(f"          task CPU s per stage {rep['ray']['task_cpu_s']}")
+    big = {(e, c): v for (e, c, _), v in rows.items() if v[0] > small * 1.5}
+    lo, hi = args.cpus[0], args.cpus[-1]
+    speed = {k: size / r["wall"] for k, (size, r) in big.items()}
+    print(f"ray {hi} CPUs / {lo} CPU: {speed[('ray', hi)] / speed[('ray', lo)]:.2f}  "
+          f"(target >= 1.6 for 2 / 1)")
+    for c in args.cpus:
+        (sr, rr), (sl, rl) = big[("ray", c)], big[("local", c)]
+        print(f"ray / local at {c} CPU(s): {speed[('ray', c)] / speed[('local', c)]:.2f} wall "
+              f"(target >= 0.8), {(sr / rr['work_cpu']) / (sl / rl['work_cpu']):.2f} in MB per "
+              f"CPU-s (tasks only: no Ray start-up or idle Ray processes)")
+    (s0, r0), (s1, r1) = [v for (e, c, _), v in sorted(rows.items(), key=lambda kv: kv[1][0])
+                          if e == "ray" and c == lo][:2]
+    print(f"driver peak RSS: {r0['driver_rss'] / 2**20:.0f} MB at {s0:.0f} MB, "
+          f"{r1['driver_rss'] / 2**20:.0f} MB at {s1:.0f} MB input: "
+          f"{(r1['driver_rss'] - r0['driver_rss']) / 2**20 / (s1 - s0):.3f} MB per input MB; "
+          f"{r1['driver_rss'] / 2**20 / s1:.2f} MB per input MB overall")
 
 
 if __name__ == "__main__":

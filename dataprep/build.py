@@ -96,8 +96,21 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     if work.exists():
         _unpublish(out, work)
     else:
-        work.create({"config": config, "chunk_bytes": cfg.run.chunk_bytes})
+        work.create(work_lock(config, cfg))
     run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
+    if cfg.run.engine == "ray":
+        from dataprep.ray_engine.driver import build_stages
+        try:
+            dedup, splits, tails, hist = build_stages(files, cfg, work, run)
+            return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
+        except NoDatasetError:
+            _remove_work(out, work, created)
+            raise
+    return _build_local(out, work, files, cfg, config, run, created)
+
+
+def _build_local(out: Path, work: WorkDir, files, cfg: BuildConfig, config: dict, run: dict,
+                 created: bool) -> BuildResult:
     times = run["time_s"]
     preload = _preload_writer()
     try:
@@ -119,15 +132,29 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     except WorkerDied as e:
         raise BuildError(str(e)) from None
     except NoDatasetError:
-        work.remove()
-        if created and not any(out.iterdir()):
-            out.rmdir()
+        _remove_work(out, work, created)
         raise
     finally:
         preload.join()   # an interpreter exiting in the middle of that import aborts
 
 
+def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
+    work.remove()
+    if created and not any(out.iterdir()):
+        out.rmdir()
+
+
 # ---------------------------------------------------------------------------------- set-up
+
+def work_lock(config: dict, cfg: BuildConfig) -> dict:
+    """What a work dir must have been made with to be resumed: the config, the chunking, and the
+    engine (each engine lays out its intermediate files its own way)."""
+    lock = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
+    if cfg.run.engine != "local":
+        lock.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
+                    unit_bytes=cfg.run.ray_unit_bytes)
+    return lock
+
 
 def resolved_config(cfg: BuildConfig, files) -> dict:
     """The manifest's config: settings, dedup scheme, tokenizer source and the inputs' checksums."""
@@ -156,8 +183,7 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
         work.remove()   # leftovers of a build killed after it published its manifest
         return manifest
     if work.exists():
-        lock = read_json(work.lock)
-        if lock.get("config") != config or lock.get("chunk_bytes") != cfg.run.chunk_bytes:
+        if read_json(work.lock) != work_lock(config, cfg):
             raise BuildError(f"{work.root} holds an unfinished build with a different config or "
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
@@ -177,9 +203,14 @@ def _unpublish(out: Path, work: WorkDir) -> None:
             os.replace(entry, work.staging / entry.name)
 
 
+def worker_setup(cfg: BuildConfig, work: WorkDir) -> WorkerSetup:
+    """What every process running the chunk functions (stages.py) needs; both engines use it."""
+    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
+                       cfg.pack.valid_fraction, cfg.pack.split_seed)
+
+
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
-    setup = WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                        cfg.pack.valid_fraction, cfg.pack.split_seed)
+    setup = worker_setup(cfg, work)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
     try:
         return WorkerPool(cfg.run.workers, setup)
@@ -268,24 +299,40 @@ def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult | None)
 def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
                             dedup: DedupResult) -> dict:
     """Kept train documents whose hash falls under sample_bytes / train bytes, one line a sentence."""
-    p = min(1.0, cfg.tokenizer.sample_bytes / max(1, dedup.train_bytes))
+    p = sample_fraction(cfg, dedup.train_bytes)
     docs = nbytes = 0
     tmp = tmp_path(path)
     with open(tmp, "w", encoding="utf-8") as f:
         for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
                       disable=not cfg.run.progress, leave=False):
-            table = pq.read_table(work.chunk_file(work.docs, i, "parquet"), columns=["doc_id", "text"])
-            ids, texts = table.column("doc_id").to_pylist(), table.column("text").to_pylist()
-            for r in np.flatnonzero(dedup.keep(i)):
-                doc_id = ids[r]
-                if (split_of(doc_id, cfg.pack.valid_fraction, cfg.pack.split_seed) == "train"
-                        and unit_hash(f"tokenizer:{doc_id}") < p):
-                    lines = [s for s in texts[r].split("\n") if s.strip()]
-                    f.write("\n".join(lines) + "\n")
-                    docs += 1
-                    nbytes += len(texts[r].encode("utf-8"))
+            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i),
+                                      cfg, p)
+            docs, nbytes = docs + n, nbytes + b
     os.replace(tmp, path)
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
+
+
+def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:
+    """The share of kept train documents that goes into the tokenizer's training sample."""
+    return min(1.0, cfg.tokenizer.sample_bytes / max(1, train_bytes))
+
+
+def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, cfg: BuildConfig,
+                       p: float) -> tuple[int, int]:
+    """Append a chunk's share of the tokenizer sample to `f`, one line a sentence: its kept train
+    documents whose hash falls under p. Returns (documents, bytes) written."""
+    table = pq.read_table(docs_file, columns=["doc_id", "text"])
+    ids, texts = table.column("doc_id").to_pylist(), table.column("text").to_pylist()
+    docs = nbytes = 0
+    for r in np.flatnonzero(keep):
+        doc_id = ids[r]
+        if (split_of(doc_id, cfg.pack.valid_fraction, cfg.pack.split_seed) == "train"
+                and unit_hash(f"tokenizer:{doc_id}") < p):
+            lines = [s for s in texts[r].split("\n") if s.strip()]
+            f.write("\n".join(lines) + "\n")
+            docs += 1
+            nbytes += len(texts[r].encode("utf-8"))
+    return docs, nbytes
 
 
 def _tokenize_and_write(pool, cfg: BuildConfig, dedup: DedupResult, packing: "PackStage"):

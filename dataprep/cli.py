@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--strict", action="store_true", default=None,
                    help="fail on the first bad record (run.strict)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    b.add_argument("--engine", choices=("local", "ray"), help="run.engine: worker processes on "
+                   "this machine, or Ray core tasks on a cluster (docs/scale-out.md)")
+    b.add_argument("--ray-address", metavar="auto|HOST:PORT", help="run.ray_address: join this "
+                   "Ray cluster (default: start a local Ray instance)")
     b.set_defaults(func=_build)
 
     i = sub.add_parser("inspect", help="manifest summary and one sample decoded")
@@ -65,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
               "vocab_size": "tokenizer.vocab_size", "tokenizer": "tokenizer.model",
               "dedup_threshold": "dedup.threshold", "valid_fraction": "pack.valid_fraction",
-              "strict": "run.strict"}
+              "strict": "run.strict", "engine": "run.engine", "ray_address": "run.ray_address"}
 
 
 def _build(args) -> int:

@@ -55,6 +55,12 @@ class RunConfig:
     strict: bool = False           # first bad record fails the build
     chunk_bytes: Size = 4 << 20     # raw input text per work unit sent to a worker
     progress: bool = True
+    engine: str = "local"          # local (worker processes) | ray (Ray core tasks, docs/scale-out.md)
+    ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
+    ray_partitions: int = 16       # engine ray: shuffle partitions of the dedup stages
+    ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
+    ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
+    ray_unit_bytes: Size = 256 << 20   # engine ray: uncompressed jsonl files are cut into work units
 
 
 @dataclass
@@ -87,6 +93,9 @@ def validate(cfg: BuildConfig) -> None:
         (0 <= cfg.pack.valid_fraction < 1, "pack.valid_fraction", "in [0, 1)"),
         (0 < cfg.dedup.threshold <= 1, "dedup.threshold", "in (0, 1]"),
         (cfg.run.workers >= 1, "run.workers", ">= 1"),
+        (cfg.run.engine in ("local", "ray"), "run.engine", "local or ray"),
+        (cfg.run.ray_partitions >= 1, "run.ray_partitions", ">= 1"),
+        (cfg.run.ray_cpus >= 0, "run.ray_cpus", ">= 0"),
     ]
     for ok, key, want in checks:
         if not ok:

@@ -62,51 +62,36 @@ class ProvenanceWriter:
         self._cols = [rest] if self._rows else []
 
 
-class SplitPacker:
-    """Packs one split's documents, chunk by chunk in input order, into shards and provenance."""
+class ProvenanceStream:
+    """The provenance of one split's token stream, fed document lengths in input order: rows of
+    whole samples are written, those of the partial last sample held back (and dropped at close)."""
 
-    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int):
-        self.split, self.L = split, seq_length + 1
-        self.writer = ShardWriter(root, split, seq_length, max_shard_bytes)
-        self.provenance = ProvenanceWriter(root / PROVENANCE_DIR / f"{split}.parquet")
-        self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
+    def __init__(self, path: Path, seq_length: int):
+        self.L = seq_length + 1
+        self.writer = ProvenanceWriter(path)
         self._pending: dict | None = None     # provenance rows of the partial sample
-        self._stream = 0                      # tokens appended so far
-        self.samples = 0
-        self.docs = 0
-        self.doc_tokens: list[np.ndarray] = []  # per-document lengths, for the report's histogram
+        self.stream = 0                       # tokens appended so far
 
-    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str]) -> None:
+    def add(self, lens: np.ndarray, doc_ids: list[str]) -> None:
         if not len(lens):
             return
         pieces = self._pieces(lens, doc_ids)
-        self._stream += tokens.size
-        self.docs += len(lens)
-        self.doc_tokens.append(lens - 1)
-        buf = np.concatenate([self._carry, tokens])
-        full = buf.size // self.L
-        if full:
-            self.writer.write(buf[: full * self.L].reshape(full, self.L))
-        self._carry = buf[full * self.L:]
-        done = self.samples + full
+        self.stream += int(lens.astype(np.int64).sum())
+        done = self.stream // self.L
         if self._pending is not None:
             pieces = {k: np.concatenate([self._pending[k], v]) if k != "doc_id"
                       else self._pending[k] + v for k, v in pieces.items()}
         cut = int(np.searchsorted(pieces["sample_id"], done))
-        self.provenance.add({k: v[:cut] for k, v in pieces.items()})
+        self.writer.add({k: v[:cut] for k, v in pieces.items()})
         self._pending = {k: v[cut:] for k, v in pieces.items()}
-        self.samples = done
 
-    def close(self) -> tuple[SplitInfo, int]:
-        """(the split's SplitInfo, tail tokens dropped)."""
-        self.provenance.close()
-        shards = tuple(self.writer.close())
-        return SplitInfo(self.samples, self.samples * self.L, shards), int(self._carry.size)
+    def close(self) -> None:
+        self.writer.close()
 
     def _pieces(self, lens: np.ndarray, doc_ids: list[str]) -> dict:
         """Provenance rows of the documents `lens` appended at the current end of the stream."""
         lens = lens.astype(np.int64)
-        ends = self._stream + np.cumsum(lens)
+        ends = self.stream + np.cumsum(lens)
         starts = ends - lens
         first, last = starts // self.L, (ends - 1) // self.L
         counts = last - first + 1
@@ -118,3 +103,35 @@ class SplitPacker:
                 "doc_offset": (lo - starts[doc]).astype(np.int32),
                 "sample_offset": (lo - sample * self.L).astype(np.int32),
                 "length": (hi - lo).astype(np.int32)}
+
+
+class SplitPacker:
+    """Packs one split's documents, chunk by chunk in input order, into shards and provenance."""
+
+    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int):
+        self.split, self.L = split, seq_length + 1
+        self.writer = ShardWriter(root, split, seq_length, max_shard_bytes)
+        self.provenance = ProvenanceStream(root / PROVENANCE_DIR / f"{split}.parquet", seq_length)
+        self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
+        self.samples = 0
+        self.docs = 0
+        self.doc_tokens: list[np.ndarray] = []  # per-document lengths, for the report's histogram
+
+    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str]) -> None:
+        if not len(lens):
+            return
+        self.provenance.add(lens, doc_ids)
+        self.docs += len(lens)
+        self.doc_tokens.append(lens - 1)
+        buf = np.concatenate([self._carry, tokens])
+        full = buf.size // self.L
+        if full:
+            self.writer.write(buf[: full * self.L].reshape(full, self.L))
+        self._carry = buf[full * self.L:]
+        self.samples += full
+
+    def close(self) -> tuple[SplitInfo, int]:
+        """(the split's SplitInfo, tail tokens dropped)."""
+        self.provenance.close()
+        shards = tuple(self.writer.close())
+        return SplitInfo(self.samples, self.samples * self.L, shards), int(self._carry.size)

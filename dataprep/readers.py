@@ -38,6 +38,11 @@ _TEXT_CHUNK = 1 << 22
 class InputFile:
     path: Path  # absolute path
     rel: str    # stable name used in doc_ids (relative to the INPUT directory, or the file name)
+    # A byte range of an uncompressed jsonl file (split_jsonl), read as a part of the whole: its
+    # lines numbered from first_line + 1. end < 0: the whole file.
+    start: int = 0
+    end: int = -1
+    first_line: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,11 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
         return
     with raw:
         stream = _decompressed(raw, compression)
-        if kind == "jsonl":
+        if inp.end >= 0:
+            if kind != "jsonl" or compression:
+                raise ValueError(f"{inp.rel}: byte ranges are for uncompressed jsonl only")
+            yield from _read_jsonl_range(inp, raw, text_field, id_field)
+        elif kind == "jsonl":
             yield from _read_jsonl(inp, stream, text_field, id_field)
         elif kind == "parquet":
             yield from _read_parquet(inp, stream, compression, text_field, id_field)
@@ -240,6 +249,52 @@ def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str,
         return
     if records == 0:
         yield BadRecord(inp.rel, 0, "empty_file", "no records")
+
+
+def _read_jsonl_range(inp: InputFile, raw: BinaryIO, text_field: str,
+                      id_field: str) -> Iterator[Document | BadRecord]:
+    """The records of the lines in [inp.start, inp.end) (both at line starts), numbered as in the
+    whole file. A part never reports the file empty: split_jsonl only splits large files."""
+    raw.seek(inp.start)
+    line, pos = inp.first_line, inp.start
+    for raw_line in raw:
+        if pos >= inp.end:
+            break
+        pos += len(raw_line)
+        line += 1
+        s = _decode_line(inp.rel, line, raw_line)
+        if isinstance(s, BadRecord):
+            yield s
+        elif s.strip():
+            yield _json_record(inp.rel, line, s, text_field, id_field)
+
+
+def split_jsonl(inp: InputFile, part_bytes: int) -> list[InputFile]:
+    """An uncompressed jsonl file cut at line starts into parts of about part_bytes (the file itself
+    if it is not larger), each knowing the number of lines before it. Reads the file once, in
+    blocks (counting newlines is all it does)."""
+    kind, compression = file_format(inp.path)
+    size = inp.path.stat().st_size
+    if kind != "jsonl" or compression or size <= part_bytes:
+        return [inp]
+    cuts, lines, pos, target = [(0, 0)], 0, 0, part_bytes
+    with open(inp.path, "rb") as f:
+        while block := f.read(_TEXT_CHUNK):
+            while pos + len(block) > target:   # the first line start at or after target
+                i = block.find(b"\n", max(0, target - 1 - pos))
+                if i < 0:
+                    break
+                cut = pos + i + 1
+                if cut < size:
+                    cuts.append((cut, lines + block.count(b"\n", 0, i + 1)))
+                target = cut + part_bytes
+            lines += block.count(b"\n")
+            pos += len(block)
+    if len(cuts) == 1:   # one long line: nothing to cut
+        return [inp]
+    bounds = [c for c, _ in cuts] + [size]
+    return [InputFile(inp.path, inp.rel, start, bounds[k + 1], first)
+            for k, (start, first) in enumerate(cuts)]
 
 
 def _json_record(rel: str, line: int, s: str, text_field: str,

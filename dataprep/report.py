@@ -20,7 +20,16 @@ def length_histogram(doc_tokens: np.ndarray) -> dict:
     """Documents per power-of-two token-length bin: {"<=1": n, "2-3": n, "4-7": n, ...}."""
     if doc_tokens.size == 0:
         return {}
-    bins = np.bincount(np.floor(np.log2(np.maximum(doc_tokens, 1))).astype(int))
+    return histogram_of_bins(length_bins(doc_tokens))
+
+
+def length_bins(doc_tokens: np.ndarray) -> np.ndarray:
+    """Documents per power-of-two bin (bin k: lengths 2**k .. 2**(k+1) - 1; 0 and 1 in bin 0)."""
+    return np.bincount(np.floor(np.log2(np.maximum(doc_tokens, 1))).astype(int))
+
+
+def histogram_of_bins(bins) -> dict:
+    """length_histogram's dict from (summed) length_bins."""
     out = {}
     for k, n in enumerate(bins.tolist()):
         if n:
@@ -83,6 +92,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                   "tokenize": round(sum(m["cpu_s"] for m in toks), 3)},
         "chunks": len(docs),
         "fingerprint": manifest.fingerprint,
+        **({"ray": run["ray"]} if "ray" in run else {}),   # engine ray: cluster size, tasks per stage
     }
 
 
@@ -149,6 +159,12 @@ def to_markdown(r: dict) -> str:
     lines += ["", f"## Time ({r['workers']} workers)", "", "| stage | wall s |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in r["time_s"].items()]
     lines += ["", f"Worker CPU s: {json.dumps(r['cpu_s'])}", ""]
+    if "ray" in r:
+        ray = r["ray"]
+        lines += [f"Ray cluster: {ray['nodes']} node(s), {ray['cpus']} CPUs", "",
+                  "| stage | tasks | reused |", "|---|---:|---:|"]
+        lines += [f"| {k} | {v} | {ray['tasks_reused'].get(k, 0)} |" for k, v in ray["tasks"].items()]
+        lines += [""]
     return "\n".join(lines)
 
 

@@ -1,0 +1,258 @@
+"""The driver of `dataprep build --engine ray`: connects to (or starts) Ray, submits each stage's
+tasks, shows a tqdm bar per stage, and collects the small markers the tasks return, in task order.
+
+The driver holds only per-unit and per-chunk markers (counts, token totals): O(files + chunks), never
+documents, signatures or the LSH index; its peak RSS is measured by bench/bench_dataprep.py."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from dataprep.config import BuildConfig
+from dataprep.dedup_pass import DedupResult
+from dataprep.ray_engine import faults, tasks_dedup, tasks_labels, tasks_units, tasks_write
+from dataprep.ray_engine.layout import Ctx, Unit
+from dataprep.readers import InputFile, file_format
+from dataprep.shards import shard_capacity
+from dataprep.stages import SPLITS
+from dataprep.workdir import WorkDir
+from loader.manifest import ShardInfo, SplitInfo
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # "0": Ray nodes bind to 127.0.0.1
+
+
+@dataclass
+class Stages:
+    """Runs stages on Ray and counts their tasks (for the report)."""
+    progress: bool
+    tasks: dict = field(default_factory=dict)
+    reused: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
+
+    def run(self, name: str, fn, calls: list[tuple]) -> list[dict]:
+        import ray
+        from ray.exceptions import RayTaskError
+        t0 = time.perf_counter()
+        remote = ray.remote(num_cpus=1, max_retries=5)(_timed_task)
+        refs = [remote.remote(fn, *args) for args in calls]
+        with tqdm(total=len(refs), desc=name, unit="task", disable=not self.progress) as bar:
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                bar.update(len(ready))
+        try:
+            results = ray.get(refs)
+        except RayTaskError as e:
+            from dataprep.build import BuildError
+            raise BuildError(f"stage {name}: {e.cause!r}") from None
+        self.seconds[name] = round(self.seconds.get(name, 0) + time.perf_counter() - t0, 3)
+        self.cpu[name] = round(self.cpu.get(name, 0) + sum(r["task_cpu_s"] for r in results), 3)
+        self.tasks[name] = self.tasks.get(name, 0) + len(results)
+        self.reused[name] = self.reused.get(name, 0) + sum(bool(r.get("reused")) for r in results)
+        return results
+
+
+def _timed_task(fn, *args) -> dict:
+    """fn(*args), with the CPU seconds the task took (the report's per-stage CPU time)."""
+    t0 = time.process_time()
+    result = fn(*args)
+    return {**result, "task_cpu_s": time.process_time() - t0}
+
+
+def build_stages(files: list[InputFile], cfg: BuildConfig, work: WorkDir, run: dict):
+    """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
+    started = _connect(cfg)
+    import ray
+    try:
+        ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, os.environ.get(faults.ENV, ""))
+        stages = Stages(cfg.run.progress)
+        times = run["time_s"]
+        t0 = time.perf_counter()
+        units = _docs_stage(stages, ctx, files)
+        times["docs"] = _lap(t0)
+        dedup = _dedup_stages(stages, ctx, units)
+        times["dedup"] = _lap(t0) - times["docs"]
+        model = _tokenizer_stage(stages, ctx, units, dedup)
+        times["tokenizer"] = _lap(t0) - times["docs"] - times["dedup"]
+        tokens = stages.run("tokenize", tasks_units.tokenize_unit,
+                            [(ctx, u["unit"], u["chunks"], str(model)) for u in units])
+        splits, tails, hist = _write_stage(stages, ctx, tokens)
+        times["tokenize+write"] = _lap(t0) - sum(times.values())
+        reused = {"docs": 0, "tokenize": 0}
+        for name, key in (("docs", "docs"), ("tokenize", "tokenize")):
+            reused[key] = stages.reused.get(name, 0)
+        run["chunks_reused"] = reused
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        run["ray"] = {"nodes": len(nodes), "cpus": int(ray.cluster_resources().get("CPU", 0)),
+                      "partitions": ctx.partitions, "units": len(units),
+                      "tasks": stages.tasks, "tasks_reused": stages.reused,
+                      "stage_s": stages.seconds, "task_cpu_s": stages.cpu}
+        return dedup, splits, tails, hist
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _connect(cfg: BuildConfig) -> bool:
+    """Join cfg.run.ray_address, or start a local instance bound to 127.0.0.1. True if this call
+    connected (and so must disconnect)."""
+    if not cfg.run.ray_address:
+        # a one-machine instance listens on 127.0.0.1 only: Ray's switch for that is read when
+        # ray is first imported (it then takes the loopback address as the node's address)
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    import ray
+    if ray.is_initialized():
+        return False
+    common = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if cfg.run.ray_address:
+        ray.init(address=cfg.run.ray_address, **common)
+    else:
+        ray.init(address="local", num_cpus=cfg.run.ray_cpus or None,
+                 _node_ip_address="127.0.0.1", **common)
+    return True
+
+
+def _lap(t0: float) -> float:
+    return round(time.perf_counter() - t0, 3)
+
+
+def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
+    """Work units from the sorted inputs: a file each, large uncompressed jsonl files cut into
+    parts of about run.ray_unit_bytes at line starts (tasks count the lines). Depends only on the
+    inputs and that size, never on the cluster."""
+    big = [k for k, f in enumerate(files)
+           if file_format(f.path) == ("jsonl", None) and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
+    parts = dict(zip(big, stages.run("plan", tasks_units.plan_file,
+                                     [(ctx, files[k]) for k in big]))) if big else {}
+    return [p for k, f in enumerate(files) for p in (parts[k]["parts"] if k in parts else [f])]
+
+
+def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
+    from dataprep.build import BuildError
+    units = stages.run("docs", tasks_units.docs_unit,
+                       [(ctx, Unit(i, f)) for i, f in enumerate(_plan(stages, ctx, files))])
+    for m in units:   # the first stop in input order, as the local build reports it
+        if "stop" in m:
+            file, line, reason, detail = m["stop"]
+            why = "(--strict)" if m["stop_kind"] == "strict" else "(reader error)"
+            raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
+    return units
+
+
+def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
+    from dataprep.build import BuildError, NoDatasetError
+    U, P = len(units), ctx.partitions
+    parts = [(ctx, p, U) for p in range(P)]
+    stages.run("ids", tasks_dedup.ids_reduce, parts)
+    edges = sum(m["edges"] for m in stages.run("exact", tasks_dedup.exact_reduce, parts)
+                + stages.run("cells", tasks_dedup.cells_reduce, parts))
+    label_files = _components(stages, ctx, edges)
+    stages.run("groups", tasks_units.group_unit,
+               [(ctx, u["unit"], u["chunks"], label_files) for u in units])
+    sig_dtype = next((u["sig_dtype"] for u in units if u.get("sig_dtype")), "")
+    stages.run("replay", tasks_dedup.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
+    settled = stages.run("settle", tasks_units.settle_unit,
+                         [(ctx, u["unit"], u["chunks"]) for u in units])
+    stages.run("duplicates", tasks_dedup.write_duplicates, [(ctx, U)])
+    result = DedupResult(chunk_rows=[c["rows"] for u in units for c in u["chunks"]])
+    result.docs_seen = sum(result.chunk_rows)
+    for s in settled:
+        result.kept_docs += s["kept_docs"]
+        result.kept_bytes += s["kept_bytes"]
+        result.train_bytes += s["train_bytes"]
+        for kind in ("exact", "near"):
+            getattr(result, kind)[0] += s[kind][0]
+            getattr(result, kind)[1] += s[kind][1]
+        result.duplicate_ids += s["duplicate_ids"]
+    if ctx.cfg.run.strict and result.duplicate_ids:
+        source, doc_id = result.duplicate_ids[0]
+        raise BuildError(f"{source}: doc_id {doc_id!r} appears twice (--strict)")
+    if result.kept_docs == 0:
+        raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
+                             f"read); see the filter thresholds in the config")
+    return result
+
+
+def _components(stages: Stages, ctx: Ctx, edges: int) -> list[str]:
+    """Label files of the connected components: one union-find task when the edges fit, else
+    min-label rounds until no label changes."""
+    if edges <= ctx.cfg.run.ray_union_find_edges:
+        stages.run("components", tasks_dedup.components, [(ctx,)])
+        return [str(ctx.ray_dir / "labels" / "all.parquet")]
+    paths = [str(p) for p in sorted(ctx.stage_dir("edges").glob("*.parquet"))]
+    stages.run("adjacency", tasks_labels.adjacency_map, [(ctx, i, paths) for i in range(len(paths))])
+    rnd = 0
+    while True:
+        sent = stages.run("labels", tasks_labels.label_round,
+                          [(ctx, rnd, p, len(paths)) for p in range(ctx.partitions)])
+        if not any(m["sent"] for m in sent):
+            return [str(p) for p in tasks_labels.final_labels(ctx, rnd)]
+        rnd += 1
+
+
+def _tokenizer_stage(stages: Stages, ctx: Ctx, units: list[dict], dedup: DedupResult) -> Path:
+    from dataprep.build import NoDatasetError, sample_fraction
+    from dataprep.tokenizer import TokenizerError, copy_tokenizer
+    work, cfg = ctx.work, ctx.cfg
+    model = work.staging / "tokenizer.model"
+    if cfg.tokenizer.model:
+        try:
+            copy_tokenizer(cfg.tokenizer.model, model)
+        except TokenizerError as e:
+            raise NoDatasetError(str(e)) from None
+        return model
+    if (work.root / "tokenizer.json").is_file():
+        return model
+    p = sample_fraction(cfg, dedup.train_bytes)
+    pieces = stages.run("sample", tasks_units.sample_unit,
+                        [(ctx, u["unit"], u["chunks"], p) for u in units])
+    stats = {"sample_docs": sum(m["sample_docs"] for m in pieces),
+             "sample_bytes": sum(m["sample_bytes"] for m in pieces), "fraction": p}
+    (r,) = stages.run("tokenizer", tasks_units.train_tokenizer_task, [(ctx, len(units), stats)])
+    if "error" in r:
+        raise NoDatasetError(r["error"])
+    return model
+
+
+def _write_stage(stages: Stages, ctx: Ctx, tokens: list[dict]):
+    """Shards by fixed sample ranges, provenance per split: (SplitInfo per split, tails, hist)."""
+    from dataprep import report as reporting
+    cfg = ctx.cfg
+    L = cfg.pack.seq_length + 1
+    cap = shard_capacity(cfg.shards.max_shard_bytes, cfg.pack.seq_length)
+    chunks = [c for u in tokens for c in u["chunks"]]
+    index = [c["index"] for c in chunks]
+    calls, tails, totals = [], {}, {}
+    for split in SPLITS:
+        counts = np.array([c["tokens"][split] for c in chunks], np.int64)
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        total = int(ends[-1]) if len(ends) else 0
+        n = total // L
+        tails[split], totals[split] = total - n * L, n
+        for shard, first in enumerate(range(0, n, cap)):
+            count = min(cap, n - first)
+            lo, hi = first * L, (first + count) * L
+            ks = range(int(np.searchsorted(ends, lo, "right")), int(np.searchsorted(starts, hi)))
+            spans = [(index[k], int(max(lo, starts[k]) - starts[k]), int(min(hi, ends[k]) - starts[k]))
+                     for k in ks if ends[k] > starts[k]]
+            calls.append((ctx, split, shard, first, count, spans))
+    written = stages.run("write", tasks_write.write_shard, calls)
+    prov = stages.run("provenance", tasks_write.write_provenance,
+                      [(ctx, split, index) for split in SPLITS])
+    splits = {}
+    for split in SPLITS:
+        shards = tuple(ShardInfo(**w["shard"]) for w in written if w["split"] == split)
+        splits[split] = SplitInfo(totals[split], totals[split] * L, shards)
+    bins = np.zeros(0, np.int64)
+    for m in prov:
+        b = np.asarray(m["length_bins"], np.int64)
+        bins = np.pad(bins, (0, max(0, len(b) - len(bins))))
+        bins[:len(b)] += b
+    return splits, tails, reporting.histogram_of_bins(bins)

@@ -1,0 +1,195 @@
+"""`dataprep build --engine ray` on one local Ray instance (started once for the module, bound to
+127.0.0.1): the same bytes as `--engine local` for several partition and chunk settings, a Ray worker
+killed mid-task, the driver killed and the command rerun, and bad input counted as locally."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 127.0.0.1 only
+
+import pytest  # noqa: E402
+import ray  # noqa: E402
+
+from dataprep.cli import main as dataprep_main  # noqa: E402
+from dataprep.ray_engine.faults import ENV as FAULT_ENV  # noqa: E402
+from dataprep_helpers import DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build  # noqa: E402
+
+DEMO_CONFIG = REPO / "configs" / "dataprep-demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ctx = ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1",
+                   include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ctx.address_info["gcs_address"]
+    ray.shutdown()
+
+
+def _demo_build(out, *extra) -> int:
+    return dataprep_main(["build", str(DEMO), "--out", str(out), "--config", str(DEMO_CONFIG),
+                          "--no-progress", *extra])
+
+
+@pytest.fixture(scope="module")
+def demo_local(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo-local") / "data"
+    assert _demo_build(out) == 0
+    return out
+
+
+def _report(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("partitions,chunk,union_find", [(1, "1MiB", True), (3, "64KiB", True),
+                                                      (8, "16KiB", False)])
+def test_demo_corpus_gives_the_local_bytes_for_any_partitioning(ray_address, demo_local, tmp_path,
+                                                                partitions, chunk, union_find):
+    out = tmp_path / "data"
+    edges = 10**9 if union_find else 0   # 0: components by min-label rounds
+    assert _demo_build(out, "--engine", "ray", "--set", f"run.ray_partitions={partitions}",
+                       "--set", f"run.chunk_bytes={chunk}",
+                       "--set", f"run.ray_union_find_edges={edges}") == 0
+    assert dataset_bytes(out) == dataset_bytes(demo_local)   # manifest, shards, .db, provenance, dups
+    rep, local = _report(out), _report(demo_local)
+    assert rep["stages"] == local["stages"] and rep["bad_records"] == local["bad_records"]
+    assert rep["token_length_histogram"] == local["token_length_histogram"]
+    assert rep["ray"]["partitions"] == partitions and rep["ray"]["cpus"] == 2
+    assert rep["ray"]["tasks"]["replay"] == partitions
+    if union_find:
+        assert rep["ray"]["tasks"]["components"] == 1 and "labels" not in rep["ray"]["tasks"]
+    else:   # several rounds of one task per partition
+        assert rep["ray"]["tasks"]["labels"] >= 2 * partitions and "components" not in rep["ray"]["tasks"]
+    assert rep["ray"]["tasks"]["docs"] == rep["stages"]["read"]["files"]   # one unit per file
+    assert rep["stages"]["dedup"]["near"]["docs"] > 0 and rep["stages"]["dedup"]["exact"]["docs"] > 0
+
+
+@pytest.mark.parametrize("stage", ["docs", "write"])
+def test_a_worker_killed_mid_task_is_retried_and_the_bytes_are_unchanged(ray_address, corpus,
+                                                                        reference, tmp_path,
+                                                                        monkeypatch, stage):
+    flag = tmp_path / "killed"
+    monkeypatch.setenv(FAULT_ENV, f"kill:{stage}:{flag}")
+    out = tmp_path / "data"
+    assert run_build([corpus], out, "--engine", "ray", "--set", "run.ray_partitions=2") == 0
+    assert flag.exists()   # a task really killed its own worker process (SIGKILL) mid-task
+    assert dataset_bytes(out) == dataset_bytes(reference)
+
+
+def _start_driver(corpus, out, address) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+            *TEST_SETTINGS, "--engine", "ray", "--ray-address", address,
+            "--set", "run.ray_partitions=3", "--set", "run.chunk_bytes=4KiB"]
+    return subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_driver_sigkilled_then_rerun_resumes_from_completed_stages(ray_address, corpus, reference,
+                                                                  tmp_path):
+    out = tmp_path / "data"
+    done = out / ".build" / "ray" / "done"
+    proc = _start_driver(corpus, out, ray_address)
+    deadline = time.monotonic() + 180
+    while not list(done.glob("groups-*.json")) if done.is_dir() else True:
+        if proc.poll() is not None:
+            pytest.fail(f"build ended before it could be killed: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("build made no progress")
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "manifest.json").exists()
+    units = len(list(done.glob("docs-*.json")))
+    assert units == 5   # every docs task had finished before the groups stage started
+
+    assert run_build([corpus], out, "--engine", "ray", "--ray-address", ray_address,
+                     "--set", "run.ray_partitions=3", "--set", "run.chunk_bytes=4KiB") == 0
+    assert dataset_bytes(out) == dataset_bytes(reference)
+    rep = _report(out)
+    assert rep["ray"]["tasks_reused"]["docs"] == units and rep["ray"]["tasks_reused"]["ids"] == 3
+    assert rep["ray"]["tasks_reused"]["tokenize"] == 0
+    assert rep["stages"] == _report(reference)["stages"]
+    assert not (out / ".build").exists()
+
+
+@pytest.fixture(scope="module")
+def messy(corpus, tmp_path_factory):
+    """Bad records of several kinds, a duplicated doc id, and an id reused inside one file."""
+    import gzip
+    root = tmp_path_factory.mktemp("messy-ray")
+    (root / "en.txt").write_text((corpus / "en.txt").read_text())
+    good = "Debian keeps a record of every file installed by each program, entry {n}."
+    lines = [json.dumps({"id": "good-1", "text": good.format(n=1)}).encode(),
+             b'{"id": "broken", "text": "no closing brace"',
+             json.dumps({"id": "no-text", "body": "x"}).encode(),
+             b'{"id": "latin1", "text": "caf\xe9"}',
+             json.dumps({"id": "good-1", "text": good.format(n=3)}).encode(),
+             json.dumps({"id": "good-2", "text": good.format(n=2)}).encode()]
+    (root / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (root / "b-empty.txt").write_bytes(b"")
+    whole = gzip.compress("".join(json.dumps({"id": f"gz-{i}", "text": good.format(n=100 + i)})
+                                  + "\n" for i in range(2000)).encode(), mtime=0)
+    (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    (root / "d.jsonl").write_text(json.dumps({"id": "good-2", "text": good.format(n=9)}) + "\n")
+    # a larger plain jsonl file, cut into several work units, with bad lines and doc ids by line
+    en = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 40][:300]
+    rows = [json.dumps({"text": p}).encode() if k % 37 else b'{"text": 1' for k, p in enumerate(en)]
+    (root / "e.jsonl").write_bytes(b"\n".join(rows) + b"\n\n" + rows[5] + b"\n")
+    return root
+
+
+@pytest.mark.slow
+def test_bad_input_is_counted_as_locally_and_strict_names_file_and_line(ray_address, messy,
+                                                                       tmp_path, capsys):
+    local, distributed = tmp_path / "local", tmp_path / "ray"
+    assert run_build([messy], local) == 0
+    assert run_build([messy], distributed, "--engine", "ray", "--set", "run.ray_partitions=3",
+                     "--set", "run.ray_unit_bytes=8KiB") == 0
+    rep, ref = _report(distributed), _report(local)
+    assert rep["ray"]["units"] > rep["stages"]["read"]["files"]   # e.jsonl was cut into parts
+    assert rep["bad_records"]["e.jsonl"]["invalid_json"][0] >= 2
+    assert rep["bad_records"] == ref["bad_records"]
+    assert rep["bad_records"]["a.jsonl"]["duplicate_doc_id"][0] == 1
+    assert rep["bad_records"]["d.jsonl"]["duplicate_doc_id"][0] == 1
+    assert rep["stages"] == ref["stages"] and rep["stages"]["read"]["bad_records"] >= 5
+    assert dataset_bytes(distributed) == dataset_bytes(local)
+    capsys.readouterr()
+
+    errors = []
+    for engine in ("local", "ray"):
+        assert run_build([messy], tmp_path / f"strict-{engine}", "--strict", "--engine", engine) == 1
+        errors.append(capsys.readouterr().err)
+    assert "a.jsonl:2: invalid_json" in errors[0] and errors[0] == errors[1]
+
+
+@pytest.mark.slow
+def test_without_an_address_the_build_starts_its_own_ray_on_loopback_only(corpus, reference,
+                                                                          tmp_path):
+    import psutil
+    out = tmp_path / "data"
+    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+            *TEST_SETTINGS, "--engine", "ray", "--set", "run.ray_cpus=1"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    listening = set()
+    while proc.poll() is None:   # every listening socket of the build's process tree, sampled
+        try:
+            tree = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.Error:
+            break
+        listening |= {c.laddr.ip for c in psutil.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN and c.pid in tree}
+        time.sleep(0.2)
+    assert proc.wait() == 0, proc.stderr.read()
+    assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+    assert dataset_bytes(out) == dataset_bytes(reference)
+    assert json.loads((out / "report.json").read_text())["ray"]["cpus"] == 1

@@ -1,0 +1,56 @@
+"""The Ray engine's work units: a large uncompressed jsonl file cut at line starts reads, part after
+part, exactly as the whole file does (documents, ids, bad records and their line numbers)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from dataprep.readers import InputFile, read_file, split_jsonl
+
+
+def _records(inp):
+    return [(type(r).__name__, *vars(r).values()) for r in read_file(inp)]
+
+
+@pytest.mark.parametrize("part_bytes", [1, 50, 333, 4096, 10**6])
+def test_parts_of_a_jsonl_file_read_as_the_whole_file(tmp_path, part_bytes):
+    rng = random.Random(part_bytes)
+    lines = []
+    for i in range(300):
+        kind = rng.random()
+        if kind < 0.05:
+            lines.append(b"")                                     # blank line: no record
+        elif kind < 0.1:
+            lines.append(b'{"text": "broken')                     # invalid json
+        elif kind < 0.13:
+            lines.append(b'{"text": "caf\xe9"}')                  # invalid utf-8
+        else:
+            doc = {"text": "word " * rng.randrange(1, 40) + "\u00e9" * rng.randrange(3)}
+            if rng.random() < 0.5:
+                doc["id"] = f"doc-{i}"
+            lines.append(json.dumps(doc, ensure_ascii=False).encode())
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\n".join(lines) + (b"\n" if part_bytes % 2 else b""))
+    whole = InputFile(path, "big.jsonl")
+    parts = split_jsonl(whole, part_bytes)
+    size = path.stat().st_size
+    if part_bytes >= size:
+        assert parts == [whole]
+        return
+    assert len(parts) > 1 and parts[0].start == 0 and parts[-1].end == size
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    data = path.read_bytes()
+    assert all(data[p.start - 1:p.start] == b"\n" for p in parts[1:])   # cut at line starts
+    assert [r for p in parts for r in _records(p)] == _records(whole)
+
+
+def test_compressed_and_small_files_are_one_unit(tmp_path):
+    small = tmp_path / "small.jsonl"
+    small.write_text('{"text": "x"}\n')
+    gz = tmp_path / "big.jsonl.gz"
+    gz.write_bytes(b"\0" * 1000)
+    for p in (small, gz):
+        inp = InputFile(p, p.name)
+        assert split_jsonl(inp, 10) == [inp]
