@@ -179,7 +179,7 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
     setup = WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                        cfg.pack.valid_fraction, cfg.pack.split_seed)
+                        cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
     try:
         return WorkerPool(cfg.run.workers, setup)
@@ -231,8 +231,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
                 why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
                 raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
             table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
-                                  columns=["doc_id", "source", "reason", "key", "sig",
-                                           "bytes_clean"])
+                                  columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
             try:
                 dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
@@ -368,7 +367,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for lib in ("mindspore", "numpy", "sentencepiece", "datasketch", "pyarrow"):
+    for lib in ("mindspore", "numpy", "sentencepiece", "py3langid", "pyarrow"):
         try:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:

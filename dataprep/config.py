@@ -18,8 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from dataprep.decontam import DecontamConfig
 from dataprep.dedup import DedupConfig
 from dataprep.filters import FilterConfig
+from dataprep.pii import PiiConfig
 from dataprep.shards import shard_capacity
 
 
@@ -71,6 +73,8 @@ class RunConfig:
 class BuildConfig:
     input: InputConfig = field(default_factory=InputConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
+    pii: PiiConfig = field(default_factory=PiiConfig)
+    decontam: DecontamConfig = field(default_factory=DecontamConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -148,13 +152,28 @@ def validate(cfg: BuildConfig) -> None:
                           f"header, pages and index; raise it")
     if cfg.tokenizer.model and not Path(cfg.tokenizer.model).is_file():
         raise ConfigError(f"tokenizer.model: {cfg.tokenizer.model} not found")
+    for f in cfg.decontam.files:
+        if not Path(f).is_file():
+            raise ConfigError(f"decontam.files: {f} not found")
+    if cfg.filters.quality.model and not Path(cfg.filters.quality.model).is_file():
+        raise ConfigError(f"filters.quality.model: {cfg.filters.quality.model} not found")
 
 
 def manifest_config(cfg: BuildConfig) -> dict:
     """The resolved config as the manifest records it: everything but the runtime-only `run`."""
     d = dataclasses.asdict(cfg)
     d.pop("run")
+    # files that change the output are recorded by content, like the inputs
+    d["decontam"]["files"] = [{"file": Path(f).name, "sha256": _sha256(f)} for f in cfg.decontam.files]
+    if cfg.filters.quality.model:
+        d["filters"]["quality"]["model"] = "sha256:" + _sha256(cfg.filters.quality.model)
     return _jsonable(d)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _parse_set(item: str) -> tuple[str, object]:

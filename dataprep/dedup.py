@@ -27,7 +27,6 @@ the larger set built by `neardup_eval.py build --full`: precision 0.973, recall 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import io
 import json
 import os
@@ -95,9 +94,7 @@ def describe(cfg: DedupConfig) -> dict:
             "densification": "rotation: an empty bin takes the next non-empty bin to its right",
             "band_layout": "band b = bins b, b + bands, b + 2 * bands, ...",
             "verification": "signature-estimated Jaccard >= threshold",
-            "index_bits": 16,
-            # without importing datasketch (half a second: it pulls in scipy) in every process
-            "datasketch_version": importlib.metadata.version("datasketch")}
+            "index_bits": 16}
 
 
 # ------------------------------------------------------------------------------------ hashing

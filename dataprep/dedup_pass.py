@@ -7,8 +7,11 @@ For each document that passed the quality filters, in input order:
   3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`;
   4. otherwise kept, and indexed for the documents after it.
 The first document in input order is always the one kept. Every dropped document becomes one row of
-dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). The result (keep mask per chunk and
-counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
+dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). Every document read becomes one
+row of documents/attributes.parquet (input order): its language and score, quality score, PII
+matches, matched evaluation items and its fate (kept, the filter that dropped it, exact or near),
+so that a user can join it with provenance on doc_id and re-filter. The result (keep mask per chunk
+and counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ from dataprep.stages import split_of
 from dataprep.workdir import atomic_write_json, tmp_path
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
+ATTRIBUTES_FILE = "documents/attributes.parquet"
+ATTRIBUTES_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()),
+                               ("language", pa.string()), ("language_score", pa.float64()),
+                               ("quality", pa.float64()), ("pii", pa.int32()),
+                               ("decontam", pa.string()), ("fate", pa.string())])
 DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.string()),
                                ("kind", pa.string()), ("similarity", pa.float64())])
 
@@ -74,6 +82,10 @@ class DedupResult:
 
 
 class DedupPass:
+    # the stage-1 columns `consume` reads
+    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
+               "language_score", "quality", "pii", "decontam"]
+
     def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool):
         self.near = NearDedup(cfg)
         self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
@@ -82,6 +94,7 @@ class DedupPass:
         self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
         self.result = DedupResult()
         self.masks: list[np.ndarray] = []
+        self.attributes: list[pa.Table] = []   # one small table per chunk
 
     def consume(self, table: pa.Table, sig_dtype: np.dtype) -> None:
         """One chunk of stage-1 output, in input order.
@@ -120,6 +133,10 @@ class DedupPass:
                     self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
+        fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
+        for i, _, _, kind, _, _ in drops:
+            fate[i] = kind
+        self._attributes(table, fate)
         for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
             counts = self.result.exact if kind == "exact" else self.result.near
             counts[0] += 1
@@ -129,6 +146,11 @@ class DedupPass:
         self.result.docs_seen += table.num_rows
         self.result.chunk_rows.append(table.num_rows)
         self.masks.append(keep)
+
+    def _attributes(self, table: pa.Table, fate: list[str]) -> None:
+        cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
+        cols["fate"] = pa.array(fate, pa.string())
+        self.attributes.append(pa.table(cols, schema=ATTRIBUTES_SCHEMA))
 
     def _new_id(self, doc_id: str, source: str) -> bool:
         if doc_id not in self.seen_ids:
@@ -157,4 +179,11 @@ class DedupPass:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = tmp_path(path)
         pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
+        tmp.replace(path)
+        path = staging / ATTRIBUTES_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_path(path)
+        table = (pa.concat_tables(self.attributes) if self.attributes
+                 else ATTRIBUTES_SCHEMA.empty_table())
+        pq.write_table(table, tmp, compression="zstd")
         tmp.replace(path)

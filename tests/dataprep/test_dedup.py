@@ -55,7 +55,9 @@ def test_describe_records_the_scheme():
     d = describe(DedupConfig())
     assert json.loads(json.dumps(d)) == d
     assert d["scheme"] == "oph-rot-v1" and (d["bands"], d["rows"]) == lsh_params(0.8, 256)
-    assert d["datasketch_version"] == datasketch.__version__ and d["shingle"] == "char5"
+    assert d["shingle"] == "char5"
+    # no library version: the scheme is ours, so the fingerprint changes only with the output bytes
+    assert not any("version" in k for k in d)
 
 
 def test_bad_config_names_the_field():
