@@ -66,11 +66,15 @@ class QualityModel:
         if not data.startswith(MAGIC):
             raise QualityModelError(f"filters.quality.model: {path} is not a model written by "
                                     f"`dataprep quality train`")
-        header_end = data.index(b"\n", len(MAGIC))
-        h = json.loads(data[len(MAGIC):header_end])
-        weights = np.frombuffer(data[header_end + 1:], "<f4")
-        if len(weights) != 1 << h["dim_bits"]:
+        try:
+            header_end = data.index(b"\n", len(MAGIC))
+            h = json.loads(data[len(MAGIC):header_end])
+            dim = 1 << int(h["dim_bits"])
+        except (ValueError, KeyError, TypeError):
+            raise QualityModelError(f"filters.quality.model: {path}: damaged header") from None
+        if len(data) - header_end - 1 != 4 * dim:
             raise QualityModelError(f"filters.quality.model: {path} is truncated")
+        weights = np.frombuffer(data[header_end + 1:], "<f4")
         return cls(weights, float(h["bias"]), tuple(h["orders"]), int(h["dim_bits"]),
                    int(h["max_chars"]))
 
@@ -94,7 +98,7 @@ def ngram_buckets(text: str, orders: tuple[int, ...], dim_bits: int, max_chars: 
 
 
 def train(positive: list[str], negative: list[str], orders: tuple[int, ...] = (2, 4),
-          dim_bits: int = 18, max_chars: int = 20000, steps: int = 300, lr: float = 0.05,
+          dim_bits: int = 18, max_chars: int = 20000, steps: int = 150, lr: float = 0.05,
           l2: float = 1e-6) -> QualityModel:
     """Fit the classifier: positive documents score towards 1, negative ones towards 0."""
     if not positive or not negative:
