@@ -4,7 +4,9 @@ For each document that passed the quality filters, in input order:
   1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be
      unique for provenance to mean anything;
   2. an exact key (hash of the normalised text) seen before: dropped as `exact` (similarity 1.0);
-  3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`;
+  3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`; a pair whose
+     estimate is near the threshold is settled by the exact Jaccard similarity of the two texts,
+     read back from the stage-1 chunk files;
   4. otherwise kept, and indexed for the documents after it.
 The first document in input order is always the one kept. Every dropped document becomes one row of
 dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). Every document read becomes one
@@ -86,8 +88,14 @@ class DedupPass:
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
                "language_score", "quality", "pii", "decontam"]
 
-    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool):
-        self.near = NearDedup(cfg)
+    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool,
+                 docs_dir: Path | None = None):
+        """`docs_dir`: the stage-1 chunk files, whose texts verify near-threshold pairs exactly
+        (without it, the signature estimate decides alone)."""
+        self.docs_dir = docs_dir
+        self.near = NearDedup(cfg, text_of=self._kept_text if docs_dir is not None else None)
+        self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
+        self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
         self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
         self.seen_ids: set[str] = set()
         self.exact_keys: dict[bytes, str] = {}
@@ -121,9 +129,12 @@ class DedupPass:
             else:
                 first_row[key] = i
             near_rows.append(i)
+        chunk = len(self.masks)
         if near_rows:
             sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
-            hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs)
+            text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]])
+                    if self.docs_dir is not None else None)
+            hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs, text)
             for i, hit in zip(near_rows, hits):
                 j = same_as.get(i)
                 if j is not None and keep[j]:
@@ -131,6 +142,8 @@ class DedupPass:
                 elif hit is None:
                     keep[i] = True
                     self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
+                    if self.docs_dir is not None:
+                        self.kept_at[c["doc_id"][i]] = (chunk, i)
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
         fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
@@ -146,6 +159,19 @@ class DedupPass:
         self.result.docs_seen += table.num_rows
         self.result.chunk_rows.append(table.num_rows)
         self.masks.append(keep)
+
+    def _chunk_texts(self, chunk: int) -> list:
+        """The texts of a stage-1 chunk (the last few read are kept)."""
+        if chunk not in self._texts:
+            if len(self._texts) >= 4:
+                self._texts.pop(next(iter(self._texts)))
+            path = Path(self.docs_dir) / f"{chunk:05d}.parquet"
+            self._texts[chunk] = pq.read_table(path, columns=["text"]).column("text").to_pylist()
+        return self._texts[chunk]
+
+    def _kept_text(self, doc_id: str) -> str:
+        chunk, row = self.kept_at[doc_id]
+        return self._chunk_texts(chunk)[row]
 
     def _attributes(self, table: pa.Table, fate: list[str]) -> None:
         cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}

@@ -96,3 +96,40 @@ def test_a_missing_evaluation_file_is_a_config_error(corpus, tmp_path, capsys):
     root, _, _ = corpus
     assert run_build([root], tmp_path / "data", "--decontaminate", str(tmp_path / "nope.jsonl")) == 1
     assert "decontam.files" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_all_stages_on_same_bytes_for_any_workers_and_after_sigkill(corpus, tmp_path):
+    """Language filter, PII, decontamination (cut): --workers 1, --workers 3, and a --workers 1
+    build killed with SIGKILL in stage 1 and rerun all write the same bytes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dataprep_helpers import REPO, TEST_SETTINGS, dataset_bytes
+    root, evals, _ = corpus
+    stages = ["--decontaminate", str(evals), "--set", "decontam.action=cut",
+              "--set", "filters.languages=[zh, en]", "--set", "run.chunk_bytes=4KiB"]
+    assert run_build([root], tmp_path / "w1", "--workers", "1", *stages) == 0
+    assert run_build([root], tmp_path / "w3", "--workers", "3", *stages) == 0
+    assert dataset_bytes(tmp_path / "w1") == dataset_bytes(tmp_path / "w3")
+
+    out = tmp_path / "killed"
+    argv = [sys.executable, "-m", "dataprep", "build", str(root), "--out", str(out),
+            *TEST_SETTINGS, "--workers", "1", *stages]
+    proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = out / ".build" / "docs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if markers.is_dir() and len(list(markers.glob("[0-9]*.json"))) >= 2:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the build ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "manifest.json").exists()
+    assert subprocess.run(argv, cwd=REPO, capture_output=True).returncode == 0
+    assert dataset_bytes(out) == dataset_bytes(tmp_path / "w1")
