@@ -368,7 +368,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for lib in ("mindspore", "numpy", "sentencepiece", "py3langid", "pyarrow"):
+    for lib in ("mindspore", "numpy", "sentencepiece", "pycld2", "pyarrow"):
         try:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:

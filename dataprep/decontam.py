@@ -7,7 +7,7 @@ every evaluation item goes into the index (an item shorter than that is one n-gr
 units). A document matches an item when it contains one of the item's n-grams.
 
 Matching is vectorised: document units become ids of the evaluation vocabulary (-1 for a unit no
-item has), the windows are hashed with a polynomial hash in numpy and looked up with np.isin, and
+item has), the windows are hashed with a polynomial hash in numpy and looked up by binary search, and
 only hits are compared exactly. `action: cut` removes the span from the first to the last unit of
 each matched run of windows and keeps the rest; `drop` removes the whole document.
 """
@@ -57,6 +57,12 @@ def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
+def _hits(h: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """h in table (sorted, distinct), by binary search: no re-sorting of the table per document."""
+    pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
+    return table[pos] == h
+
+
 class EvalIndex:
     """The n-grams of a set of evaluation items."""
 
@@ -77,9 +83,16 @@ class EvalIndex:
         self.grams, self.lengths = grams, set(hashes)
         self.hashes = {n: np.unique(np.concatenate(h)) for n, h in hashes.items()}
 
+    def _may_match(self, text: str) -> bool:
+        """A fast scan (no match objects, lower-cased once): False when no window can match."""
+        get = self.vocab.get
+        ids = np.array([get(u, -1) for u in _UNIT.findall(text.lower())], np.int64)
+        return any(len(ids) >= n and _hits(_window_hashes(ids, n), self.hashes[n]).any()
+                   for n in self.lengths)
+
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
-        if not self.grams:
+        if not self.grams or not self._may_match(text):
             return [], []
         matches = list(_UNIT.finditer(text))
         if not matches:
@@ -93,7 +106,7 @@ class EvalIndex:
             if len(ids) < n:
                 continue
             h = _window_hashes(ids, n)
-            for s in np.flatnonzero(np.isin(h, self.hashes[n])).tolist():
+            for s in np.flatnonzero(_hits(h, self.hashes[n])).tolist():
                 item = self.grams.get(tuple(ids[s:s + n].tolist()))
                 if item is not None:     # not a hash collision
                     items.add(item)
