@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.filters import FILTER_NAMES
+from dataprep.stages import STAGE_REASONS
 from dataprep.workdir import atomic_write_bytes, atomic_write_json
 
 
@@ -32,7 +33,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
     docs = sorted(work.done_chunks(work.docs).values(), key=lambda m: m["index"])
     toks = sorted(work.done_chunks(work.tokens).values(), key=lambda m: m["index"])
     total = lambda key: sum(m[key] for m in docs)          # noqa: E731
-    filters: dict = {name: {"docs": 0, "bytes": 0} for name in FILTER_NAMES}   # check order
+    filters: dict = {name: {"docs": 0, "bytes": 0}                             # check order
+                     for name in FILTER_NAMES + STAGE_REASONS}
     for m in docs:
         for name, (n, b) in m["filters"].items():
             f = filters.setdefault(name, {"docs": 0, "bytes": 0})
