@@ -110,7 +110,7 @@ def minhash_choice(texts: list[str]) -> None:
     except ImportError:
         print("minhash datasketch: not installed (it is a test extra)")
         return
-    from dataprep.dedup import shingle_set
+    from neardup_eval import shingle_set
     t0 = time.process_time()
     sets = [[s.encode("utf-8", "surrogatepass") for s in shingle_set(t, 5)] for t in texts]
     datasketch.MinHash.bulk(sets, num_perm=cfg.num_perm)

@@ -33,10 +33,7 @@ signatures would not match these anyway): nothing in it depends on a library ver
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -141,14 +138,6 @@ def shingle_text(text: str) -> str:
     return text.lower().replace("\n", " ")
 
 
-def shingle_set(text: str, order: int) -> set[str]:
-    """The shingles of `text` as strings: the reference definition the signatures hash."""
-    s = shingle_text(text)
-    if len(s) < order:
-        return {s.ljust(order, "\0")}
-    return {s[i:i + order] for i in range(len(s) - order + 1)}
-
-
 def signatures(texts: list[str], cfg: DedupConfig) -> np.ndarray:
     """[len(texts), num_perm] uint32 signatures; pure: the same text always gives the same row.
 
@@ -240,7 +229,8 @@ def _densify(sig: np.ndarray, filled: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def shingle_hashes(text: str, order: int, seed: int) -> np.ndarray:
-    """The sorted distinct 64-bit hashes of the shingles of `text` (as `shingle_set`): two texts'
+    """The sorted distinct 64-bit hashes of the shingles of `text` (every window of `order` characters of `shingle_text`; a shorter
+    text is one window, padded with NULs): two texts'
     exact Jaccard similarity, up to a 64-bit collision (probability ~ shingles**2 / 2**64)."""
     s = shingle_text(text)
     if len(s) < order:
@@ -261,11 +251,6 @@ def exact_jaccard(a: str, b: str, cfg: DedupConfig) -> float:
     ha, hb = shingle_hashes(a, order, cfg.seed), shingle_hashes(b, order, cfg.seed)
     inter = len(np.intersect1d(ha, hb, assume_unique=True))
     return inter / (len(ha) + len(hb) - inter)
-
-
-def estimate(a: np.ndarray, b: np.ndarray) -> float:
-    """Signature-estimated Jaccard similarity."""
-    return float(np.count_nonzero(a == b)) / a.shape[-1]
 
 
 # ------------------------------------------------------------------------------------ index
@@ -536,36 +521,3 @@ class NearDedup:
     def nbytes(self) -> int:
         """Memory held by the signatures and band tables (keys not counted)."""
         return self._sigs.nbytes + self._table.nbytes()
-
-    # -------------------------------------------------------------------------------- state
-
-    def state(self) -> bytes:
-        """Serialised kept keys and signatures (the band tables are rebuilt on load)."""
-        buf = io.BytesIO()
-        meta = json.dumps({"dedup": describe(self.cfg), "keys": self._keys}).encode()
-        np.savez(buf, meta=np.frombuffer(meta, dtype=np.uint8), sigs=self._sigs[:len(self._keys)])
-        return buf.getvalue()
-
-    @classmethod
-    def from_state(cls, cfg: DedupConfig, data: bytes) -> "NearDedup":
-        with np.load(io.BytesIO(data)) as z:
-            meta = json.loads(z["meta"].tobytes())
-            sigs = z["sigs"]
-        if meta["dedup"] != describe(cfg):
-            raise ValueError(f"near-dedup state was made with {meta['dedup']}, not {describe(cfg)}")
-        nd = cls(cfg)
-        if meta["keys"]:
-            nd._index_many(meta["keys"], sigs, nd.band_hashes(sigs))
-        return nd
-
-    def save(self, path) -> None:
-        """Write the state atomically (to a temporary file, then renamed)."""
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.state())
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, cfg: DedupConfig, path) -> "NearDedup":
-        with open(path, "rb") as f:
-            return cls.from_state(cfg, f.read())

@@ -8,7 +8,7 @@ plus copies of some of these with small random edits (word or character substitu
 insertions and dropped lines) at rates that put their similarity on both sides of the threshold.
 
 Labels are computed, not stored: a pair is a near duplicate when the exact Jaccard similarity of the
-two shingle sets (dataprep.dedup.shingle_set of the normalised texts) reaches the threshold.
+two shingle sets (neardup_eval.shingle_set of the normalised texts) reaches the threshold.
 
     python tests/dataprep/neardup_eval.py build OUT.jsonl.zst [--full]   # (re)build the set
     python tests/dataprep/neardup_eval.py eval  SET.jsonl.zst            # precision/recall per
@@ -26,7 +26,9 @@ from pathlib import Path
 import zstandard
 
 from dataprep.clean import normalize
-from dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_set, signatures
+import numpy as np
+
+from dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
 
 SHARE = Path("/usr/share")
 
@@ -143,6 +145,19 @@ def load(path: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------ evaluation
+
+def shingle_set(text: str, order: int) -> set[str]:
+    """The shingles of `text` as strings: the reference definition the signatures hash."""
+    s = shingle_text(text)
+    if len(s) < order:
+        return {s.ljust(order, "\0")}
+    return {s[i:i + order] for i in range(len(s) - order + 1)}
+
+
+def estimate(a: np.ndarray, b: np.ndarray) -> float:
+    """Signature-estimated Jaccard similarity: the fraction of equal entries."""
+    return float(np.count_nonzero(a == b)) / a.shape[-1]
+
 
 def true_pairs(texts: list[str], cfg: DedupConfig) -> set[tuple[int, int]]:
     """Pairs (i < j) whose exact shingle-set Jaccard similarity reaches cfg.threshold."""

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from dataprep.clean import normalize
-from dataprep.dedup import (DedupConfig, NearDedup, describe, estimate, exact_key, lsh_params,
-                            shingle_set, signatures)
-from neardup_eval import edited, evaluate, load
+from dataprep.dedup import (DedupConfig, NearDedup, describe, exact_jaccard, exact_key,
+                            lsh_params, signatures)
+from neardup_eval import edited, estimate, evaluate, load, shingle_set
 
 DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
 
@@ -169,19 +169,14 @@ def test_add_many_equals_add_one_by_one(texts):
         assert got == expected
 
 
-def test_state_round_trip_resumes_identically(tmp_path, texts):
+def test_exact_jaccard_equals_the_shingle_set_definition(texts):
     cfg = DedupConfig()
-    sigs = signatures(texts, cfg)
-    keys = [f"k{i}" for i in range(len(texts))]
-    straight = NearDedup(cfg).add_many(keys, sigs)
-    first = NearDedup(cfg)
-    head = first.add_many(keys[:150], sigs[:150])
-    first.save(tmp_path / "nd.state")
-    resumed = NearDedup.load(cfg, tmp_path / "nd.state")
-    assert len(resumed) == len(first)
-    assert head + resumed.add_many(keys[150:], sigs[150:]) == straight
-    with pytest.raises(ValueError, match="near-dedup state was made with"):
-        NearDedup.load(DedupConfig(threshold=0.7), tmp_path / "nd.state")
+    rng = random.Random(11)
+    for _ in range(20):
+        a, b = rng.choice(texts), rng.choice(texts)
+        b = edited(a, rng.uniform(0, 0.2), rng) if rng.random() < 0.7 else b
+        assert exact_jaccard(a, b, cfg) == pytest.approx(_jaccard(a, b), abs=1e-12)
+    assert exact_jaccard("abc", "abc", cfg) == 1.0
 
 
 def test_signature_shape_is_checked():
