@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-PREFIX_CHARS = 4096
+PREFIX_CHARS = 2048
 UNKNOWN = "und"
 # what CLD2 refuses as input (it wants valid UTF-8 without C0 controls other than whitespace)
 _REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
