@@ -74,6 +74,10 @@ class FilterConfig:
         if self.min_chars < 0 or self.max_chars < self.min_chars:
             raise ValueError(f"FilterConfig: need 0 <= min_chars <= max_chars, "
                              f"got {self.min_chars}, {self.max_chars}")
+        bad = [c for c in self.languages if not re.fullmatch(r"[a-z]{2,3}", str(c))]
+        if bad:
+            raise ValueError(f"FilterConfig.languages: {bad[0]!r} is not an ISO 639-1 code such as "
+                             f"'zh' or 'en' (Traditional and Simplified Chinese are both 'zh')")
         if not 0.0 <= self.min_language_score <= 1.0:
             raise ValueError(f"FilterConfig.min_language_score must be in [0, 1], "
                              f"got {self.min_language_score}")

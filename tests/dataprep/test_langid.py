@@ -62,6 +62,9 @@ def test_reasons():
     assert language_reason("de", 0.99, (), 0.0) is None
     with pytest.raises(ConfigError, match="min_language_score"):
         load_build_config(sets=["filters.min_language_score=2"])
+    with pytest.raises(ConfigError, match="'zh-CN' is not an ISO 639-1 code"):
+        load_build_config(sets=["filters.languages=[zh-CN, en]"])
+    assert load_build_config(sets=["filters.languages=[zh, en]"]).filters.languages == ("zh", "en")
 
 
 def test_the_build_keeps_chinese_and_english_and_reports_every_language(tmp_path):
