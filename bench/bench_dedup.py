@@ -7,8 +7,9 @@ document per file (--unit paragraph: per paragraph) with dataprep.readers, and p
 in this one process: read, normalize, quality filters, exact key, signatures, NearDedup.add_many.
 As a reference measured in the same run it trains a small sentencepiece model on a sample and encodes
 the same text with one thread, and prints the ratio of (stages + encoding) to encoding alone.
---quality prints precision/recall on the committed labelled set; --quality-full on the larger one
-built from this machine (tests/dataprep/neardup_eval.py, a few minutes).
+--quality prints precision/recall (overall and per language, at 0.8 and 0.9, with and without the
+exact verification of pairs near the threshold) on the committed labelled set; --quality-full on
+the larger one built from this machine (tests/dataprep/neardup_eval.py, a few minutes).
 """
 from __future__ import annotations
 
@@ -97,9 +98,10 @@ def quality(full: bool) -> None:
         docs = neardup_eval.build(full=True)
     else:
         docs = neardup_eval.load(ROOT / "tests" / "dataprep" / "data" / "neardup.jsonl.zst")
-    for num_perm in (128, 256):
-        result = neardup_eval.evaluate(docs, DedupConfig(num_perm=num_perm))
-        print(f"num_perm={num_perm}: {result}")
+    for threshold in (0.8, 0.9):
+        for verify in (False, True):
+            result = neardup_eval.evaluate(docs, DedupConfig(threshold=threshold), verify)
+            print(f"threshold={threshold} exact verification={verify}: {result}")
 
 
 def main() -> None:

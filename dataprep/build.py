@@ -206,7 +206,7 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 def worker_setup(cfg: BuildConfig, work: WorkDir) -> WorkerSetup:
     """What every process running the chunk functions (stages.py) needs; both engines use it."""
     return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                       cfg.pack.valid_fraction, cfg.pack.split_seed)
+                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam)
 
 
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
@@ -244,7 +244,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
                         cfg.run.chunk_bytes, cfg.run.strict)
-    dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict)
+    dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict,
+                      work.docs)
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
                disable=not cfg.run.progress)
     settled: deque = deque()   # (chunk, keep mask): deduplicated, not yet tokenized
@@ -262,8 +263,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
                 why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
                 raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
             table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
-                                  columns=["doc_id", "source", "reason", "key", "sig",
-                                           "bytes_clean"])
+                                  columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
             try:
                 dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
@@ -415,7 +415,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for lib in ("mindspore", "numpy", "sentencepiece", "datasketch", "pyarrow"):
+    for lib in ("mindspore", "numpy", "sentencepiece", "pycld2", "pyarrow"):
         try:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--valid-fraction", type=float, help="pack.valid_fraction")
     b.add_argument("--strict", action="store_true", default=None,
                    help="fail on the first bad record (run.strict)")
+    b.add_argument("--decontaminate", action="append", default=[], metavar="FILE",
+                   help="evaluation set (JSON lines with text) to remove from the corpus; adds to "
+                   "decontam.files (repeatable)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--engine", choices=("local", "ray"), help="run.engine: worker processes on "
                    "this machine, or Ray core tasks on a cluster (docs/scale-out.md)")
@@ -59,6 +62,16 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--sample", type=int, default=0, metavar="I")
     i.add_argument("--split", default="train")
     i.set_defaults(func=_inspect)
+
+    q = sub.add_parser("quality", help="the document quality classifier")
+    qsub = q.add_subparsers(dest="quality_command", required=True)
+    qt = qsub.add_parser("train", help="train a classifier from good and bad example documents")
+    qt.add_argument("--positive", required=True, metavar="FILE",
+                    help="good documents: JSON lines with text, or plain text (blank-line paragraphs)")
+    qt.add_argument("--negative", required=True, metavar="FILE", help="bad documents, same formats")
+    qt.add_argument("--out", required=True, metavar="MODEL")
+    qt.add_argument("--text-field", default="text")
+    qt.set_defaults(func=_quality_train)
 
     v = sub.add_parser("verify", help="check a dataset against its manifest")
     v.add_argument("dir", metavar="DIR")
@@ -82,6 +95,9 @@ def _build(args) -> int:
     if args.no_progress:
         overrides["run.progress"] = False
     cfg = load_build_config(args.config, overrides, args.set)
+    if args.decontaminate:
+        cfg = load_build_config(args.config, {**overrides, "decontam.files": [
+            *cfg.decontam.files, *args.decontaminate]}, args.set)
     try:
         result = build(args.inputs, args.out, cfg)
     except BuildError as e:
@@ -92,6 +108,23 @@ def _build(args) -> int:
               f"{result.manifest.fingerprint[:16]}); nothing to do")
     else:
         print(summary(result.report))
+    return 0
+
+
+def _quality_train(args) -> int:
+    from dataprep.quality import QualityModelError, read_texts, train
+    try:
+        pos = read_texts(args.positive, args.text_field)
+        neg = read_texts(args.negative, args.text_field)
+        model = train(pos, neg)
+    except (QualityModelError, ValueError) as e:
+        print(f"dataprep quality train: error: {e}", file=sys.stderr)
+        return 1
+    model.save(args.out)
+    scores = [model.score(t) for t in pos + neg]
+    right = sum(s >= 0.5 for s in scores[:len(pos)]) + sum(s < 0.5 for s in scores[len(pos):])
+    print(f"{args.out}: trained on {len(pos)} positive and {len(neg)} negative documents; "
+          f"training accuracy {right / len(scores):.3f}")
     return 0
 
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataprep.decontam import DecontamConfig
 from dataprep.dedup import DedupConfig
 from dataprep.filters import FilterConfig
+from dataprep.pii import PiiConfig
 from dataprep.shards import shard_capacity
+from loader.manifest import sha256_file
 from mspretrain.config import ConfigError, Size, as_dict, load
 
 
@@ -67,6 +70,8 @@ class RunConfig:
 class BuildConfig:
     input: InputConfig = field(default_factory=InputConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
+    pii: PiiConfig = field(default_factory=PiiConfig)
+    decontam: DecontamConfig = field(default_factory=DecontamConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -106,12 +111,21 @@ def validate(cfg: BuildConfig) -> None:
                           f"header, pages and index; raise it")
     if cfg.tokenizer.model and not Path(cfg.tokenizer.model).is_file():
         raise ConfigError(f"tokenizer.model: {cfg.tokenizer.model} not found")
+    for f in cfg.decontam.files:
+        if not Path(f).is_file():
+            raise ConfigError(f"decontam.files: {f} not found")
+    if cfg.filters.quality.model and not Path(cfg.filters.quality.model).is_file():
+        raise ConfigError(f"filters.quality.model: {cfg.filters.quality.model} not found")
 
 
 def manifest_config(cfg: BuildConfig) -> dict:
     """The resolved config as the manifest records it: everything but the runtime-only `run`."""
     d = as_dict(cfg)
     d.pop("run")
+    # files that change the output are recorded by content, like the inputs
+    d["decontam"]["files"] = [{"file": Path(f).name, "sha256": sha256_file(f)} for f in cfg.decontam.files]
+    if cfg.filters.quality.model:
+        d["filters"]["quality"]["model"] = "sha256:" + sha256_file(cfg.filters.quality.model)
     return d
 
 

@@ -19,30 +19,35 @@ signature costs O(shingles + num_perm) rather than the O(shingles * num_perm) of
 
 NearDedup indexes kept documents by LSH bands (`lsh_params` picks bands x rows so that a pair at the
 threshold becomes a candidate with probability >= 0.995; band b takes the strided bins b, b + bands,
-...) and accepts a candidate only when the signature-estimated similarity reaches the threshold:
-precision comes from the verification, recall from the generous banding. Measured on the labelled
-set in tests/dataprep/data at threshold 0.8: precision 0.967, recall 0.975 (272 documents); on
-the larger set built by `neardup_eval.py build --full`: precision 0.973, recall 0.946.
+...) and verifies every candidate: an estimate (fraction of equal signature entries) more than
+_VERIFY_SIGMAS standard deviations from the threshold decides alone; a pair in between is settled
+by the exact Jaccard similarity of the two texts (`exact_jaccard`, when the index is given
+`text_of`, as a build's is). The estimate alone puts pairs near the threshold on the wrong side
+(on the labelled set in tests/dataprep/data at 0.8: precision 0.967, recall 0.975); with the exact
+verification both are 1.0 there, in English and Chinese, at 0.8 and 0.9
+(`neardup_eval.py eval`).
+
+The scheme is ours (not datasketch's, whose `MinHash` hashes every shingle num_perm times, and whose
+signatures would not match these anyway): nothing in it depends on a library version.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import io
-import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 
-from mspretrain.files import atomic_write_bytes
 
 SCHEME = "oph-rot-v1"        # bump whenever anything that changes signatures changes
 _MASK64 = (1 << 64) - 1
 _BLOCK_CHARS = 1 << 16       # shingles are hashed in blocks of about this many characters
 _CANDIDATE_RECALL = 0.995    # P(candidate) wanted for a pair right at the threshold
 _WIDTH = 16                  # slots per bucket of a band table
+_VERIFY_SIGMAS = 4.5         # estimates this many standard deviations from the threshold are trusted
 
 
 def exact_key(text: str) -> bytes:
@@ -96,9 +101,7 @@ def describe(cfg: DedupConfig) -> dict:
             "densification": "rotation: an empty bin takes the next non-empty bin to its right",
             "band_layout": "band b = bins b, b + bands, b + 2 * bands, ...",
             "verification": "signature-estimated Jaccard >= threshold",
-            "index_bits": 16,
-            # without importing datasketch (half a second: it pulls in scipy) in every process
-            "datasketch_version": importlib.metadata.version("datasketch")}
+            "index_bits": 16}
 
 
 # ------------------------------------------------------------------------------------ hashing
@@ -134,14 +137,6 @@ def shingle_text(text: str) -> str:
     the same shingles.
     """
     return text.lower().replace("\n", " ")
-
-
-def shingle_set(text: str, order: int) -> set[str]:
-    """The shingles of `text` as strings: the reference definition the signatures hash."""
-    s = shingle_text(text)
-    if len(s) < order:
-        return {s.ljust(order, "\0")}
-    return {s[i:i + order] for i in range(len(s) - order + 1)}
 
 
 def signatures(texts: list[str], cfg: DedupConfig) -> np.ndarray:
@@ -233,9 +228,30 @@ def _densify(sig: np.ndarray, filled: np.ndarray) -> np.ndarray:
     return out
 
 
-def estimate(a: np.ndarray, b: np.ndarray) -> float:
-    """Signature-estimated Jaccard similarity."""
-    return float(np.count_nonzero(a == b)) / a.shape[-1]
+@lru_cache(maxsize=64)
+def shingle_hashes(text: str, order: int, seed: int) -> np.ndarray:
+    """The sorted distinct 64-bit hashes of the shingles of `text` (every window of `order` characters of `shingle_text`; a shorter
+    text is one window, padded with NULs): two texts'
+    exact Jaccard similarity, up to a 64-bit collision (probability ~ shingles**2 / 2**64)."""
+    s = shingle_text(text)
+    if len(s) < order:
+        s = s.ljust(order, "\0")
+    mults, salt = _constants(seed, order)
+    cps = np.frombuffer(s.encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.uint64)
+    n = len(cps) - order + 1
+    h = cps[:n] * mults[0]
+    for j in range(1, order):
+        h += cps[j:j + n] * mults[j]
+    h ^= salt
+    return np.unique(_fmix64(h))
+
+
+def exact_jaccard(a: str, b: str, cfg: DedupConfig) -> float:
+    """Jaccard similarity of the shingle sets of two texts."""
+    order = shingle_order(cfg.shingle)
+    ha, hb = shingle_hashes(a, order, cfg.seed), shingle_hashes(b, order, cfg.seed)
+    inter = len(np.intersect1d(ha, hb, assume_unique=True))
+    return inter / (len(ha) + len(hb) - inter)
 
 
 # ------------------------------------------------------------------------------------ index
@@ -279,18 +295,6 @@ class _BandTable:
             full = self.fill[rows] == _WIDTH
             query, key, rows = query[full], key[full], self._next(rows[full])
         return np.concatenate(queries), np.concatenate(found)
-
-    def find_one(self, hashes: np.ndarray) -> np.ndarray:
-        """Document numbers stored under one document's [bands] hashes (with repeats)."""
-        rows, key, found = self._rows(self._base, hashes), hashes, []
-        while len(rows):
-            vals = self.vals[rows]
-            found.append(vals[(self.keys[rows] == key[:, None]) & (vals >= 0)])
-            full = self.fill[rows] == _WIDTH
-            if not full.any():
-                break
-            key, rows = key[full], self._next(rows[full])
-        return found[0] if len(found) == 1 else np.concatenate(found)
 
     def insert(self, hashes: np.ndarray, vals: np.ndarray) -> None:
         """Insert [n, bands] hashes for the n documents numbered `vals`, in that order."""
@@ -351,8 +355,11 @@ class NearDedup:
     `add` calls with a few vectorised steps and gives the same results.
     """
 
-    def __init__(self, cfg: DedupConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: DedupConfig, text_of: Callable[[str], str] | None = None):
+        """`text_of(key)`: the text of a kept document, for exact verification (see `_verify`)."""
+        self.cfg, self.text_of = cfg, text_of
+        t, k = cfg.threshold, cfg.num_perm
+        self._margin = _VERIFY_SIGMAS * math.sqrt(t * (1 - t) / k) + 1 / k
         self.bands, self.rows = cfg.bands_rows
         self._table = _BandTable(self.bands)
         self._keys: list[str] = []
@@ -377,13 +384,27 @@ class NearDedup:
     def _similarity(self, kept: np.ndarray, sig16: np.ndarray) -> np.ndarray:
         return np.count_nonzero(self._sigs[kept] == sig16, axis=-1) / self.cfg.num_perm
 
-    def query(self, sig: np.ndarray) -> list[tuple[str, float]]:
-        """Kept documents whose estimated similarity to `sig` reaches the threshold, best first
-        (ties: the earliest kept first)."""
+    def _verify(self, sims: np.ndarray, text_a, text_b) -> np.ndarray:
+        """Estimates near the threshold replaced by the exact Jaccard similarity of the two texts
+        (`text_a(i)`, `text_b(i)` give pair i's texts); the others kept. An estimate further than
+        `_margin` (VERIFY_SIGMAS standard deviations) from the threshold is on the right side of
+        it with probability > 0.99999, so only the pairs in between need their texts."""
+        if text_a is None or text_b is None:
+            return sims
+        t = self.cfg.threshold
+        for i in np.flatnonzero((sims >= t - self._margin) & (sims < t + self._margin)).tolist():
+            sims[i] = exact_jaccard(text_a(i), text_b(i), self.cfg)
+        return sims
+
+    def query(self, sig: np.ndarray, text: str | None = None) -> list[tuple[str, float]]:
+        """Kept documents similar to `sig` (and `text`, which turns on exact verification when the
+        index has `text_of`) at the threshold or more, best first (ties: the earliest kept first)."""
         sig16 = sig.astype(np.uint16, copy=False)[None, :]
         _, found = self._table.find(self.band_hashes(sig16))
         idx = np.unique(found)
         sims = self._similarity(idx, sig16)
+        sims = self._verify(sims, None if text is None else (lambda i: text),
+                            self.text_of and (lambda i: self.text_of(self._keys[idx[i]])))
         order = np.lexsort((idx, -sims))
         return [(self._keys[idx[i]], float(sims[i])) for i in order
                 if sims[i] >= self.cfg.threshold - 1e-12]
@@ -403,35 +424,26 @@ class NearDedup:
         self._keys.extend(keys)
         self._table.insert(hashes, np.arange(n, n + m))
 
-    def add(self, key: str, sig: np.ndarray) -> tuple[str, float] | None:
-        """(kept_key, estimated similarity) if `key` near-duplicates a kept document, else None
-        (and `key` is kept). The best match wins; on a tie, the earliest kept document."""
+    def add(self, key: str, sig: np.ndarray, text: str | None = None) -> tuple[str, float] | None:
+        """(kept_key, similarity) if `key` near-duplicates a kept document, else None (and `key`
+        is kept). The best match wins; on a tie, the earliest kept document."""
         if sig.shape != (self.cfg.num_perm,):
             raise ValueError(f"signature of {key!r} has shape {sig.shape}, "
                              f"expected ({self.cfg.num_perm},)")
-        sig16 = sig.astype(np.uint16, copy=False)[None, :]
-        hashes = self.band_hashes(sig16)
-        if self._keys:
-            found = self._table.find_one(hashes[0])
-            if len(found):
-                idx = np.unique(found)
-                sims = self._similarity(idx, sig16)
-                best = int(np.argmax(sims))  # the first maximum: the earliest kept
-                if sims[best] >= self.cfg.threshold - 1e-12:
-                    return self._keys[idx[best]], float(sims[best])
-        self._index_many([key], sig16, hashes)
-        return None
+        return self.add_many([key], sig[None, :], None if text is None else (lambda i: text))[0]
 
-    def add_many(self, keys: list[str], sigs: np.ndarray) -> list[tuple[str, float] | None]:
+    def add_many(self, keys: list[str], sigs: np.ndarray,
+                 text: Callable[[int], str] | None = None) -> list[tuple[str, float] | None]:
         """Exactly what `add` would return for each (key, sig) in order, computed in bulk: the
         matches among documents kept before the batch are found vectorised, those within the batch
-        through a small dict of the batch's kept documents."""
+        through a small dict of the batch's kept documents. `text(j)`: the text of batch row j,
+        for exact verification (with `text_of`)."""
         if sigs.ndim != 2 or sigs.shape != (len(keys), self.cfg.num_perm):
             raise ValueError(f"signatures have shape {sigs.shape}, expected "
                              f"({len(keys)}, {self.cfg.num_perm})")
         sig16 = sigs.astype(np.uint16, copy=False)
         hashes = self.band_hashes(sig16)
-        earlier = self._matches_in_index(sig16, hashes)
+        earlier = self._matches_in_index(sig16, hashes, text)
         cells = self._shared_cells(hashes)
         n0, threshold = len(self._keys), self.cfg.threshold - 1e-12
         batch_cells: dict[int, list[int]] = {}  # band cell -> kept batch rows
@@ -444,6 +456,8 @@ class NearDedup:
             if cand:
                 rows = np.fromiter(sorted(cand), dtype=np.int64, count=len(cand))
                 sims = np.count_nonzero(sig16[rows] == sig16[j], axis=1) / self.cfg.num_perm
+                sims = self._verify(sims, text and (lambda i: text(j)),
+                                    text and self.text_of and (lambda i: text(int(rows[i]))))
                 for i, sim in zip(rows.tolist(), sims.tolist()):
                     number = number_of[i]
                     if sim >= threshold and (best is None or sim > best[0]
@@ -481,7 +495,7 @@ class NearDedup:
     def _key_of(self, number: int, keys: list[str], kept_rows: list[int], n0: int) -> str:
         return self._keys[number] if number < n0 else keys[kept_rows[number - n0]]
 
-    def _matches_in_index(self, sig16: np.ndarray, hashes: np.ndarray) -> dict[int, tuple]:
+    def _matches_in_index(self, sig16: np.ndarray, hashes: np.ndarray, text=None) -> dict[int, tuple]:
         """Batch row -> (similarity, document number) of its best verified match among kept docs."""
         if not self._keys:
             return {}
@@ -495,6 +509,8 @@ class NearDedup:
             s = slice(i, i + 4096)
             sims[s] = np.count_nonzero(self._sigs[numbers[s]] == sig16[rows[s]], axis=1)
         sims /= self.cfg.num_perm
+        sims = self._verify(sims, text and (lambda i: text(int(rows[i]))),
+                            self.text_of and (lambda i: self.text_of(self._keys[numbers[i]])))
         ok = sims >= self.cfg.threshold - 1e-12
         best: dict[int, tuple] = {}
         for row, number, sim in zip(rows[ok].tolist(), numbers[ok].tolist(), sims[ok].tolist()):
@@ -506,33 +522,3 @@ class NearDedup:
     def nbytes(self) -> int:
         """Memory held by the signatures and band tables (keys not counted)."""
         return self._sigs.nbytes + self._table.nbytes()
-
-    # -------------------------------------------------------------------------------- state
-
-    def state(self) -> bytes:
-        """Serialised kept keys and signatures (the band tables are rebuilt on load)."""
-        buf = io.BytesIO()
-        meta = json.dumps({"dedup": describe(self.cfg), "keys": self._keys}).encode()
-        np.savez(buf, meta=np.frombuffer(meta, dtype=np.uint8), sigs=self._sigs[:len(self._keys)])
-        return buf.getvalue()
-
-    @classmethod
-    def from_state(cls, cfg: DedupConfig, data: bytes) -> "NearDedup":
-        with np.load(io.BytesIO(data)) as z:
-            meta = json.loads(z["meta"].tobytes())
-            sigs = z["sigs"]
-        if meta["dedup"] != describe(cfg):
-            raise ValueError(f"near-dedup state was made with {meta['dedup']}, not {describe(cfg)}")
-        nd = cls(cfg)
-        if meta["keys"]:
-            nd._index_many(meta["keys"], sigs, nd.band_hashes(sigs))
-        return nd
-
-    def save(self, path) -> None:
-        """Write the state atomically (to a temporary file, then renamed)."""
-        atomic_write_bytes(path, self.state())
-
-    @classmethod
-    def load(cls, cfg: DedupConfig, path) -> "NearDedup":
-        with open(path, "rb") as f:
-            return cls.from_state(cfg, f.read())

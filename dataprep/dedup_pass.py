@@ -4,11 +4,16 @@ For each document that passed the quality filters, in input order:
   1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be
      unique for provenance to mean anything;
   2. an exact key (hash of the normalised text) seen before: dropped as `exact` (similarity 1.0);
-  3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`;
+  3. a MinHash near-duplicate of a kept document (dedup.NearDedup): dropped as `near`; a pair whose
+     estimate is near the threshold is settled by the exact Jaccard similarity of the two texts,
+     read back from the stage-1 chunk files;
   4. otherwise kept, and indexed for the documents after it.
 The first document in input order is always the one kept. Every dropped document becomes one row of
-dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). The result (keep mask per chunk and
-counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
+dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). Every document read becomes one
+row of documents/attributes.parquet (input order): its language and score, quality score, PII
+matches, matched evaluation items and its fate (kept, the filter that dropped it, exact or near),
+so that a user can join it with provenance on doc_id and re-filter. The result (keep mask per chunk
+and counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
 """
 from __future__ import annotations
 
@@ -25,6 +30,11 @@ from dataprep.stages import split_of
 from dataprep.workdir import atomic_write_json, tmp_path
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
+ATTRIBUTES_FILE = "documents/attributes.parquet"
+ATTRIBUTES_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()),
+                               ("language", pa.string()), ("language_score", pa.float64()),
+                               ("quality", pa.float64()), ("pii", pa.int32()),
+                               ("decontam", pa.string()), ("fate", pa.string())])
 DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.string()),
                                ("kind", pa.string()), ("similarity", pa.float64())])
 
@@ -74,14 +84,25 @@ class DedupResult:
 
 
 class DedupPass:
-    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool):
-        self.near = NearDedup(cfg)
+    # the stage-1 columns `consume` reads
+    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
+               "language_score", "quality", "pii", "decontam"]
+
+    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool,
+                 docs_dir: Path | None = None):
+        """`docs_dir`: the stage-1 chunk files, whose texts verify near-threshold pairs exactly
+        (without it, the signature estimate decides alone)."""
+        self.docs_dir = docs_dir
+        self.near = NearDedup(cfg, text_of=self._kept_text if docs_dir is not None else None)
+        self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
+        self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
         self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
         self.seen_ids: set[str] = set()
         self.exact_keys: dict[bytes, str] = {}
         self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
         self.result = DedupResult()
         self.masks: list[np.ndarray] = []
+        self.attributes: list[pa.Table] = []   # one small table per chunk
 
     def consume(self, table: pa.Table, sig_dtype: np.dtype) -> None:
         """One chunk of stage-1 output, in input order.
@@ -108,9 +129,12 @@ class DedupPass:
             else:
                 first_row[key] = i
             near_rows.append(i)
+        chunk = len(self.masks)
         if near_rows:
             sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
-            hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs)
+            text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]])
+                    if self.docs_dir is not None else None)
+            hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs, text)
             for i, hit in zip(near_rows, hits):
                 j = same_as.get(i)
                 if j is not None and keep[j]:
@@ -118,8 +142,14 @@ class DedupPass:
                 elif hit is None:
                     keep[i] = True
                     self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
+                    if self.docs_dir is not None:
+                        self.kept_at[c["doc_id"][i]] = (chunk, i)
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
+        fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
+        for i, _, _, kind, _, _ in drops:
+            fate[i] = kind
+        self._attributes(table, fate)
         for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
             counts = self.result.exact if kind == "exact" else self.result.near
             counts[0] += 1
@@ -129,6 +159,24 @@ class DedupPass:
         self.result.docs_seen += table.num_rows
         self.result.chunk_rows.append(table.num_rows)
         self.masks.append(keep)
+
+    def _chunk_texts(self, chunk: int) -> list:
+        """The texts of a stage-1 chunk (the last few read are kept)."""
+        if chunk not in self._texts:
+            if len(self._texts) >= 4:
+                self._texts.pop(next(iter(self._texts)))
+            path = Path(self.docs_dir) / f"{chunk:05d}.parquet"
+            self._texts[chunk] = pq.read_table(path, columns=["text"]).column("text").to_pylist()
+        return self._texts[chunk]
+
+    def _kept_text(self, doc_id: str) -> str:
+        chunk, row = self.kept_at[doc_id]
+        return self._chunk_texts(chunk)[row]
+
+    def _attributes(self, table: pa.Table, fate: list[str]) -> None:
+        cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
+        cols["fate"] = pa.array(fate, pa.string())
+        self.attributes.append(pa.table(cols, schema=ATTRIBUTES_SCHEMA))
 
     def _new_id(self, doc_id: str, source: str) -> bool:
         if doc_id not in self.seen_ids:
@@ -157,4 +205,11 @@ class DedupPass:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = tmp_path(path)
         pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
+        tmp.replace(path)
+        path = staging / ATTRIBUTES_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_path(path)
+        table = (pa.concat_tables(self.attributes) if self.attributes
+                 else ATTRIBUTES_SCHEMA.empty_table())
+        pq.write_table(table, tmp, compression="zstd")
         tmp.replace(path)

@@ -34,6 +34,8 @@ from operator import mul
 
 import numpy as np
 
+from dataprep.quality import QualityFilterConfig
+
 FILTER_NAMES: tuple[str, ...] = (
     "too_short", "too_long", "symbol_ratio", "letter_ratio", "bullet_lines", "ellipsis_lines",
     "dup_paragraphs", "dup_paragraph_chars", "dup_lines", "dup_line_chars", "top_ngram",
@@ -58,6 +60,11 @@ class FilterConfig:
     # twice is not repetitive, and n-gram statistics mean nothing over a few dozen words.
     top_ngram_min_units: int = 100
     disabled: tuple[str, ...] = field(default=())  # filter names to skip
+    # language identification (dataprep.langid): keep only these ISO 639-1 codes (empty: all),
+    # and only documents identified with at least this probability
+    languages: tuple[str, ...] = field(default=())
+    min_language_score: float = 0.0
+    quality: QualityFilterConfig = field(default_factory=QualityFilterConfig)
 
     def __post_init__(self):
         unknown = set(self.disabled) - set(FILTER_NAMES)
@@ -67,6 +74,13 @@ class FilterConfig:
         if self.min_chars < 0 or self.max_chars < self.min_chars:
             raise ValueError(f"FilterConfig: need 0 <= min_chars <= max_chars, "
                              f"got {self.min_chars}, {self.max_chars}")
+        bad = [c for c in self.languages if not re.fullmatch(r"[a-z]{2,3}", str(c))]
+        if bad:
+            raise ValueError(f"FilterConfig.languages: {bad[0]!r} is not an ISO 639-1 code such as "
+                             f"'zh' or 'en' (Traditional and Simplified Chinese are both 'zh')")
+        if not 0.0 <= self.min_language_score <= 1.0:
+            raise ValueError(f"FilterConfig.min_language_score must be in [0, 1], "
+                             f"got {self.min_language_score}")
         if self.top_ngram_min_units < 0:
             raise ValueError(f"FilterConfig.top_ngram_min_units must be >= 0, "
                              f"got {self.top_ngram_min_units}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.filters import FILTER_NAMES
+from dataprep.stages import STAGE_REASONS
 from dataprep.workdir import atomic_write_bytes, atomic_write_json
 
 
@@ -41,7 +42,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
     docs = sorted(work.done_chunks(work.docs).values(), key=lambda m: m["index"])
     toks = sorted(work.done_chunks(work.tokens).values(), key=lambda m: m["index"])
     total = lambda key: sum(m[key] for m in docs)          # noqa: E731
-    filters: dict = {name: {"docs": 0, "bytes": 0} for name in FILTER_NAMES}   # check order
+    filters: dict = {name: {"docs": 0, "bytes": 0}                             # check order
+                     for name in FILTER_NAMES + STAGE_REASONS}
     for m in docs:
         for name, (n, b) in m["filters"].items():
             f = filters.setdefault(name, {"docs": 0, "bytes": 0})
@@ -93,6 +95,31 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "chunks": len(docs),
         "fingerprint": manifest.fingerprint,
         **({"ray": run["ray"]} if "ray" in run else {}),   # engine ray: cluster size, tasks per stage
+        **document_stages(docs, cfg),
+    }
+
+
+def document_stages(markers: list[dict], cfg) -> dict:
+    """Language, PII and decontamination counts over the chunk markers (input order)."""
+    langs: dict = {}
+    pii: dict = {}
+    matches: list = []
+    for m in markers:
+        for lang, (n, b) in m.get("languages", {}).items():
+            entry = langs.setdefault(lang, {"docs": 0, "bytes": 0})
+            entry["docs"] += n
+            entry["bytes"] += b
+        for kind, n in m.get("pii", {}).items():
+            pii[kind] = pii.get(kind, 0) + n
+        matches += m.get("decontam", [])
+    langs = dict(sorted(langs.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])))
+    return {
+        "languages": langs,
+        "pii": {"action": cfg.pii.action, "docs": sum(m.get("pii_docs", 0) for m in markers),
+                "matches": dict(sorted(pii.items()))},
+        "decontam": {"action": cfg.decontam.action, "files": list(cfg.decontam.files),
+                     "docs_cut": sum(m.get("decontam_cut", 0) for m in markers),
+                     "matches": matches},   # [evaluation item, doc_id]
     }
 
 
@@ -144,6 +171,7 @@ def to_markdown(r: dict) -> str:
         for file, reasons in r["bad_records"].items():
             lines += [f"| {file} | {reason} | {n} | {line} | {detail} |"
                       for reason, (n, line, detail) in reasons.items()]
+    lines += _document_stages_md(r)
     t = st["tokenize"]
     lines += ["", "## Tokens", "", f"Tokenizer: {r['tokenizer']['type']}, vocab "
               f"{r['tokenizer']['vocab_size']}; {t['bytes_per_token']} bytes per token.", "",
@@ -166,6 +194,26 @@ def to_markdown(r: dict) -> str:
         lines += [f"| {k} | {v} | {ray['tasks_reused'].get(k, 0)} |" for k, v in ray["tasks"].items()]
         lines += [""]
     return "\n".join(lines)
+
+
+def _document_stages_md(r: dict) -> list[str]:
+    lines = ["", "## Languages (documents read, after cleaning)", "", "| language | docs | bytes |",
+             "|---|---:|---:|"]
+    lines += [f"| {k} | {v['docs']} | {v['bytes']} |" for k, v in r.get("languages", {}).items()]
+    pii = r.get("pii", {"action": "redact", "docs": 0, "matches": {}})
+    lines += ["", f"## Personal data (action: {pii['action']})", "",
+              f"{pii['docs']} documents held personal data.", "", "| kind | matches |", "|---|---:|"]
+    lines += [f"| {k} | {n} |" for k, n in pii["matches"].items()]
+    dc = r.get("decontam", {"action": "drop", "files": [], "docs_cut": 0, "matches": []})
+    lines += ["", f"## Decontamination (action: {dc['action']})", ""]
+    if not dc["files"]:
+        lines.append("No evaluation files.")
+    else:
+        lines += [f"Evaluation files: {', '.join(dc['files'])}; {len(dc['matches'])} matches, "
+                  f"{dc['docs_cut']} documents cut.", "", "| evaluation item | document |",
+                  "|---|---|"]
+        lines += [f"| {item} | {doc} |" for item, doc in dc["matches"]]
+    return lines
 
 
 def summary(r: dict) -> str:

@@ -2,8 +2,9 @@
 
 - `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
   about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
-- `clean_chunk` (worker): normalise, quality-filter, exact key and MinHash signature of every document
-  of a chunk; writes .build/docs/NNNNN.parquet and then its marker NNNNN.json.
+- `clean_chunk` (worker): every document of a chunk through `process_document` (normalise, quality
+  filters, language, decontamination, PII, quality classifier), then the exact key and MinHash
+  signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker NNNNN.json.
 - `tokenize_chunk` (worker): encodes the kept documents of a chunk with sentencepiece
   (one document at a time, one thread: the parallelism is across processes), appends EOS to each, and
   writes .build/tokens/NNNNN.npz (flat token ids, document lengths and rows, per split), then its marker.
@@ -23,9 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dataprep import decontam as decontam_mod
 from dataprep.clean import normalize
+from dataprep.decontam import DecontamConfig
 from dataprep.dedup import DedupConfig, exact_key, signatures
 from dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
+from dataprep.langid import identify, language_reason
+from dataprep.pii import PiiConfig, redact
+from dataprep.quality import load_model
 from dataprep.readers import BadRecord, InputFile, read_file
 from dataprep.workdir import atomic_write_json, read_json, tmp_path
 
@@ -40,6 +46,8 @@ class WorkerSetup:
     dedup: DedupConfig
     valid_fraction: float
     split_seed: int
+    pii: PiiConfig = PiiConfig()
+    decontam: DecontamConfig = DecontamConfig()
 
 
 _setup: WorkerSetup | None = None
@@ -94,7 +102,47 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
 
 DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reason", pa.string()),
                          ("bytes_in", pa.int64()), ("bytes_clean", pa.int64()),
-                         ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string())])
+                         ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string()),
+                         ("language", pa.string()), ("language_score", pa.float64()),
+                         ("quality", pa.float64()), ("pii", pa.int32()),
+                         ("decontam", pa.string())])
+# reasons of the document stages after the quality filters, in check order
+STAGE_REASONS = ("language", "language_score", "decontam", "pii", "quality")
+
+
+def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
+    """(cleaned text, drop reason or "", attributes) of one document: normalise, quality filters,
+    language, decontamination, PII, quality classifier. Pure: the same text gives the same result
+    in any process, so every engine that calls it writes the same bytes."""
+    f = setup.filters
+    clean = normalize(text)
+    lang, score = identify(clean)
+    attrs = {"language": lang, "language_score": score, "quality": None, "pii": {},
+             "decontam": []}
+    reason = quality_reason(clean, f) or language_reason(lang, score, f.languages,
+                                                         f.min_language_score)
+    if reason:
+        return clean, reason, attrs
+    d = setup.decontam
+    if d.files:
+        items, spans = decontam_mod.load_index(d.files, d.ngram, d.text_field).find(clean)
+        if items:
+            attrs["decontam"] = items
+            if d.action == "drop":
+                return clean, "decontam", attrs
+            clean = decontam_mod.cut(clean, spans)
+            if len(clean) < f.min_chars:
+                return clean, "decontam", attrs
+    redacted, attrs["pii"] = redact(clean)
+    if attrs["pii"] and setup.pii.action == "drop":
+        return clean, "pii", attrs
+    if setup.pii.action == "redact":
+        clean = redacted
+    if f.quality.model:
+        attrs["quality"] = load_model(f.quality.model).score(clean)
+        if attrs["quality"] < f.quality.threshold:
+            return clean, "quality", attrs
+    return clean, "", attrs
 
 
 def clean_chunk(task: ChunkTask) -> dict:
@@ -106,12 +154,14 @@ def clean_chunk(task: ChunkTask) -> dict:
         return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
     rows = {name: [] for name in DOCS_SCHEMA.names}
-    filters = {name: [0, 0] for name in FILTER_NAMES}
+    filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
     kept_texts = []
+    stats = {"languages": {}, "pii": {}, "pii_docs": 0, "decontam": [], "decontam_cut": 0}
+    index = decontam_index(_setup.decontam)
     for doc_id, source, text in task.docs:
-        clean = normalize(text)
+        clean, reason, attrs = process_document(text, _setup)
         nbytes = utf8_len(clean)
-        reason = quality_reason(clean, _setup.filters) or ""
+        _count(stats, doc_id, clean, reason, attrs, _setup.decontam.action, index)
         if reason:
             filters.setdefault(reason, [0, 0])
             filters[reason][0] += 1
@@ -121,7 +171,11 @@ def clean_chunk(task: ChunkTask) -> dict:
             kept_texts.append(clean)
         for name, value in (("doc_id", doc_id), ("source", source), ("reason", reason),
                             ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
-                            ("key", exact_key(clean) if not reason else None), ("text", clean)):
+                            ("key", exact_key(clean) if not reason else None), ("text", clean),
+                            ("language", attrs["language"]),
+                            ("language_score", attrs["language_score"]),
+                            ("quality", attrs["quality"]), ("pii", sum(attrs["pii"].values())),
+                            ("decontam", ",".join(index.item_ids[i] for i in attrs["decontam"]))):
             rows[name].append(value)
     sigs = signatures(kept_texts, _setup.dedup) if kept_texts else None
     it = iter(sigs) if sigs is not None else iter(())
@@ -136,10 +190,30 @@ def clean_chunk(task: ChunkTask) -> dict:
         "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
         "docs_out": len(kept_texts), "bytes_out": sum(map(utf8_len, kept_texts)),
         "bad": aggregate_bad(task.bad), "files_done": task.files_done,
-        "sig_dtype": str(sigs.dtype) if sigs is not None else "",
+        "sig_dtype": str(sigs.dtype) if sigs is not None else "", **stats,
     }
     atomic_write_json(marker_path, marker)
     return marker
+
+
+def decontam_index(cfg: DecontamConfig):
+    """The evaluation index of `cfg` (an empty one when there are no files)."""
+    return decontam_mod.load_index(cfg.files, cfg.ngram, cfg.text_field)
+
+
+def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, action: str,
+           index) -> None:
+    """Per-chunk counts of the document stages, for the report."""
+    lang = stats["languages"].setdefault(attrs["language"], [0, 0])
+    lang[0] += 1
+    lang[1] += utf8_len(clean)
+    for kind, n in attrs["pii"].items():
+        stats["pii"][kind] = stats["pii"].get(kind, 0) + n
+    stats["pii_docs"] += bool(attrs["pii"])
+    for i in attrs["decontam"]:
+        stats["decontam"].append([index.item_ids[i], doc_id])
+    if attrs["decontam"] and action == "cut" and not reason:
+        stats["decontam_cut"] += 1
 
 
 def utf8_len(text: str) -> int:

@@ -8,10 +8,11 @@ plus copies of some of these with small random edits (word or character substitu
 insertions and dropped lines) at rates that put their similarity on both sides of the threshold.
 
 Labels are computed, not stored: a pair is a near duplicate when the exact Jaccard similarity of the
-two shingle sets (dataprep.dedup.shingle_set of the normalised texts) reaches the threshold.
+two shingle sets (neardup_eval.shingle_set of the normalised texts) reaches the threshold.
 
     python tests/dataprep/neardup_eval.py build OUT.jsonl.zst [--full]   # (re)build the set
-    python tests/dataprep/neardup_eval.py eval  SET.jsonl.zst            # print precision/recall
+    python tests/dataprep/neardup_eval.py eval  SET.jsonl.zst            # precision/recall per
+                                                                         # language, at 0.8 and 0.9
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from pathlib import Path
 import zstandard
 
 from dataprep.clean import normalize
-from dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_set, signatures
+import numpy as np
+
+from dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
 
 SHARE = Path("/usr/share")
 
@@ -143,6 +146,19 @@ def load(path: Path) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ evaluation
 
+def shingle_set(text: str, order: int) -> set[str]:
+    """The shingles of `text` as strings: the reference definition the signatures hash."""
+    s = shingle_text(text)
+    if len(s) < order:
+        return {s.ljust(order, "\0")}
+    return {s[i:i + order] for i in range(len(s) - order + 1)}
+
+
+def estimate(a: np.ndarray, b: np.ndarray) -> float:
+    """Signature-estimated Jaccard similarity: the fraction of equal entries."""
+    return float(np.count_nonzero(a == b)) / a.shape[-1]
+
+
 def true_pairs(texts: list[str], cfg: DedupConfig) -> set[tuple[int, int]]:
     """Pairs (i < j) whose exact shingle-set Jaccard similarity reaches cfg.threshold."""
     order = shingle_order(cfg.shingle)
@@ -160,22 +176,41 @@ def true_pairs(texts: list[str], cfg: DedupConfig) -> set[tuple[int, int]]:
     return pairs
 
 
-def flagged_pairs(texts: list[str], cfg: DedupConfig) -> set[tuple[int, int]]:
-    """Pairs (i < j) that NearDedup matches: document j queried against an index of all i < j."""
-    nd = NearDedup(cfg)
+def flagged_pairs(texts: list[str], cfg: DedupConfig, verify: bool = True) -> set[tuple[int, int]]:
+    """Pairs (i < j) that NearDedup matches: document j queried against an index of all i < j
+    (with exact verification near the threshold, as a build does, unless `verify` is False)."""
+    nd = NearDedup(cfg, text_of=(lambda key: texts[int(key)]) if verify else None)
     pairs = set()
     for j, sig in enumerate(signatures(texts, cfg)):
-        pairs.update((int(key), j) for key, _ in nd.query(sig))
+        pairs.update((int(key), j) for key, _ in nd.query(sig, texts[j] if verify else None))
         nd.index(str(j), sig)
     return pairs
 
 
-def evaluate(docs: list[dict], cfg: DedupConfig) -> dict:
+def _language(text: str) -> str:
+    from dataprep.langid import identify
+    return identify(text)[0]
+
+
+def evaluate(docs: list[dict], cfg: DedupConfig, verify: bool = True) -> dict:
+    """Precision and recall overall and per language ("zh", "en", ...; a pair counts for a
+    language when both of its documents are identified as it)."""
     texts = [normalize(d["text"]) for d in docs]
-    truth, flagged = true_pairs(texts, cfg), flagged_pairs(texts, cfg)
+    truth, flagged = true_pairs(texts, cfg), flagged_pairs(texts, cfg, verify)
+    langs = [_language(t) for t in texts]
+    out = {"threshold": cfg.threshold, "docs": len(texts), **_pr(truth, flagged), "languages": {}}
+    for lang in sorted(set(langs)):
+        keep = lambda pairs: {(i, j) for i, j in pairs if langs[i] == langs[j] == lang}  # noqa: E731
+        if keep(truth) or keep(flagged):
+            out["languages"][lang] = _pr(keep(truth), keep(flagged))
+    return out
+
+
+def _pr(truth: set, flagged: set) -> dict:
     hits = len(truth & flagged)
-    return {"docs": len(texts), "true_pairs": len(truth), "flagged_pairs": len(flagged),
-            "precision": hits / max(1, len(flagged)), "recall": hits / max(1, len(truth))}
+    return {"true_pairs": len(truth), "flagged_pairs": len(flagged),
+            "precision": round(hits / max(1, len(flagged)), 4),
+            "recall": round(hits / max(1, len(truth)), 4)}
 
 
 def main(argv: list[str]) -> None:
@@ -184,7 +219,11 @@ def main(argv: list[str]) -> None:
         write(docs, Path(argv[1]))
         print(f"{len(docs)} documents -> {argv[1]}")
     elif len(argv) >= 2 and argv[0] == "eval":
-        print(json.dumps(evaluate(load(Path(argv[1])), DedupConfig())))
+        docs = load(Path(argv[1]))
+        for threshold in (0.8, 0.9):
+            for verify in (False, True):
+                result = evaluate(docs, DedupConfig(threshold=threshold), verify)
+                print(json.dumps({"exact_verification": verify, **result}))
     else:
         print(__doc__)
 

@@ -45,7 +45,7 @@ def test_reference_build_satisfies_the_contract(reference):
     assert [i["file"] for i in m.config["inputs"]] == [
         "en.txt", "html.jsonl.zst", "licenses/LGPL-2.1.txt.zst", "licenses/LGPL-2.txt.zst",
         "zh.txt.gz"]
-    assert set(m.versions) >= {"mindspore", "sentencepiece", "datasketch", "pyarrow", "numpy"}
+    assert set(m.versions) >= {"mindspore", "sentencepiece", "pycld2", "pyarrow", "numpy"}
 
 
 def test_provenance_rebuilds_every_token_of_a_sample_from_its_documents(corpus, reference):

@@ -4,14 +4,14 @@ import multiprocessing
 import random
 from pathlib import Path
 
-import datasketch
+import datasketch  # the reference MinHash (a test extra)
 import numpy as np
 import pytest
 
 from dataprep.clean import normalize
-from dataprep.dedup import (DedupConfig, NearDedup, describe, estimate, exact_key, lsh_params,
-                            shingle_set, signatures)
-from neardup_eval import edited, evaluate, load
+from dataprep.dedup import (DedupConfig, NearDedup, describe, exact_jaccard, exact_key,
+                            lsh_params, signatures)
+from neardup_eval import edited, estimate, evaluate, load, shingle_set
 
 DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
 
@@ -55,7 +55,9 @@ def test_describe_records_the_scheme():
     d = describe(DedupConfig())
     assert json.loads(json.dumps(d)) == d
     assert d["scheme"] == "oph-rot-v1" and (d["bands"], d["rows"]) == lsh_params(0.8, 256)
-    assert d["datasketch_version"] == datasketch.__version__ and d["shingle"] == "char5"
+    assert d["shingle"] == "char5"
+    # no library version: the scheme is ours, so the fingerprint changes only with the output bytes
+    assert not any("version" in k for k in d)
 
 
 def test_bad_config_names_the_field():
@@ -167,19 +169,14 @@ def test_add_many_equals_add_one_by_one(texts):
         assert got == expected
 
 
-def test_state_round_trip_resumes_identically(tmp_path, texts):
+def test_exact_jaccard_equals_the_shingle_set_definition(texts):
     cfg = DedupConfig()
-    sigs = signatures(texts, cfg)
-    keys = [f"k{i}" for i in range(len(texts))]
-    straight = NearDedup(cfg).add_many(keys, sigs)
-    first = NearDedup(cfg)
-    head = first.add_many(keys[:150], sigs[:150])
-    first.save(tmp_path / "nd.state")
-    resumed = NearDedup.load(cfg, tmp_path / "nd.state")
-    assert len(resumed) == len(first)
-    assert head + resumed.add_many(keys[150:], sigs[150:]) == straight
-    with pytest.raises(ValueError, match="near-dedup state was made with"):
-        NearDedup.load(DedupConfig(threshold=0.7), tmp_path / "nd.state")
+    rng = random.Random(11)
+    for _ in range(20):
+        a, b = rng.choice(texts), rng.choice(texts)
+        b = edited(a, rng.uniform(0, 0.2), rng) if rng.random() < 0.7 else b
+        assert exact_jaccard(a, b, cfg) == pytest.approx(_jaccard(a, b), abs=1e-12)
+    assert exact_jaccard("abc", "abc", cfg) == 1.0
 
 
 def test_signature_shape_is_checked():
@@ -222,5 +219,34 @@ def test_precision_and_recall_on_real_near_duplicates(labelled):
     sources = {d["source"].split("/")[0] for d in labelled}
     assert {"common-licenses", "doc", "man", "vim", "gnupg"} <= sources
     result = evaluate(labelled, DedupConfig(threshold=0.8))
-    assert result["true_pairs"] >= 100
-    assert result["precision"] >= 0.95 and result["recall"] >= 0.90, result
+    assert result["true_pairs"] >= 100 and result["languages"]["zh"]["true_pairs"] >= 15
+    assert result["precision"] >= 0.99 and result["recall"] >= 0.99, result
+    assert result["languages"]["zh"]["recall"] >= 0.97, result
+    assert result["languages"]["zh"]["precision"] >= 0.99, result
+    high = evaluate(labelled, DedupConfig(threshold=0.9))
+    assert high["precision"] >= 0.99 and high["recall"] >= 0.99, high
+
+
+def test_the_signature_estimate_alone_misses_pairs_that_exact_verification_settles(labelled):
+    """Without the texts, pairs close to the threshold fall on the wrong side of it: what the
+    exact verification fixes."""
+    result = evaluate(labelled, DedupConfig(threshold=0.8), verify=False)
+    assert result["precision"] < 0.99 or result["recall"] < 0.99, result
+
+
+def test_near_threshold_pairs_are_settled_by_the_exact_similarity(texts):
+    """Pairs whose estimate lies within the margin get their exact Jaccard similarity."""
+    cfg = DedupConfig(threshold=0.8)
+    rng = random.Random(3)
+    base = max(texts, key=len)[:3000]
+    checked = 0
+    for rate in [0.02 + 0.004 * k for k in range(15)]:
+        copy = edited(base, rate, rng)
+        exact = _jaccard(base, copy)
+        nd = NearDedup(cfg, text_of=lambda key: base)
+        nd.add("base", signatures([base], cfg)[0], base)
+        hit = nd.add("copy", signatures([copy], cfg)[0], copy)
+        assert (hit is not None) == (exact >= 0.8), (rate, exact, hit)
+        if hit is not None and abs(hit[1] - exact) < 1e-9:
+            checked += 1
+    assert checked >= 1      # some pairs did take the exact path

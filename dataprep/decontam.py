@@ -1,0 +1,159 @@
+"""Benchmark decontamination: drop documents that contain evaluation text, or cut that text out.
+
+The evaluation files are JSON lines with a `text` field. Texts are split into units: a lower-cased
+run of letters and digits (a word of a space-separated language), or one CJK character (Chinese and
+Japanese have no spaces, so their n-grams are character n-grams). Every n-gram of `ngram` units of
+every evaluation item goes into the index (an item shorter than that is one n-gram of all its
+units). A document matches an item when it contains one of the item's n-grams.
+
+Matching is vectorised: document units become ids of the evaluation vocabulary (-1 for a unit no
+item has), the windows are hashed with a polynomial hash in numpy and looked up by binary search, and
+only hits are compared exactly. `action: cut` removes the span from the first to the last unit of
+each matched run of windows and keeps the rest; `drop` removes the whole document.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+ACTIONS = ("drop", "cut")
+_UNIT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+")
+_MULT = np.uint64(0x9E3779B97F4A7C15)
+
+
+class DecontamError(ValueError):
+    """A bad evaluation file; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class DecontamConfig:
+    files: tuple[str, ...] = field(default=())   # evaluation sets: JSON lines with `text`
+    ngram: int = 13                               # units per n-gram
+    action: str = "drop"                          # drop | cut
+    text_field: str = "text"
+
+    def __post_init__(self):
+        if self.action not in ACTIONS:
+            raise ValueError(f"decontam.action must be drop or cut, got {self.action!r}")
+        if self.ngram < 1:
+            raise ValueError(f"decontam.ngram must be >= 1, got {self.ngram}")
+
+
+def units(text: str) -> list[str]:
+    return [u.lower() for u in _UNIT.findall(text)]
+
+
+def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
+    """Polynomial hash of every window of n ids (uint64 arithmetic wraps)."""
+    v = ids.astype(np.uint64) + np.uint64(1)
+    h = np.zeros(len(ids) - n + 1, np.uint64)
+    for k in range(n):
+        h = h * _MULT + v[k:k + len(h)]
+    return h
+
+
+def _hits(h: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """h in table (sorted, distinct), by binary search: no re-sorting of the table per document."""
+    pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
+    return table[pos] == h
+
+
+class EvalIndex:
+    """The n-grams of a set of evaluation items."""
+
+    def __init__(self, items: list[tuple[str, str]], ngram: int):
+        """`items`: (item id, text), e.g. ("eval.jsonl:3", "...")."""
+        self.ngram, self.item_ids = ngram, [i for i, _ in items]
+        self.vocab: dict[str, int] = {}
+        grams: dict[tuple, int] = {}     # n-gram of ids -> first item holding it
+        hashes: dict[int, list[np.ndarray]] = {}
+        for number, (_, text) in enumerate(items):
+            ids = [self.vocab.setdefault(u, len(self.vocab)) for u in units(text)]
+            if not ids:
+                continue
+            n = min(ngram, len(ids))
+            hashes.setdefault(n, []).append(_window_hashes(np.array(ids, np.int64), n))
+            for s in range(len(ids) - n + 1):
+                grams.setdefault(tuple(ids[s:s + n]), number)
+        self.grams, self.lengths = grams, set(hashes)
+        self.hashes = {n: np.unique(np.concatenate(h)) for n, h in hashes.items()}
+
+    def _may_match(self, text: str) -> bool:
+        """A fast scan (no match objects, lower-cased once): False when no window can match."""
+        get = self.vocab.get
+        ids = np.array([get(u, -1) for u in _UNIT.findall(text.lower())], np.int64)
+        return any(len(ids) >= n and _hits(_window_hashes(ids, n), self.hashes[n]).any()
+                   for n in self.lengths)
+
+    def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """(matched item numbers, sorted; character spans of the matches, merged)."""
+        if not self.grams or not self._may_match(text):
+            return [], []
+        matches = list(_UNIT.finditer(text))
+        if not matches:
+            return [], []
+        vocab = self.vocab
+        ids = np.fromiter((vocab.get(m.group(0).lower(), -1) for m in matches), np.int64,
+                          len(matches))
+        items: set[int] = set()
+        unit_spans: list[tuple[int, int]] = []
+        for n in sorted(self.lengths):
+            if len(ids) < n:
+                continue
+            h = _window_hashes(ids, n)
+            for s in np.flatnonzero(_hits(h, self.hashes[n])).tolist():
+                item = self.grams.get(tuple(ids[s:s + n].tolist()))
+                if item is not None:     # not a hash collision
+                    items.add(item)
+                    unit_spans.append((s, s + n - 1))
+        if not items:
+            return [], []
+        spans: list[list[int]] = []
+        for a, b in sorted(unit_spans):
+            start, end = matches[a].start(), matches[b].end()
+            if spans and start <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([start, end])
+        return sorted(items), [tuple(s) for s in spans]
+
+
+def cut(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` without the character spans."""
+    out, pos = [], 0
+    for a, b in spans:
+        out.append(text[pos:a])
+        pos = b
+    out.append(text[pos:])
+    return "".join(out).strip()
+
+
+def read_items(path: str, text_field: str = "text") -> list[tuple[str, str]]:
+    """(`file:line`, text) of every line of an evaluation file."""
+    p = Path(path)
+    if not p.is_file():
+        raise DecontamError(f"decontam.files: {path} not found")
+    items = []
+    with open(p, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DecontamError(f"{path}:{line_no}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
+                raise DecontamError(f"{path}:{line_no}: no string field {text_field!r}")
+            items.append((f"{p.name}:{line_no}", rec[text_field]))
+    return items
+
+
+@lru_cache(maxsize=2)
+def load_index(files: tuple[str, ...], ngram: int, text_field: str = "text") -> EvalIndex:
+    """The index of the evaluation files (built once per process)."""
+    return EvalIndex([it for f in files for it in read_items(f, text_field)], ngram)

@@ -1,0 +1,85 @@
+"""Language identification on real translated manual pages, the hard cases (Japanese kanji,
+Chinese technical text full of English, code), and the language filter of a build."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from dataprep_helpers import run_build
+from dataprep.config import ConfigError, load_build_config
+from dataprep.langid import identify, language_reason
+from real_text import man_languages, man_texts, write_corpus
+
+_CODE = {"zh_CN": "zh", "zh_TW": "zh", "pt_BR": "pt"}
+_CLOSE = {"bs": "hr"}    # Bosnian and Croatian: one standard language, nearly the same text
+
+
+def test_translated_manual_pages_in_every_language_on_this_machine():
+    """Pages whose text is mostly translated (see real_text.man_texts): >= 90% right overall, and
+    every language right on most of its pages."""
+    right = total = 0
+    for lang in man_languages() + ["en"]:
+        docs = man_texts(lang, 8, translated=0.8)
+        want = _CODE.get(lang, lang)
+        got = [_CLOSE.get(g, g) for g, _ in map(identify, (text for _, text in docs))]
+        right += sum(g == want for g in got)
+        total += len(docs)
+        if len(docs) >= 4 and lang not in ("sl", "da"):   # few pages really translated
+            assert sum(g == want for g in got) >= 0.6 * len(docs), (lang, got)
+    assert total >= 150 and right >= 0.9 * total, (right, total)
+
+
+@pytest.mark.parametrize("text, lang", [
+    ("東京都は日本の首都であり、政治と経済の中心地である。", "ja"),           # kanji with kana particles
+    ("日本国憲法第九条", "ja"),                                        # kanji only, Japanese forms
+    ("中华人民共和国国务院总理", "zh"),                                  # Han only, simplified
+    ("中華民國行政院院長", "zh"),                                       # Han only, traditional
+    ("使用 pip install numpy==1.26.4 安装依赖，然后运行 python setup.py build 编译扩展模块，"
+     "配置文件位于 /etc/foo/foo.conf，日志写入 /var/log/foo.log。", "zh"),  # Chinese with English
+    ("The\nlogin\nprogram is used to establish a new session with the system. It is normally "
+     "invoked automatically by responding to the login: prompt on the users terminal.\n"
+     "命令解释器的初始化脚本也可能执行。\n选项", "en"),                  # English with a little Chinese
+    ("The groupmod command modifies the definition of the specified GROUP by modifying the "
+     "appropriate entry in the group database.\nПАРАМЕТРЫ\nThe options which apply are:", "en"),
+    ("def main(argv):\n    total = sum(int(x) for x in argv)\n    return total\n", "en"),
+])
+def test_mixed_scripts_and_code(text, lang):
+    assert identify(text)[0] == lang
+
+
+def test_no_letters_is_undetermined_and_scores_are_probabilities():
+    assert identify("1234 5678 -- 42") == ("und", 0.0)
+    for _, text in man_texts("de", 3, translated=0.8):
+        lang, score = identify(text)
+        assert lang == "de" and 0.5 < score <= 1.0
+
+
+def test_reasons():
+    assert language_reason("de", 0.99, ("zh", "en"), 0.0) == "language"
+    assert language_reason("en", 0.4, ("zh", "en"), 0.5) == "language_score"
+    assert language_reason("de", 0.99, (), 0.0) is None
+    with pytest.raises(ConfigError, match="min_language_score"):
+        load_build_config(sets=["filters.min_language_score=2"])
+    with pytest.raises(ConfigError, match="'zh-CN' is not an ISO 639-1 code"):
+        load_build_config(sets=["filters.languages=[zh-CN, en]"])
+    assert load_build_config(sets=["filters.languages=[zh, en]"]).filters.languages == ("zh", "en")
+
+
+def test_the_build_keeps_chinese_and_english_and_reports_every_language(tmp_path):
+    planted = write_corpus(tmp_path / "in")
+    out = tmp_path / "data"
+    assert run_build([tmp_path / "in"], out, "--set", "filters.languages=[zh, en]") == 0
+    report = json.loads((out / "report.json").read_text())
+    langs = report["languages"]
+    assert {"en", "zh", "de", "fr", "ru", "ja"} <= set(langs), langs
+    assert all(v["docs"] > 0 and v["bytes"] > 0 for v in langs.values())
+    assert sum(v["docs"] for v in langs.values()) == report["stages"]["read"]["docs"]
+    removed = report["stages"]["filter"]["removed_by"]["language"]["docs"]
+    assert removed >= 0.9 * planted["others"]
+    attrs = pq.read_table(out / "documents" / "attributes.parquet").to_pylist()
+    kept = [a for a in attrs if a["fate"] == "kept"]
+    assert kept and {a["language"] for a in kept} <= {"zh", "en"}
+    assert all(a["fate"] == "language" for a in attrs if a["language"] not in ("zh", "en"))
+    assert "## Languages" in (out / "report.md").read_text()

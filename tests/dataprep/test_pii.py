@@ -1,0 +1,97 @@
+"""PII: each kind found and replaced by its placeholder, look-alikes left alone, and a build whose
+decoded samples hold none of the planted strings but their placeholders."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from dataprep_helpers import run_build
+from dataprep.config import ConfigError, load_build_config
+from dataprep.pii import id_number_valid, luhn_valid, redact
+from real_text import PII, SURVIVORS, decoded_samples, write_corpus
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("write to zhang.san@example.com today", "EMAIL"),
+    ("联系 wang_wu+list@mail.example.org.cn 获取", "EMAIL"),
+    ("server 192.168.10.254 is down", "IP"),
+    ("listen on [2001:db8::ff00:42:8329]:443", "IP"),
+    ("mobile 13800138000.", "PHONE"),
+    ("手机：+86 186-1234-5678", "PHONE"),
+    ("call +1 415 555 0132 now", "PHONE"),
+    ("call (415) 555-0132 now", "PHONE"),
+    ("身份证 11010519491231002X 已登记", "ID_NUMBER"),
+    ("card 4111-1111-1111-1111 exp", "CARD"),
+    ("amex 378282246310005", "CARD"),
+])
+def test_each_kind_becomes_its_placeholder(text, kind):
+    out, counts = redact(text)
+    assert counts == {kind: 1}, (out, counts)
+    assert f"<{kind}>" in out
+    assert out.replace(f"<{kind}>", "") != text   # the match itself is gone
+
+
+@pytest.mark.parametrize("text", [
+    "mindspore 2.10.0, numpy 1.26.4 and kernel 6.1.0-18-amd64",
+    "build 1.2.3.4-rc1 and v10.0.0.1 and 3.14.159.26.5",
+    "released 2024-01-15, 2024/01/15 and 15.01.2024 at 12:30:45",
+    "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709, md5 d41d8cd98f00b204e9800998ecf8427e",
+    "uuid 123e4567-e89b-12d3-a456-426614174000",
+    "counts 42, 1,234,567, 3.14159, 1234567890123, 12345678901234567 and 8080",
+    "ISBN 978-3-16-148410-0 and ISSN 2049-3630",
+    "C++ std::vector<int> and a::b::c, MAC 00:1a:2b:3c:4d:5e",
+    "id 110105194912310021 has a wrong check digit",          # not a valid ID number
+    "card 4111 1111 1111 1112 fails Luhn",
+])
+def test_look_alikes_survive(text):
+    assert redact(text) == (text, {})
+
+
+def test_checksums():
+    assert id_number_valid("11010519491231002X") and not id_number_valid("110105194912310021")
+    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
+
+
+def test_action_is_checked():
+    with pytest.raises(ConfigError, match="pii"):
+        load_build_config(sets=["pii.action=mask"])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pii-corpus")
+    return root, write_corpus(root)
+
+
+def test_planted_pii_is_absent_from_the_samples_and_placeholders_are_there(corpus, tmp_path):
+    root, planted = corpus
+    out = tmp_path / "data"
+    assert run_build([root], out, "--workers", "1") == 0
+    text = " ".join(decoded_samples(out).split())
+    for s, placeholder in planted["pii"].items():
+        assert s not in text, s
+    for placeholder in set(planted["pii"].values()):
+        assert placeholder in text, placeholder
+    for s in SURVIVORS:
+        assert s in text, s
+    report = json.loads((out / "report.json").read_text())
+    assert report["pii"]["action"] == "redact"
+    assert sum(report["pii"]["matches"].values()) >= len(planted["pii"])
+    assert set(report["pii"]["matches"]) == {"EMAIL", "IP", "PHONE", "ID_NUMBER", "CARD"}
+    assert "## Personal data (action: redact)" in (out / "report.md").read_text()
+    attrs = pq.read_table(out / "documents" / "attributes.parquet").to_pylist()
+    assert sum(a["pii"] for a in attrs) == sum(report["pii"]["matches"].values())
+
+
+def test_drop_removes_the_documents_and_keep_keeps_the_strings(corpus, tmp_path):
+    root, planted = corpus
+    assert run_build([root], tmp_path / "drop", "--set", "pii.action=drop") == 0
+    text = decoded_samples(tmp_path / "drop")
+    assert not any(s in text for s in planted["pii"]) and "<EMAIL>" not in text
+    report = json.loads((tmp_path / "drop" / "report.json").read_text())
+    assert report["stages"]["filter"]["removed_by"]["pii"]["docs"] == report["pii"]["docs"] > 0
+    assert run_build([root], tmp_path / "keep", "--set", "pii.action=keep") == 0
+    text = " ".join(decoded_samples(tmp_path / "keep").split())
+    assert "li.lei@example-mail.cn" in text and "<EMAIL>" not in text
