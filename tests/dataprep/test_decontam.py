@@ -92,9 +92,9 @@ def test_planted_passages_are_gone(corpus, tmp_path, action):
     assert len(m["config"]["decontam"]["files"][0]["sha256"]) == 64
 
 
-def test_a_missing_evaluation_file_is_a_config_error(corpus, tmp_path, capsys):
+def test_a_missing_evaluation_file_is_a_config_error_exit_2(corpus, tmp_path, capsys):
     root, _, _ = corpus
-    assert run_build([root], tmp_path / "data", "--decontaminate", str(tmp_path / "nope.jsonl")) == 1
+    assert run_build([root], tmp_path / "data", "--decontaminate", str(tmp_path / "nope.jsonl")) == 2
     assert "decontam.files" in capsys.readouterr().err
 
 
