@@ -87,7 +87,16 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
         raise BuildError(str(e)) from None
     if not files:
         raise BuildError(f"no input files found under {', '.join(map(str, inputs))}")
-    config = resolved_config(cfg, files)
+    if cfg.run.engine == "ray":
+        from dataprep.ray_engine.driver import ray_session
+        with ray_session(cfg) as stages:
+            return _build(out, files, cfg, stages)
+    return _build(out, files, cfg, None)
+
+
+def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
+    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None."""
+    config = resolved_config(cfg, files, stages.hash_inputs if stages else None)
     created = not out.exists()
     done = _check_out(out, config, cfg)
     if done is not None:
@@ -98,10 +107,10 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     else:
         work.create(work_lock(config, cfg))
     run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
-    if cfg.run.engine == "ray":
+    if stages is not None:
         from dataprep.ray_engine.driver import build_stages
         try:
-            dedup, splits, tails, hist = build_stages(files, cfg, work, run)
+            dedup, splits, tails, hist = build_stages(stages, files, cfg, work, run)
             return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
         except NoDatasetError:
             _remove_work(out, work, created)
@@ -156,15 +165,21 @@ def work_lock(config: dict, cfg: BuildConfig) -> dict:
     return lock
 
 
-def resolved_config(cfg: BuildConfig, files) -> dict:
-    """The manifest's config: settings, dedup scheme, tokenizer source and the inputs' checksums."""
+def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
+    """The manifest's config: settings, dedup scheme, tokenizer source and the inputs' checksums
+    (`hash_files(files)` -> their sha256s, where given: the Ray engine hashes on the cluster)."""
     config = manifest_config(cfg)
     config["dedup_scheme"] = describe(cfg.dedup)
     if cfg.tokenizer.model:
         config["tokenizer"]["model"] = "sha256:" + sha256_file(cfg.tokenizer.model)
-    bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress, leave=False)
-    config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size,
-                         "sha256": sha256_file(f.path)} for f in bar]
+    if hash_files is None:
+        bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress,
+                   leave=False)
+        sums = [sha256_file(f.path) for f in bar]
+    else:
+        sums = hash_files(files)
+    config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size, "sha256": s}
+                        for f, s in zip(files, sums)]
     return config
 
 

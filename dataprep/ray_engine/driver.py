@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,15 @@ class Stages:
         self.reused[name] = self.reused.get(name, 0) + sum(bool(r.get("reused")) for r in results)
         return results
 
+    def hash_inputs(self, files: list[InputFile]) -> list[str]:
+        """sha256 of every input file, one task per file (the manifest records them)."""
+        return [r["sha256"] for r in self.run("hash inputs", _sha256_task, [(f,) for f in files])]
+
+
+def _sha256_task(inp: InputFile) -> dict:
+    from loader.manifest import sha256_file
+    return {"sha256": sha256_file(inp.path)}
+
 
 def _timed_task(fn, *args) -> dict:
     """fn(*args), with the CPU seconds the task took (the report's per-stage CPU time)."""
@@ -65,57 +75,87 @@ def _timed_task(fn, *args) -> dict:
     return {**result, "task_cpu_s": time.process_time() - t0}
 
 
-def build_stages(files: list[InputFile], cfg: BuildConfig, work: WorkDir, run: dict):
-    """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
+@contextmanager
+def ray_session(cfg: BuildConfig):
+    """Connected to Ray for the whole build (joined, or a local instance started and stopped);
+    yields the stage runner."""
     started = _connect(cfg)
-    import ray
     try:
-        ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, os.environ.get(faults.ENV, ""))
-        stages = Stages(cfg.run.progress)
-        times = run["time_s"]
-        t0 = time.perf_counter()
-        units = _docs_stage(stages, ctx, files)
-        times["docs"] = _lap(t0)
-        dedup = _dedup_stages(stages, ctx, units)
-        times["dedup"] = _lap(t0) - times["docs"]
-        model = _tokenizer_stage(stages, ctx, units, dedup)
-        times["tokenizer"] = _lap(t0) - times["docs"] - times["dedup"]
-        tokens = stages.run("tokenize", tasks_units.tokenize_unit,
-                            [(ctx, u["unit"], u["chunks"], str(model)) for u in units])
-        splits, tails, hist = _write_stage(stages, ctx, tokens)
-        times["tokenize+write"] = _lap(t0) - sum(times.values())
-        reused = {"docs": 0, "tokenize": 0}
-        for name, key in (("docs", "docs"), ("tokenize", "tokenize")):
-            reused[key] = stages.reused.get(name, 0)
-        run["chunks_reused"] = reused
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        run["ray"] = {"nodes": len(nodes), "cpus": int(ray.cluster_resources().get("CPU", 0)),
-                      "partitions": ctx.partitions, "units": len(units),
-                      "tasks": stages.tasks, "tasks_reused": stages.reused,
-                      "stage_s": stages.seconds, "task_cpu_s": stages.cpu}
-        return dedup, splits, tails, hist
+        yield Stages(cfg.run.progress)
     finally:
         if started:
+            import ray
             ray.shutdown()
+
+
+def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work: WorkDir,
+                 run: dict):
+    """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
+    import ray
+    ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, os.environ.get(faults.ENV, ""))
+    times = run["time_s"]
+    t0 = time.perf_counter()
+    units = _docs_stage(stages, ctx, files)
+    times["docs"] = _lap(t0)
+    dedup = _dedup_stages(stages, ctx, units)
+    times["dedup"] = _lap(t0) - times["docs"]
+    model = _tokenizer_stage(stages, ctx, units, dedup)
+    times["tokenizer"] = _lap(t0) - times["docs"] - times["dedup"]
+    tokens = stages.run("tokenize", tasks_units.tokenize_unit,
+                        [(ctx, u["unit"], u["chunks"], str(model)) for u in units])
+    splits, tails, hist = _write_stage(stages, ctx, tokens)
+    times["tokenize+write"] = _lap(t0) - sum(times.values())
+    run["chunks_reused"] = {"docs": stages.reused.get("docs", 0),
+                            "tokenize": stages.reused.get("tokenize", 0)}
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    run["ray"] = {"nodes": len(nodes), "cpus": int(ray.cluster_resources().get("CPU", 0)),
+                  "partitions": ctx.partitions, "units": len(units),
+                  "tasks": stages.tasks, "tasks_reused": stages.reused,
+                  "stage_s": stages.seconds, "task_cpu_s": stages.cpu}
+    return dedup, splits, tails, hist
 
 
 def _connect(cfg: BuildConfig) -> bool:
     """Join cfg.run.ray_address, or start a local instance bound to 127.0.0.1. True if this call
     connected (and so must disconnect)."""
+    from dataprep.build import BuildError
     if not cfg.run.ray_address:
         # a one-machine instance listens on 127.0.0.1 only: Ray's switch for that is read when
         # ray is first imported (it then takes the loopback address as the node's address)
         os.environ.setdefault(LOOPBACK_ENV, "0")
-    import ray
-    if ray.is_initialized():
+    try:
+        import ray
+    except ImportError:
+        raise BuildError("--engine ray needs Ray: pip install 'mspretrain[ray]' "
+                         "(ray==2.60.0)") from None
+    _check_reachable(cfg.run.ray_address)
+    if ray.is_initialized():   # a caller (a test, a notebook) connected already: use that
         return False
     common = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    if cfg.run.ray_address:
-        ray.init(address=cfg.run.ray_address, **common)
-    else:
-        ray.init(address="local", num_cpus=cfg.run.ray_cpus or None,
-                 _node_ip_address="127.0.0.1", **common)
+    try:
+        if cfg.run.ray_address:
+            ray.init(address=cfg.run.ray_address, **common)
+        else:
+            ray.init(address="local", num_cpus=cfg.run.ray_cpus or None,
+                     _node_ip_address="127.0.0.1", **common)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise BuildError(f"cannot reach the Ray cluster at {cfg.run.ray_address or 'local'}: "
+                         f"{e}") from None
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a HOST:PORT nobody listens on (ray.init would retry for minutes)."""
+    import socket
+    from dataprep.build import BuildError
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or address.startswith("ray://"):
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise BuildError(f"cannot reach the Ray cluster at {address}: {e}; start it with "
+                         f"`ray start --head` (docs/scale-out.md)") from None
 
 
 def _lap(t0: float) -> float:

@@ -193,3 +193,10 @@ def test_without_an_address_the_build_starts_its_own_ray_on_loopback_only(corpus
     assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
     assert dataset_bytes(out) == dataset_bytes(reference)
     assert json.loads((out / "report.json").read_text())["ray"]["cpus"] == 1
+
+
+def test_an_unreachable_cluster_is_a_clear_error(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([corpus], out, "--engine", "ray", "--ray-address", "127.0.0.1:1") == 1
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
+    assert not out.exists()
