@@ -260,7 +260,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
                         cfg.run.chunk_bytes, cfg.run.strict)
     dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict,
-                      work.docs)
+                      texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
+                                                        columns=["text"]).column("text").to_pylist())
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
                disable=not cfg.run.progress)
     settled: deque = deque()   # (chunk, keep mask): deduplicated, not yet tokenized

@@ -17,6 +17,8 @@ and counts) is saved in the work dir so a resumed build skips stage 1 and 2 enti
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,11 +91,11 @@ class DedupPass:
                "language_score", "quality", "pii", "decontam"]
 
     def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool,
-                 docs_dir: Path | None = None):
-        """`docs_dir`: the stage-1 chunk files, whose texts verify near-threshold pairs exactly
-        (without it, the signature estimate decides alone)."""
-        self.docs_dir = docs_dir
-        self.near = NearDedup(cfg, text_of=self._kept_text if docs_dir is not None else None)
+                 texts: Callable[[int], list] | None = None):
+        """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
+        near-threshold pairs exactly (without it, the signature estimate decides alone)."""
+        self.texts = texts
+        self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None)
         self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
         self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
         self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
@@ -133,7 +135,7 @@ class DedupPass:
         if near_rows:
             sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
             text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]])
-                    if self.docs_dir is not None else None)
+                    if self.texts is not None else None)
             hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs, text)
             for i, hit in zip(near_rows, hits):
                 j = same_as.get(i)
@@ -142,14 +144,14 @@ class DedupPass:
                 elif hit is None:
                     keep[i] = True
                     self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
-                    if self.docs_dir is not None:
+                    if self.texts is not None:
                         self.kept_at[c["doc_id"][i]] = (chunk, i)
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
         fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
         for i, _, _, kind, _, _ in drops:
             fate[i] = kind
-        self._attributes(table, fate)
+        self.attributes.append(attributes_table(table, fate))
         for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
             counts = self.result.exact if kind == "exact" else self.result.near
             counts[0] += 1
@@ -161,22 +163,17 @@ class DedupPass:
         self.masks.append(keep)
 
     def _chunk_texts(self, chunk: int) -> list:
-        """The texts of a stage-1 chunk (the last few read are kept)."""
+        """The texts of a consumed chunk (the last few read are kept)."""
         if chunk not in self._texts:
             if len(self._texts) >= 4:
                 self._texts.pop(next(iter(self._texts)))
-            path = Path(self.docs_dir) / f"{chunk:05d}.parquet"
-            self._texts[chunk] = pq.read_table(path, columns=["text"]).column("text").to_pylist()
+            self._texts[chunk] = self.texts(chunk)
         return self._texts[chunk]
 
     def _kept_text(self, doc_id: str) -> str:
         chunk, row = self.kept_at[doc_id]
         return self._chunk_texts(chunk)[row]
 
-    def _attributes(self, table: pa.Table, fate: list[str]) -> None:
-        cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
-        cols["fate"] = pa.array(fate, pa.string())
-        self.attributes.append(pa.table(cols, schema=ATTRIBUTES_SCHEMA))
 
     def _new_id(self, doc_id: str, source: str) -> bool:
         if doc_id not in self.seen_ids:
@@ -213,3 +210,10 @@ class DedupPass:
                  else ATTRIBUTES_SCHEMA.empty_table())
         pq.write_table(table, tmp, compression="zstd")
         tmp.replace(path)
+
+
+def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:
+    """The documents/attributes.parquet rows of one chunk of stage-1 output (both engines)."""
+    cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
+    cols["fate"] = pa.array(fate, pa.string())
+    return pa.table(cols, schema=ATTRIBUTES_SCHEMA)

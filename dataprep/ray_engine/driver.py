@@ -200,6 +200,7 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
     settled = stages.run("settle", tasks_units.settle_unit,
                          [(ctx, u["unit"], u["chunks"]) for u in units])
     stages.run("duplicates", tasks_dedup.write_duplicates, [(ctx, U)])
+    stages.run("attributes", tasks_dedup.write_attributes, [(ctx, U)])
     result = DedupResult(chunk_rows=[c["rows"] for u in units for c in u["chunks"]])
     result.docs_seen = sum(result.chunk_rows)
     for s in settled:

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataprep.dedup_pass import DUPLICATES_FILE, DUPLICATES_SCHEMA, DedupPass
+from dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
+                                 DUPLICATES_SCHEMA, DedupPass)
 from dataprep.ray_engine.layout import (Ctx, done, finish, read_parquets, unit_files,
                                         write_by_unit, write_parquet)
 from dataprep.ray_engine.shuffle import part_files
@@ -134,7 +135,9 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
     if t is not None:
         t = t.sort_by("order")
         cfg = ctx.cfg
-        dp = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, strict=False)
+        texts = t.column("text").to_pylist()
+        dp = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, strict=False,
+                       texts=lambda chunk: texts)
         dp.consume(t, np.dtype(sig_dtype or "uint32"))
         dropped = np.flatnonzero(~dp.masks[-1])
         if len(dropped) != len(dp.rows["doc_id"]):   # every group member is kept or dropped
@@ -148,23 +151,35 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
 
 
 def write_duplicates(ctx: Ctx, units: int) -> dict:
-    """dedup/duplicates.parquet: the drops of every partition in input order, streamed unit by unit,
-    in the row groups that one write of the whole table gives (so the bytes equal the local file)."""
-    marker = ctx.marker("duplicates", "all")
+    """dedup/duplicates.parquet: the drops of every partition in input order, unit by unit."""
+    def unit_rows(u: int):
+        t = read_parquets(unit_files(ctx.stage_dir("drops"), u, ctx.partitions))
+        return t.sort_by("order") if t is not None else None
+    return _write_in_order(ctx, "duplicates", DUPLICATES_FILE, DUPLICATES_SCHEMA, units, unit_rows)
+
+
+def write_attributes(ctx: Ctx, units: int) -> dict:
+    """documents/attributes.parquet: every document read, in input order, unit by unit."""
+    return _write_in_order(ctx, "attributes", ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, units,
+                           lambda u: read_parquets([ctx.stage_dir("attributes") / f"{u:06d}.parquet"]))
+
+
+def _write_in_order(ctx: Ctx, name: str, file: str, schema: pa.Schema, units: int, unit_rows) -> dict:
+    """Stream the rows of every unit (`unit_rows(u)`, in input order) into one parquet file, in the row
+    groups that one write of the whole table gives, so the bytes equal the local engine's file."""
+    marker = ctx.marker(name, "all")
     if (m := done(marker)) is not None:
         return m
-    path = ctx.work.staging / DUPLICATES_FILE
+    path = ctx.work.staging / file
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)
-    drops = ctx.stage_dir("drops")
-    writer = pq.ParquetWriter(tmp, DUPLICATES_SCHEMA, compression="zstd")
+    writer = pq.ParquetWriter(tmp, schema, compression="zstd")
     pending, rows, total = [], 0, 0
     for u in range(units):
-        t = read_parquets(unit_files(drops, u, ctx.partitions))
+        t = unit_rows(u)
         if t is None:
             continue
-        t = t.sort_by("order").select(DUPLICATES_SCHEMA.names).cast(DUPLICATES_SCHEMA)
-        pending.append(t)
+        pending.append(t.select(schema.names).cast(schema))
         rows += t.num_rows
         while rows >= PARQUET_ROW_GROUP:
             merged = pa.concat_tables(pending)
@@ -172,7 +187,7 @@ def write_duplicates(ctx: Ctx, units: int) -> dict:
             pending, rows = [merged.slice(PARQUET_ROW_GROUP)], rows - PARQUET_ROW_GROUP
             total += PARQUET_ROW_GROUP
     if rows or total == 0:
-        merged = pa.concat_tables(pending) if pending else DUPLICATES_SCHEMA.empty_table()
+        merged = pa.concat_tables(pending) if pending else schema.empty_table()
         writer.write_table(merged)
         total += rows
     writer.close()

@@ -13,10 +13,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dataprep.dedup import NearDedup
+from dataprep.dedup_pass import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
 from dataprep.ray_engine import faults
 from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
-                                        text_key64, unit_files, unit_range)
+                                        text_key64, unit_files, unit_range, write_parquet)
 from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
 from dataprep.stages import clean_chunk, read_chunks, split_of, tokenize_chunk
@@ -97,7 +98,8 @@ def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dt
 
 def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> dict:
     """The unit's documents that have a component label (and no duplicate id), with every stage-1
-    column but the text (whatever the keep rule reads), shuffled by label."""
+    column (whatever the keep rule reads, the text included: it settles near-threshold pairs),
+    shuffled by label."""
     marker = ctx.marker("groups", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
@@ -107,7 +109,7 @@ def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> di
         if labels is not None else {}
     dup = _dup_orders(ctx, unit)
     schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0]["index"], "parquet"))
-    columns = [f for f in schema if f.name != "text"]
+    columns = list(schema)
     writer = PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
                                pa.schema(GROUP_KEYS + columns))
     base, sent = lo, 0
@@ -134,7 +136,8 @@ def _dup_orders(ctx: Ctx, unit: int) -> set[int]:
 
 
 def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
-    """Keep mask per chunk (ray/keep/INDEX.npy) and the unit's dedup counts."""
+    """Keep mask per chunk (ray/keep/INDEX.npy), the unit's rows of documents/attributes.parquet
+    (ray/attributes) and the unit's dedup counts."""
     marker = ctx.marker("settle", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
@@ -143,7 +146,8 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     dups = dups.sort_by("order") if dups is not None else None
     drops = read_parquets(unit_files(ctx.stage_dir("drops"), unit, ctx.partitions),
                           columns=["order", "kind", "bytes"])
-    dropped = set(drops.column("order").to_pylist()) if drops is not None else set()
+    dropped = dict(zip(drops.column("order").to_pylist(), drops.column("kind").to_pylist())) \
+        if drops is not None else {}
     dup_set = set(dups.column("order").to_pylist()) if dups is not None else set()
     keep_dir = ctx.stage_dir("keep")
     res = {"unit": unit, "kept_docs": 0, "kept_bytes": 0, "train_bytes": 0,
@@ -157,14 +161,17 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
             res[kind][1] += nbytes
     vf, seed = ctx.cfg.pack.valid_fraction, ctx.cfg.pack.split_seed
     base = lo
+    attributes = []
     for c in chunks:
         table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                              columns=["doc_id", "reason", "bytes_clean"])
+                              columns=DedupPass.COLUMNS)
         keep = np.zeros(table.num_rows, bool)
-        for r, (doc_id, reason, nbytes) in enumerate(zip(*(table.column(n).to_pylist()
-                                                           for n in table.column_names))):
+        fate = []
+        for r, (doc_id, reason, nbytes) in enumerate(zip(*(table.column(n).to_pylist() for n in
+                                                           ("doc_id", "reason", "bytes_clean")))):
             o = base + r
-            if reason or o in dup_set or o in dropped:
+            fate.append(reason or ("duplicate_doc_id" if o in dup_set else dropped.get(o, "kept")))
+            if fate[-1] != "kept":
                 continue
             keep[r] = True
             res["kept_docs"] += 1
@@ -172,11 +179,14 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
             if split_of(doc_id, vf, seed) == "train":
                 res["train_bytes"] += nbytes
         base += table.num_rows
+        attributes.append(attributes_table(table, fate))
         path = keep_dir / f"{c['index']}.npy"
         tmp = tmp_path(path)
         with open(tmp, "wb") as f:
             np.save(f, keep)
         os.replace(tmp, path)
+    write_parquet(ctx.stage_dir("attributes") / f"{unit:06d}.parquet",
+                  pa.concat_tables(attributes) if attributes else ATTRIBUTES_SCHEMA.empty_table())
     return finish(marker, res)
 
 
