@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from dataprep.config import BuildConfig
 from dataprep.dedup_pass import DedupResult
-from dataprep.ray_engine import faults, tasks_dedup, tasks_labels, tasks_units, tasks_write
+from dataprep.ray_engine import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile, file_format
 from dataprep.shards import shard_capacity
@@ -92,7 +92,7 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                  run: dict):
     """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
     import ray
-    ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, os.environ.get(faults.ENV, ""))
+    ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, hooks.from_env())
     times = run["time_s"]
     t0 = time.perf_counter()
     units = _docs_stage(stages, ctx, files)

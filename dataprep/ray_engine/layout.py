@@ -22,11 +22,11 @@ CHUNK_STRIDE = 1_000_000     # chunk c of unit u is the work dir's chunk u * CHU
 
 @dataclass(frozen=True)
 class Ctx:
-    """What every task needs: the config, the work dir and the fault-injection spec (tests only)."""
+    """What every task needs: the config, the work dir and the hooks spec (hooks.py; tests only)."""
     out: str
     cfg: BuildConfig
     partitions: int
-    fault: str = ""
+    hooks: str = ""
 
     @property
     def work(self) -> WorkDir:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from dataprep.dedup import NearDedup
 from dataprep.dedup_pass import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
-from dataprep.ray_engine import faults
+from dataprep.ray_engine import hooks
 from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
@@ -53,7 +53,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
         m = clean_chunk(task)
         if "stop" in m:   # strict mode or a reader failure: the driver fails the build
             return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
-        faults.inject(ctx.fault, "docs")
+        hooks.reached(ctx.hooks, "docs")
         table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
                               columns=["doc_id", "source", "reason", "key", "sig"])
         n = table.num_rows
@@ -227,7 +227,7 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
             with open(ctx.ray_dir / "sample" / f"u{u:06d}.txt", "rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
     os.replace(tmp, sample)
-    faults.inject(ctx.fault, "tokenizer")
+    hooks.reached(ctx.hooks, "tokenizer")
     try:
         train_tokenizer(sample, work.staging / "tokenizer.model", ctx.cfg.tokenizer)
     except TokenizerError as e:
@@ -246,6 +246,6 @@ def tokenize_unit(ctx: Ctx, unit: int, chunks: list[dict], model: str) -> dict:
     for c in chunks:
         keep = keep_mask(ctx, c["index"])
         m = tokenize_chunk((c["index"], np.packbits(keep).tobytes(), model))
-        faults.inject(ctx.fault, "tokenize")
+        hooks.reached(ctx.hooks, "tokenize")
         out.append({"index": c["index"], "tokens": m["tokens"]})
     return finish(marker, {"unit": unit, "chunks": out})

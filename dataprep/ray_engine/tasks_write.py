@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from dataprep import report as reporting
 from dataprep.pack import PROVENANCE_DIR, ProvenanceStream
-from dataprep.ray_engine import faults
+from dataprep.ray_engine import hooks
 from dataprep.ray_engine.layout import Ctx, done, finish
 from dataprep.shards import ShardWriter
 
@@ -35,7 +35,7 @@ def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
                          ctx.cfg.shards.max_shard_bytes, first_shard=shard, first_sample=first)
     rows = tokens.reshape(count, L)
     writer.write(rows[:count // 2])
-    faults.inject(ctx.fault, "write")   # a shard file open and half written
+    hooks.reached(ctx.hooks, "write")   # a shard file open and half written
     writer.write(rows[count // 2:])
     (info,) = writer.close()
     return finish(marker, {"split": split, "shard": asdict(info)})

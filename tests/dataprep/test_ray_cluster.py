@@ -12,7 +12,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 12
 import pytest  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from dataprep.ray_engine.faults import ENV as FAULT_ENV  # noqa: E402
+from dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
+from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import dataset_bytes, run_build  # noqa: E402
 
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
@@ -45,7 +46,7 @@ def test_a_node_lost_mid_build_is_survived(cluster, corpus, reference, tmp_path,
     (worker,) = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
     flag = tmp_path / "held"
     # docs tasks that land on the second node wait there until the node is removed
-    monkeypatch.setenv(FAULT_ENV, f"hold:docs:{flag}:{worker.node_id}")
+    monkeypatch.setenv(HOOKS_ENV, hooks_env(f"hold:docs:{flag}:{worker.node_id}"))
     out = tmp_path / "data"
     result = {}
     thread = threading.Thread(target=lambda: result.setdefault("rc", _build(corpus, out, cluster, 3)))

@@ -16,7 +16,8 @@ import pytest  # noqa: E402
 import ray  # noqa: E402
 
 from dataprep.cli import main as dataprep_main  # noqa: E402
-from dataprep.ray_engine.faults import ENV as FAULT_ENV  # noqa: E402
+from dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
+from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build  # noqa: E402
 
 DEMO_CONFIG = REPO / "configs" / "dataprep-demo.yaml"
@@ -75,7 +76,7 @@ def test_a_worker_killed_mid_task_is_retried_and_the_bytes_are_unchanged(ray_add
                                                                         reference, tmp_path,
                                                                         monkeypatch, stage):
     flag = tmp_path / "killed"
-    monkeypatch.setenv(FAULT_ENV, f"kill:{stage}:{flag}")
+    monkeypatch.setenv(HOOKS_ENV, hooks_env(f"kill:{stage}:{flag}"))
     out = tmp_path / "data"
     assert run_build([corpus], out, "--engine", "ray", "--set", "run.ray_partitions=2") == 0
     assert flag.exists()   # a task really killed its own worker process (SIGKILL) mid-task
