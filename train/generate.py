@@ -11,7 +11,7 @@ tests/train/test_generate.py checks the logits against `Llama`'s forward.
 
 Decoding runs in numpy over the fp32 logits: greedy (temperature 0) is an argmax; sampling divides
 by the temperature, keeps the smallest set of tokens whose probability reaches top_p and draws with
-numpy's default_rng(seed): the same seed gives the same tokens. A row stops at EOS, after
+numpy's default_rng((seed, prompt index)): the same seed gives the same tokens, whatever the batch. A row stops at EOS, after
 max_new_tokens, or at the model's seq_length (rotary tables and the cache end there).
 
 A prompt given as text is encoded with the run's tokenizer after an EOS: training packs documents back
@@ -181,15 +181,22 @@ class Sampling:
 
 
 class Generator:
-    """Batched decoding for a model given by its args and Llama-relative fp32 weights."""
+    """Batched decoding for a model given by its args and Llama-relative fp32 weights. Every call runs
+    `batch_size` rows (unused rows are padding), so the two cells compile once."""
 
-    def __init__(self, args: ModelArgs, weights: dict, eos_id: int, pad_id: int):
-        self.args, self.eos_id, self.pad_id = args, eos_id, pad_id
+    def __init__(self, args: ModelArgs, weights: dict, eos_id: int, pad_id: int, batch_size: int = 8):
+        self.args, self.eos_id, self.pad_id, self.batch_size = args, eos_id, pad_id, batch_size
         self.prefill = Prefill(args, weights)
         self.step = DecodeStep(args, weights)
 
     def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[int]]:
         """The new tokens of each prompt (EOS included when it was produced)."""
+        out = []
+        for start in range(0, len(prompts), self.batch_size):
+            out += self._generate(prompts[start:start + self.batch_size], s, start)
+        return out
+
+    def _generate(self, prompts: list[list[int]], s: Sampling, first: int) -> list[list[int]]:
         if s.temperature < 0 or not 0 < s.top_p <= 1 or s.max_new_tokens < 0:
             raise InputError(f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 0; got "
                              f"{s.temperature}, {s.top_p}, {s.max_new_tokens}")
@@ -201,45 +208,50 @@ class Generator:
             bad = [t for t in p if not 0 <= t < self.args.vocab_size]
             if bad:
                 raise InputError(f"prompt {i}: token id {bad[0]} outside the vocabulary [0, {self.args.vocab_size})")
-        rng = np.random.default_rng(s.seed)
-        b = len(prompts)
+        n, b = len(prompts), self.batch_size
+        # one stream per prompt, from (seed, prompt index): a prompt's sample does not depend on
+        # which other prompts share its batch
+        rngs = [np.random.default_rng([s.seed, first + i]) for i in range(b)]
         tokens = np.full((b, T), self.pad_id, np.int32)
         for i, p in enumerate(prompts):
             tokens[i, :len(p)] = p
-        pos = np.array([len(p) for p in prompts], np.int32)
-        out: list[list[int]] = [[] for _ in prompts]
-        done = np.zeros(b, bool)
+        pos = np.array([len(p) for p in prompts] + [1] * (b - n), np.int32)
+        out: list[list[int]] = [[] for _ in range(b)]
+        done = np.arange(b) >= n           # padding rows are done from the start
         if s.max_new_tokens == 0:
-            return out
+            return out[:n]
         logits, kc, vc = self.prefill(Tensor(tokens), Tensor(pos - 1))
         while True:
-            nxt = self._choose(logits.asnumpy(), s, rng)
+            nxt = self._choose(logits.asnumpy(), s, rngs, done)
             for i in range(b):
                 if not done[i]:
                     out[i].append(int(nxt[i]))
                     done[i] = (nxt[i] == self.eos_id or len(out[i]) >= s.max_new_tokens
                                or pos[i] >= T)
             if done.all():
-                return out
+                return out[:n]
             feed = np.where(done, self.pad_id, nxt).astype(np.int32)
             step_pos = np.minimum(pos, T - 1).astype(np.int32)     # finished rows: any valid slot
             logits, kc, vc = self.step(Tensor(feed), Tensor(step_pos), kc, vc)
             pos = pos + (~done)
 
     @staticmethod
-    def _choose(logits: np.ndarray, s: Sampling, rng: np.random.Generator) -> np.ndarray:
+    def _choose(logits: np.ndarray, s: Sampling, rngs: list, done: np.ndarray) -> np.ndarray:
         if s.temperature == 0:
             return logits.argmax(-1)
         z = logits.astype(np.float64) / s.temperature
         probs = np.exp(z - z.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         picks = np.empty(len(probs), np.int64)
+        picks[done] = 0
         for i, p in enumerate(probs):
+            if done[i]:
+                continue
             order = np.argsort(-p, kind="stable")
             cum = np.cumsum(p[order])
             keep = order[: int(np.searchsorted(cum, s.top_p)) + 1]
             q = p[keep] / p[keep].sum()
-            picks[i] = keep[min(int(np.searchsorted(np.cumsum(q), rng.random())), len(keep) - 1)]
+            picks[i] = keep[min(int(np.searchsorted(np.cumsum(q), rngs[i].random())), len(keep) - 1)]
         return picks
 
 
@@ -310,7 +322,7 @@ def main(run_dir, prompt: str | None, prompts_file: str | None, sampling: Sampli
     rm = RunModel(run_dir, step)
     recs = [{"text": prompt}] if prompt is not None else load_prompts(prompts_file)
     ids = [rm.encode(r, f"{prompts_file}:{i + 1}: ") for i, r in enumerate(recs)]
-    gen = Generator(rm.args, rm.weights, rm.eos_id, rm.pad_id)
+    gen = Generator(rm.args, rm.weights, rm.eos_id, rm.pad_id, min(batch_size, len(ids)))
     sink = open(out, "w", encoding="utf-8") if out else sys.stdout
     try:
         for start in range(0, len(ids), batch_size):
