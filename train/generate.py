@@ -166,10 +166,20 @@ class DecodeStep(_Base):
             vc = ops.where(here, v, vcache[i])
             ks.append(kc)
             vs.append(vc)
-            h = h + self.dense(self.attend(q, kc, vc, masked), layer.wo)
+            h = h + self.dense(self.attend_one(q, kc, vc, masked), layer.wo)
             h = h + self.mlp(layer, self.rms(h, layer.ffn_norm))
             i += 1
         return self.logits(h)[:, 0, :], ops.stack(ks), ops.stack(vs)
+
+    def attend_one(self, q, k, v, masked):
+        """One query position: the `rep` query heads of a KV head are rows of one matmul against
+        that head's cache (no tiled copy of K/V). q [B,H,1,D], k/v [B,KV,T,D] -> [B,1,H*D]."""
+        b = q.shape[0]
+        q = q.reshape(b, self.kvh, self.rep, self.hd)                 # head h = kv * rep + r
+        scores = self.qk(q, k) * self.scale                           # [B, KV, rep, T]
+        scores = ops.masked_fill(scores, masked, -1e9)
+        out = self.pv(self.softmax(scores), v)                        # [B, KV, rep, D]
+        return out.reshape(b, 1, self.nh * self.hd)
 
 
 @dataclass
