@@ -120,9 +120,12 @@ def test_import_of_export_is_bitwise_and_trains(spm_run, spm_data, exported, tmp
     assert sorted(before) == sorted(after)
     for name in before:
         assert before[name].tobytes() == after[name].tobytes(), name
-    p = run(train_cmd("launch", new, spm_data, *train) + ["--resume", "auto"])
+    p = run(train_cmd("launch", new, spm_data, *train, "eval.every_steps=4", "eval.suite_in_loop=true")
+            + ["--resume", "auto"])
     assert p.returncode == 0, p.stderr[-3000:]
     losses = [r["loss"] for r in jsonl(new / "metrics.jsonl") if not r.get("eval")]
+    evals = [r for r in jsonl(new / "metrics.jsonl") if r.get("eval")]      # the in-loop eval suite
+    assert [r["step"] for r in evals] == [4] and 0 < evals[0]["val_bits_per_byte"] < 8
     assert len(losses) == 4 and all(np.isfinite(losses))
     trained = model_weights(checkpoint_dir(new))
     assert any(trained[n].tobytes() != after[n].tobytes() for n in after)
