@@ -2,6 +2,7 @@
 so every evaluation of the same weights reads the same samples and gives the same number."""
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from pathlib import Path
@@ -59,7 +60,9 @@ def main(cfg: Config, checkpoint: str | None = None) -> int:
     print(f"checkpoint {ckpt_dir} (step {step}): val_loss {loss:.6f}  val_ppl {math.exp(min(loss, 700)):.4f}"
           f"  ({cfg.eval.batches} batches of split {cfg.data.valid_split!r})")
     from train.evalsuite import format_summary, run_suite
-    summary = run_suite(model, cfg, cfg.run.dir, ckpt_dir.name)
+    # the tag names the checkpoint and its state.json: a run dir trained again never reuses old results
+    tag = f"{ckpt_dir.name}-{hashlib.sha256((ckpt_dir / ckpt.STATE_FILE).read_bytes()).hexdigest()[:8]}"
+    summary = run_suite(model, cfg, cfg.run.dir, tag)
     print("\n".join(format_summary(summary)))
     return 0
 

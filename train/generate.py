@@ -319,6 +319,14 @@ class RunModel:
             return None
         return self.sp.decode([t for t in ids if t != self.eos_id])
 
+    def continuation(self, prompt: list[int], new: list[int]) -> str | None:
+        """The text `new` adds after `prompt` (decoded together: a piece's leading space survives)."""
+        if self.sp is None:
+            return None
+        head = self.decode(prompt)
+        full = self.decode(prompt + new)
+        return full[len(head):] if full.startswith(head) else self.decode(new)
+
 
 def set_graph_mode() -> None:
     import mindspore as ms
@@ -340,9 +348,10 @@ def main(run_dir, prompt: str | None, prompts_file: str | None, sampling: Sampli
             for rec, p, new in zip(recs[start:start + batch_size], chunk,
                                    gen.generate(chunk, sampling)):
                 if prompt is not None and not out:
-                    print(prompt + (rm.decode(new) or " ".join(map(str, new))))
+                    text = rm.decode(p + new)
+                    print(text if text is not None else " ".join(map(str, p + new)))
                     continue
-                line = {**rec, "prompt_tokens": p, "tokens": new, "text_out": rm.decode(new)}
+                line = {**rec, "prompt_tokens": p, "tokens": new, "text_out": rm.continuation(p, new)}
                 sink.write(json.dumps(line, ensure_ascii=False) + "\n")
     finally:
         if out:

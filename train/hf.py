@@ -172,8 +172,10 @@ def read_hf_weights(hf_dir: Path) -> dict[str, np.ndarray]:
     out = {}
     for f in files:
         for name, t in deserialize(f.read_bytes()):
+            if t["dtype"] not in _NP:
+                raise HFError(f"{f}: tensor {name} has dtype {t['dtype']}; fp32, fp16 and bf16 are read")
             out[name] = _to_fp32(np.frombuffer(bytes(t["data"]), dtype=_NP[t["dtype"]]), t["dtype"],
-                                 t["shape"], f, name)
+                                 t["shape"])
     return out
 
 
@@ -181,7 +183,7 @@ _NP = {"F32": np.float32, "float32": np.float32, "F16": np.float16, "float16": n
        "BF16": np.uint16, "bfloat16": np.uint16, "F64": np.float64, "float64": np.float64}
 
 
-def _to_fp32(raw: np.ndarray, dtype: str, shape, f: Path, name: str) -> np.ndarray:
+def _to_fp32(raw: np.ndarray, dtype: str, shape) -> np.ndarray:
     if dtype in ("BF16", "bfloat16"):
         raw = (raw.astype(np.uint32) << 16).view(np.float32)
     return raw.astype(np.float32).reshape(shape)
@@ -258,8 +260,6 @@ def check_tokenizer(hf_dir: Path, data_path: str) -> None:
 
 def to_llama_weights(hf: dict[str, np.ndarray], args, where: str) -> dict[str, np.ndarray]:
     """HF tensors -> Llama-relative names (the inverse of hf_name), every expected weight present."""
-    from train.model import Llama   # noqa: F401  (names come from a model of these args)
-
     names = _llama_names(args)
     out, missing = {}, []
     for name in names:

@@ -178,7 +178,6 @@ def model_args_of_run(run_dir, cfg: Config | None = None):
 
 def load_run_model(run_dir, step: int | None = None):
     """(Llama in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
-    from mindspore import Tensor
     from train.model import Llama
 
     cfg = run_config(run_dir)

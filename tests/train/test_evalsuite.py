@@ -6,7 +6,6 @@ import json
 import math
 import re
 
-import numpy as np
 import pytest
 
 from hf_helpers import CORPUS, jsonl, train_cmd

@@ -2,7 +2,6 @@
 deterministic for a seed, and the command reports bad prompts by file and line."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
