@@ -158,3 +158,23 @@ def test_import_refuses_another_tokenizer_and_model(spm_data, exported, tmp_path
     assert not (tmp_path / "r1" / "checkpoints").exists()
     p = run(import_cmd(tmp_path / "r2", spm_data, exported, "model.hidden_size=32"))
     assert p.returncode == 2 and "hidden_size=64 but the config gives 32" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_tied_head_and_plain_attention_export_exactly(spm_data, tmp_path, graph_mode):
+    from mindspore import Tensor
+    from hf_helpers import train_run
+    from train.runinfo import load_run_model
+
+    run_dir = train_run(tmp_path / "tied", spm_data, "model.tie_embeddings=true", "model.num_kv_heads=0",
+                        steps=3)
+    out = tmp_path / "hf"
+    p = cli("export", run_dir, "--format", "hf", "--out", out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    hf = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    assert hf.config.tie_word_embeddings and hf.config.num_key_value_heads == 4
+    model, _, _ = load_run_model(run_dir)
+    tokens = valid_batches(spm_data, 1)[0][:4, :-1]
+    with torch.no_grad():
+        theirs = hf(torch.from_numpy(tokens.astype(np.int64))).logits.numpy()
+    assert float(np.abs(model(Tensor(tokens)).asnumpy() - theirs).max()) <= 1e-4
