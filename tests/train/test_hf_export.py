@@ -108,6 +108,7 @@ def test_greedy_generation_matches_transformers(spm_run, spm_data, hf_model, tmp
         assert full[0, len(prompt):].tolist() == mine
 
 
+@pytest.mark.slow
 def test_import_of_export_is_bitwise_and_trains(spm_run, spm_data, exported, tmp_path):
     from train.runinfo import checkpoint_dir, model_weights
 
