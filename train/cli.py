@@ -7,6 +7,10 @@
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
+  train export   RUN [--step N] --format hf --out DIR [--dtype fp32|bf16|fp16]   Hugging Face Llama
+  train import   --from HF_DIR --config F.yaml --set run.dir=RUN            step 0 of a new run
+  train generate RUN --prompt TEXT | --prompts F.jsonl [--max-new-tokens --temperature --top-p --seed]
+  train score    RUN --input F.jsonl --out F.jsonl       per-token log-probabilities, perplexity
 Every module is imported lazily: `train compare` and `--help` never import MindSpore.
 """
 from __future__ import annotations
@@ -60,7 +64,58 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
     p.add_argument("--seq-length", type=int, default=None,
                    help="tokens per sample (default: the dataset's, from data.path)")
+    _add_hf_commands(sub)
     return ap
+
+
+def _add_hf_commands(sub) -> None:
+    """export / import / generate / score (train.hf, train.generate, train.score)."""
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face Llama directory")
+    p.add_argument("run", help="run dir")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--format", choices=["hf"], default="hf")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+
+    p = sub.add_parser("import", help="start a run (step 0) from a Hugging Face Llama checkpoint")
+    p.add_argument("--from", dest="hf_dir", required=True, help="Hugging Face model directory")
+    _config_args(p)
+
+    p = sub.add_parser("generate", help="greedy or sampled generation from a checkpoint")
+    p.add_argument("run", help="run dir")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="one prompt text")
+    src.add_argument("--prompts", help='jsonl file of {"text": ...} or {"tokens": [ids]} lines')
+    p.add_argument("--step", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--out", default=None, help="jsonl output (default: stdout)")
+
+    p = sub.add_parser("score", help="per-token log-probabilities and perplexity of documents")
+    p.add_argument("run", help="run dir")
+    p.add_argument("--input", required=True, help='jsonl of {"text": ...} or {"tokens": [ids]} lines')
+    p.add_argument("--out", required=True, help="jsonl output, one line per input line")
+    p.add_argument("--step", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=8)
+
+
+def _run_hf_command(args) -> int | None:
+    if args.command == "export":
+        from train.hf import export_run
+        export_run(args.run, args.out, args.step, args.dtype)
+        return 0
+    if args.command == "generate":
+        from train.generate import Sampling, main as generate
+        return generate(args.run, args.prompt, args.prompts,
+                        Sampling(args.max_new_tokens, args.temperature, args.top_p, args.seed),
+                        step=args.step, out=args.out, batch_size=args.batch_size)
+    if args.command == "score":
+        from train.score import main as score
+        return score(args.run, args.input, args.out, args.step, args.batch_size)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,11 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             from train.metrics import compare_runs
             return compare_runs(args.run_a, args.run_b)
+        if args.command in ("export", "generate", "score"):
+            return _run_hf_command(args)
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from train.launch import run_msrun
             return run_msrun(args, argv)
         cfg = load_config(args.config, args.set)
+        if args.command == "import":
+            from train.hf import import_run
+            import_run(cfg, args.hf_dir)
+            return 0
         if args.command == "launch":
+            from train.runinfo import record_run
+            record_run(cfg, args.resume)
             from train.trainer import launch
             return launch(cfg, resume=args.resume, force=args.force)
         if args.command == "eval":
@@ -99,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                 "ShardError", "LoaderError", "FileNotFoundError"}
+                 "ShardError", "LoaderError", "FileNotFoundError",
+                 "HFError", "RunInfoError", "InputError"}
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 so every evaluation of the same weights reads the same samples and gives the same number."""
 from __future__ import annotations
 
+import hashlib
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
     from mindspore import Tensor
     from loader import Loader
 
+    from train.evalsuite import capped_batches
+
     if cfg.eval.batches < 1:
         raise ConfigError(f"eval.batches must be >= 1, got {cfg.eval.batches}")
     batch_size = cfg.train.micro_batch_size or cfg.train.global_batch_size // cfg.parallel.data_parallel
@@ -24,7 +28,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
                 num_workers=0) as ld:
         if ld.seq_length != seq_length:
             raise ConfigError(f"{cfg.data.path}: valid split seq_length {ld.seq_length} != {seq_length}")
-        for _ in range(cfg.eval.batches):
+        for _ in range(capped_batches(cfg, ld.num_samples, batch_size, cfg.data.valid_split)):
             losses.append(float(loss_net(Tensor(next(ld)["input_ids"])).asnumpy()))
     return float(np.mean(np.asarray(losses, dtype=np.float64)))
 
@@ -42,6 +46,7 @@ def main(cfg: Config, checkpoint: str | None = None) -> int:
     if ckpt_dir is None:
         raise ckpt.CheckpointError(f"{cfg.run.dir} has no checkpoint yet (no checkpoints/latest); "
                                    f"pass --checkpoint DIR")
+    check_run_dataset(ckpt_dir, cfg)
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
@@ -54,4 +59,23 @@ def main(cfg: Config, checkpoint: str | None = None) -> int:
     step = ckpt.read_state(ckpt_dir).get("step")
     print(f"checkpoint {ckpt_dir} (step {step}): val_loss {loss:.6f}  val_ppl {math.exp(min(loss, 700)):.4f}"
           f"  ({cfg.eval.batches} batches of split {cfg.data.valid_split!r})")
+    from train.evalsuite import format_summary, run_suite
+    # the tag names the checkpoint and its state.json: a run dir trained again never reuses old results
+    tag = f"{ckpt_dir.name}-{hashlib.sha256((ckpt_dir / ckpt.STATE_FILE).read_bytes()).hexdigest()[:8]}"
+    summary = run_suite(model, cfg, cfg.run.dir, tag)
+    print("\n".join(format_summary(summary)))
     return 0
+
+
+def check_run_dataset(ckpt_dir: Path, cfg: Config) -> None:
+    """Refuse a dataset (or blend source) whose tokenizer or seq_length differ from those the
+    checkpoint was trained with (RUN/run.json, where the run has one)."""
+    from train import runinfo
+
+    run_dir = Path(ckpt_dir).resolve().parent.parent
+    if not (run_dir / runinfo.RUN_INFO).is_file():
+        print(f"[eval] {run_dir} has no {runinfo.RUN_INFO}: the dataset's tokenizer and seq_length are not "
+              f"checked against the checkpoint's", file=sys.stderr)
+        return
+    for path in [cfg.data.path, *cfg.eval.blend]:
+        runinfo.check_dataset(run_dir, path)

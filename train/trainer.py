@@ -268,6 +268,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 val = validation_loss(session.loss_net, cfg, loader.seq_length)
                 rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+                if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # train/evalsuite.py
+                    from train.evalsuite import in_loop
+                    rec.update(in_loop(session.model, cfg, run_dir, step))
                 if writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
