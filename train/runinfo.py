@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.config import Config, ConfigError, build
+from mspretrain.config import validate
+from train.config import Config, ConfigError
 
 RUN_INFO = "run.json"
 RUN_TOKENIZER = "tokenizer.model"
@@ -75,7 +76,7 @@ def read_run(run_dir) -> dict:
 
 
 def run_config(run_dir) -> Config:
-    return build(Config, read_run(run_dir)["config"], "")
+    return validate(Config, read_run(run_dir)["config"])
 
 
 def run_tokenizer(run_dir) -> Path | None:
