@@ -6,7 +6,7 @@ primitive (the tuples `Primitive.shard` takes), the layer -> pipeline stage map,
 the optimizer-sharding level and the dataset strategy. `annotate` (strategies and stages onto the
 model) and `wrap` (AutoParallel) are the only code touching MindSpore's semi-auto parallel API, which
 runs on Ascend only (MindSpore 2.10 refuses semi_auto on CPU). On CPU/GPU only data parallelism runs,
-through the DATA_PARALLEL context (`set_data_parallel_context`, called by distributed.setup).
+through the DATA_PARALLEL context (train.distributed.setup).
 
 Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
   column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
@@ -18,14 +18,14 @@ compiler inserts the redistributions.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from train.config import ConfigError
-from train.distributed import layout
+from train.distributed import all_reduce_weighted_mean, layout
 
 COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
 ROW = ("attention.wo", "mlp.w2")
@@ -121,6 +121,10 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     if p.optimizer_shard and dp == 1:
         raise ConfigError("parallel.optimizer_shard shards over the data-parallel group: it needs "
                           "parallel.data_parallel > 1")
+    if pp > 1 and not p.optimizer_shard:
+        raise ConfigError(f"parallel.pipeline_stage={pp} needs parallel.optimizer_shard=true: MindSpore 2.10's "
+                          f"PipelineGradReducer compiles only with optimizer sharding (without it, graph "
+                          f"mode fails with \"NameError: The name 'grads' is not defined\")")
     if p.optimizer_level not in OPTIMIZER_LEVELS:
         raise ConfigError(f"parallel.optimizer_level must be one of {', '.join(OPTIMIZER_LEVELS)}, "
                           f"got {p.optimizer_level!r}")
@@ -142,10 +146,10 @@ def _validate_batch(cfg, dp: int) -> None:
     if t.micro_batch_size and (g // dp) % t.micro_batch_size:
         raise ConfigError(f"train.global_batch_size ({g}) / parallel.data_parallel ({dp}) = {g // dp} samples "
                           f"per rank must be divisible by train.micro_batch_size ({t.micro_batch_size})")
-    if t.micro_batch_size and p.pipeline_stage > 1 and t.micro_batch_size % p.micro_batch_num:
-        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) must be divisible by "
-                          f"parallel.micro_batch_num ({p.micro_batch_num}): the pipeline splits each "
-                          f"micro-step's batch into that many micro-batches")
+    if p.pipeline_stage > 1 and t.micro_batch_size and t.micro_batch_size != g // dp:
+        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) with parallel.pipeline_stage "
+                          f"({p.pipeline_stage}): the pipeline's micro-batches (parallel.micro_batch_num) "
+                          f"are the accumulation; set train.micro_batch_size=0")
 
 
 def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:
@@ -275,27 +279,8 @@ def print_plan(cfg, world_size: int | None = None) -> None:
 
 # ---------------------------------------------------------------- applying it (MindSpore)
 
-def set_data_parallel_context(cfg, dist) -> None:
-    """CPU/GPU data parallel: DATA_PARALLEL with gradients_mean, before the train cell is built.
-
-    nn.TrainOneStepCell (and subclasses) read it in __init__ to build their DistributedGradReducer.
-    Ascend runs go through AutoParallel (annotate + wrap) instead and set nothing here.
-    """
-    if dist.world_size == 1 or cfg.device == "Ascend":
-        return
-    import mindspore as ms
-    from mindspore import ParallelMode
-
-    ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True,
-                                 device_num=dist.world_size)
-
-
 def grad_reducer(dist, parameters):
-    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank.
-
-    For train cells that are not nn.TrainOneStepCell subclasses (which get one from the context).
-    """
+    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank."""
     from mindspore import nn
 
     if dist.world_size == 1:
@@ -303,62 +288,54 @@ def grad_reducer(dist, parameters):
     return nn.DistributedGradReducer(parameters, mean=True, degree=dist.world_size)
 
 
-def parallelize(cfg, dist, model, train_cell, strategy_file: str | None = None):
-    """Make `train_cell` parallel and return the object to run.
+class GlobalLossStep:
+    """Reports the loss of the whole global batch: the mean over the ranks that compute it (all of
+    them, or with pipeline stages only the last stage's; equal token counts). Everything else is
+    forwarded to the wrapped train step (state_parameters, loss_scale...)."""
 
-    One rank: `train_cell` unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the
-    ranks) installed as the train cell's `grad_reducer` where it has a slot for one (train.step's
-    ApplyStep), else checked to be there (nn.TrainOneStepCell built after setup()). Ascend: the plan's
-    strategies and stages set on `model`, and each graph of the train cell wrapped in AutoParallel.
-    With several ranks, the step's reported loss is the mean over the ranks (GlobalLossStep). With
-    TRAIN_TRACE_DIR set (a test hook), every rank records what each step consumed and produced.
+    def __init__(self, step, dist, computes_loss: bool):
+        self._step, self._dist, self._weight = step, dist, 1.0 if computes_loss else 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+    def __call__(self, input_ids, lr):
+        result = self._step(input_ids, lr)
+        loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
+        return dataclasses.replace(result, loss=loss)
+
+
+def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None):
+    """Make `train_step` (train.step.TrainStep) parallel and return the object to run.
+
+    One rank: unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the ranks) in the
+    step cell's `grad_reducer` slot. Ascend: the plan's strategies and stages set on `model`, and the
+    step cell wrapped in AutoParallel: one graph, compiled once. With several ranks the overflow flag
+    is all-reduced in the graph and the reported loss is the global batch's (GlobalLossStep).
     """
-    from train.distributed import FAULT_ENV, TRACE_ENV, GlobalLossStep, TracedStep
-
-    step = _parallelize(cfg, dist, model, train_cell, strategy_file)
-    if dist.world_size > 1 and hasattr(train_cell, "micro"):
-        step = GlobalLossStep(step, dist)
-    if os.environ.get(TRACE_ENV) or os.environ.get(FAULT_ENV):
-        step = TracedStep(step, dist, model, os.environ.get(TRACE_ENV), os.environ.get(FAULT_ENV))
-    return step
-
-
-def _parallelize(cfg, dist, model, train_cell, strategy_file):
     if dist.world_size == 1:
-        return train_cell
+        return train_step
+    cell = train_step.step_cell
+    cell.reduce_overflow = True
     if cfg.device != "Ascend":
-        install_grad_reducer(dist, train_cell)
-        check_grad_reduction(train_cell)
-        return train_cell
+        cell.grad_reducer = grad_reducer(dist, cell.weights)
+        check_grad_reduction(cell)
+        return GlobalLossStep(train_step, dist, computes_loss=True)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
     annotate(plan, model)
-    strategy_file = strategy_file or str(strategy_path(cfg, dist))
-    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
-        # train.step.TrainStep: two graphs. Forward/backward is sharded by the plan (and its gradients
-        # reduced by the semi-auto compiler); the apply graph updates the sharded parameters.
-        train_cell.micro = wrap(plan, train_cell.micro, strategy_file)
-        train_cell.apply = wrap(plan, train_cell.apply, None, dataset_strategy="full_batch")
-        return train_cell
-    return wrap(plan, train_cell, strategy_file)
+    train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
+    return GlobalLossStep(train_step, dist, computes_loss=last_stage)
 
 
-def _graphs(train_cell) -> list:
-    """The MindSpore cells making up a train cell (train.step.TrainStep holds two)."""
-    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
-        return [train_cell.micro, train_cell.apply]
-    return [train_cell]
-
-
-def install_grad_reducer(dist, train_cell) -> None:
-    """Put a data-parallel mean reducer in each `grad_reducer` slot that does not reduce yet."""
-    from mindspore import nn
-
-    for cell in _graphs(train_cell):
-        slot = getattr(cell, "grad_reducer", None)
-        if slot is None or isinstance(slot, nn.DistributedGradReducer):
-            continue
-        params = cell.optimizer.parameters if hasattr(cell, "optimizer") else cell.trainable_params()
-        cell.grad_reducer = grad_reducer(dist, params)
+def parallel_forward(cfg, dist, model, loss_net):
+    """The loss cell to evaluate with: on Ascend with several ranks, wrapped in AutoParallel with the
+    model's strategies (already set by `parallelize`) and every rank feeding the full batch, so that
+    it runs on the sliced weights; elsewhere `loss_net` itself."""
+    if dist.world_size == 1 or cfg.device != "Ascend":
+        return loss_net
+    plan = make_plan(cfg, dist.world_size, model_vocab(model))
+    return wrap(plan, loss_net, None, dataset_strategy="full_batch", pipeline=False)
 
 
 def model_vocab(model) -> int | None:
@@ -394,29 +371,31 @@ def annotate(plan: Plan, model) -> list:
     return done
 
 
-def wrap_loss_cell(cfg, loss_cell):
-    """With pipeline stages, split each step into micro-batches (mindspore.parallel.nn.Pipeline);
-    otherwise the loss cell unchanged. Call between building the loss cell and the train cell."""
+def pipeline_loss_cell(cfg, loss_cell):
+    """With pipeline stages, the loss cell that splits each step into parallel.micro_batch_num
+    micro-batches and sums their losses (mindspore.parallel.nn.Pipeline); None without."""
     if cfg.parallel.pipeline_stage == 1:
-        return loss_cell
+        return None
     from mindspore.parallel.nn import Pipeline
 
     return Pipeline(loss_cell, cfg.parallel.micro_batch_num)
 
 
 def pipeline_grad_reducer(cfg, parameters):
-    """Accumulates the micro-batch gradients of a pipeline step (PipelineGradReducer); identity without
-    pipeline stages. A custom train step calls it on its gradients before the optimizer."""
+    """Accumulates the micro-batch gradients of a pipeline step (PipelineGradReducer, its optimizer-
+    sharding branch: the only one that compiles in MindSpore 2.10, which is why validate() requires
+    parallel.optimizer_shard with pipeline stages); identity without pipeline stages. Its scale is 1:
+    the step cell divides by micro-batches x loss scale itself."""
     from mindspore import nn
 
     if cfg.parallel.pipeline_stage == 1:
         return nn.Identity()
     from mindspore.parallel.nn import PipelineGradReducer
 
-    return PipelineGradReducer(parameters, opt_shard=bool(cfg.parallel.optimizer_shard))
+    return PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=True)
 
 
-def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None):
+def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None, pipeline: bool = True):
     """AutoParallel(cell, "semi_auto") configured from the plan (Ascend; needs init())."""
     from mindspore.parallel.auto_parallel import AutoParallel
 
@@ -425,7 +404,7 @@ def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=No
     net.enable_gradients_mean()
     if plan.optimizer_level:
         net.hsdp(optimizer_level=plan.optimizer_level)
-    if plan.pp > 1:
+    if plan.pp > 1 and pipeline:
         net.pipeline(stages=plan.pp, scheduler=plan.schedule)
     if strategy_file:
         Path(strategy_file).parent.mkdir(parents=True, exist_ok=True)
@@ -438,8 +417,7 @@ def check_grad_reduction(train_cell) -> None:
     """Refuse a data-parallel train cell that would not all-reduce (mean) its gradients."""
     from mindspore import nn
 
-    reducers = [c for g in _graphs(train_cell) for _, c in g.cells_and_names()
-                if isinstance(c, nn.DistributedGradReducer)]
+    reducers = [c for _, c in train_cell.cells_and_names() if isinstance(c, nn.DistributedGradReducer)]
     if not reducers:
         raise RuntimeError(
             f"{type(train_cell).__name__} has no DistributedGradReducer: gradients would not be averaged "
