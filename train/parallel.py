@@ -121,10 +121,6 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     if p.optimizer_shard and dp == 1:
         raise ConfigError("parallel.optimizer_shard shards over the data-parallel group: it needs "
                           "parallel.data_parallel > 1")
-    if pp > 1 and not p.optimizer_shard:
-        raise ConfigError(f"parallel.pipeline_stage={pp} needs parallel.optimizer_shard=true: MindSpore 2.10's "
-                          f"PipelineGradReducer compiles only with optimizer sharding (without it, graph "
-                          f"mode fails with \"NameError: The name 'grads' is not defined\")")
     if p.optimizer_level not in OPTIMIZER_LEVELS:
         raise ConfigError(f"parallel.optimizer_level must be one of {', '.join(OPTIMIZER_LEVELS)}, "
                           f"got {p.optimizer_level!r}")
@@ -382,17 +378,24 @@ def pipeline_loss_cell(cfg, loss_cell):
 
 
 def pipeline_grad_reducer(cfg, parameters):
-    """Accumulates the micro-batch gradients of a pipeline step (PipelineGradReducer, its optimizer-
-    sharding branch: the only one that compiles in MindSpore 2.10, which is why validate() requires
-    parallel.optimizer_shard with pipeline stages); identity without pipeline stages. Its scale is 1:
-    the step cell divides by micro-batches x loss scale itself."""
+    """Takes the micro-batch gradients of a pipeline step that the compiler accumulated into the
+    `accu_grads.*` buffers, and zeroes those; identity without pipeline stages.
+
+    With optimizer sharding: MindSpore's PipelineGradReducer. Without: our PipelineAccumulator, which
+    does what PipelineGradReducer's other branch means to do (that branch fails in graph mode in
+    MindSpore 2.10 with "NameError: The name 'grads' is not defined"). Scale 1 in both: the step cell
+    divides by micro-batches x loss scale itself."""
     from mindspore import nn
 
     if cfg.parallel.pipeline_stage == 1:
         return nn.Identity()
-    from mindspore.parallel.nn import PipelineGradReducer
+    if cfg.parallel.optimizer_shard:
+        from mindspore.parallel.nn import PipelineGradReducer
 
-    return PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=True)
+        return PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=True)
+    from train.step import PipelineAccumulator
+
+    return PipelineAccumulator(parameters)
 
 
 def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None, pipeline: bool = True):

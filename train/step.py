@@ -41,6 +41,7 @@ DTYPES = {"fp32": mstype.float32, "fp16": mstype.float16, "bf16": mstype.bfloat1
 AMP_LEVELS = ("O1", "O2")
 ACCUMULATE = ("auto", "loop", "split")
 ACCU_PREFIX = "accu_grads"      # the name MindSpore's optimizer-sharding pass gives layouts to
+_CONSTANTS = {"scale_sense"}    # PipelineGradReducer's fixed scale (1: the step cell unscales)
 
 
 def check_precision(cfg) -> None:
@@ -130,6 +131,26 @@ def split_cell(loss_net: nn.Cell, k: int, device: str) -> nn.Cell:
 
         return GradAccumulation(loss_net, k)
     return MicroBatchSum(loss_net, k)
+
+
+def _take_accumulated(grad, accu):
+    accu = ops.depend(accu, grad)           # after this micro-batch's gradient was added in
+    value = accu * 1.0
+    accu = ops.depend(accu, value)
+    return ops.depend(value, ops.assign(accu, ops.zeros_like(accu)))
+
+
+class PipelineAccumulator(nn.Cell):
+    """Pipeline stages without optimizer sharding: the gradients are the sums the compiler's pipeline
+    pass accumulated into `accu_grads.*` over the micro-batches; read them, then zero them."""
+
+    def __init__(self, parameters):
+        super().__init__(auto_prefix=False)
+        self.accu_grads = parameters.clone(prefix=ACCU_PREFIX, init="zeros")
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads):
+        return self.hyper_map(_take_accumulated, grads, self.accu_grads)
 
 
 class TrainStepCell(nn.Cell):
@@ -271,7 +292,7 @@ class TrainStep:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
         The accumulators are rewritten from zero at every step, so they are not saved."""
         return {p.name: p for p in self.step_cell.get_parameters()
-                if not p.name.startswith(ACCU_PREFIX + ".")}
+                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS}
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,

@@ -127,27 +127,35 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
-    from train.parallel import pipeline_grad_reducer, wrap_loss_cell
-    from train.step import Identity
+    from train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
+    from train.step import PipelineAccumulator, TrainStepCell
     from train.trainer import build_session
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
     cell = nn.Dense(2, 2)
-    assert wrap_loss_cell(flat_cfg, cell) is cell
+    assert pipeline_loss_cell(flat_cfg, cell) is None
     assert isinstance(pipeline_grad_reducer(flat_cfg, cell.trainable_params()), nn.Identity)
     flat = build_session(flat_cfg, 128, 32, one)
-    assert flat.train_step.micro.loss_net is flat.loss_net                       # unchanged
-    assert type(flat.train_step.micro.pipeline_reducer) in (Identity, nn.Identity)
+    step_cell = flat.train_step.step_cell
+    assert isinstance(step_cell, TrainStepCell) and flat.train_step.cell is step_cell   # no wrapper on CPU
+    assert step_cell.network is flat.loss_net and step_cell.loop and step_cell.micro_steps == 2
+    assert isinstance(step_cell.grad_reducer, nn.Identity)
 
     # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
-    piped_cfg = load_config(TINY, ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2",
-                                   "train.micro_batch_size=4", "model.flash_attention=false"])
+    piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false"]
+    no_shard = build_session(load_config(TINY, piped), 128, 32, one).train_step.step_cell
+    assert isinstance(no_shard.grad_reducer, PipelineAccumulator)      # PipelineGradReducer's branch fails
+    assert sorted(p.name.split(".", 1)[0] for p in no_shard.grad_reducer.get_parameters()) == \
+        ["accu_grads"] * len(no_shard.weights)
+    piped_cfg = load_config(TINY, [*piped, "parallel.data_parallel=2", "parallel.optimizer_shard=true"])
+    validate(piped_cfg, 4)
     piped = build_session(piped_cfg, 128, 32, one)
-    micro = piped.train_step.micro
-    assert isinstance(micro.loss_net, Pipeline) and micro.loss_net.network is piped.loss_net
-    assert micro.loss_net.micro_size == 2
-    assert isinstance(micro.pipeline_reducer, PipelineGradReducer)
+    piped_cell = piped.train_step.step_cell
+    assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.loss_net
+    assert piped_cell.network.micro_size == 2 and piped_cell.micro_steps == 2    # loss and grads / 2
+    assert not piped_cell.loop and not piped_cell.accumulators
+    assert isinstance(piped_cell.grad_reducer, PipelineGradReducer) and piped_cell.grad_reducer.opt_shard
     # the wrapper renames nothing: checkpoints of both layouts hold the same tensors
     assert sorted(piped.train_step.state_parameters()) == sorted(flat.train_step.state_parameters())
 
@@ -160,5 +168,5 @@ def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    distributed.setup(load_config(None, []))
+    distributed.setup(load_config(None, []), lambda cfg, world: None)
     assert ms.get_context("mode") == ms.GRAPH_MODE and ms.get_context("device_target") == "CPU"

@@ -255,12 +255,14 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
     assert not distributed.under_msrun()
-    info = distributed.setup(load_config(None, []))
+    from train.parallel import validate
+
+    info = distributed.setup(load_config(None, []), validate)
     assert info == distributed.DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True,
                                         sharded=False)
     assert distributed.all_reduce_mean(info, [1.5, 2]) == [1.5, 2.0]
     with pytest.raises(ConfigError, match="1 process"):
-        distributed.setup(load_config(None, ["parallel.data_parallel=2"]))
+        distributed.setup(load_config(None, ["parallel.data_parallel=2"]), validate)
     monkeypatch.setenv("MS_ROLE", "MS_WORKER")
     monkeypatch.setenv("MS_WORKER_NUM", "4")
     assert distributed.under_msrun() and distributed.msrun_world_size() == 4
@@ -270,30 +272,33 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
 
 
 def test_fault_hook_spec():
-    from train.distributed import _parse_fault
+    from train_test_hooks import parse_fault
 
-    assert _parse_fault("1:3:crash") == (1, 3, "crash")
-    assert _parse_fault("0:10:hang") == (0, 10, "hang")
+    assert parse_fault("1:3:crash") == (1, 3, "crash")
+    assert parse_fault("0:10:hang") == (0, 10, "hang")
     for bad in ("1:3", "1:x:crash", "1:3:explode"):
         with pytest.raises(ValueError, match="TRAIN_TRACE_FAULT"):
-            _parse_fault(bad)
+            parse_fault(bad)
 
 
-def test_data_parallel_installs_a_mean_reducer_or_refuses_a_cell_without_one():
+def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph_mode):
     from mindspore import nn
 
-    from train.parallel import _parallelize, check_grad_reduction
+    from train.parallel import GlobalLossStep, check_grad_reduction, parallelize
+    from trainer_harness import make_step
 
     cfg = load_config(None, ["parallel.data_parallel=2"])
-    dist = layout(cfg, 1, 2)
+    _, step = make_step()
+    assert isinstance(step.step_cell.grad_reducer, nn.Identity) and not step.step_cell.reduce_overflow
+    one = load_config(None, [])
+    assert parallelize(one, layout(one, 0, 1), None, step) is step          # one process: unchanged
+    wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
+    assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
+    reducer = step.step_cell.grad_reducer
+    assert isinstance(reducer, nn.DistributedGradReducer) and reducer.mean and step.step_cell.reduce_overflow
     net = nn.Dense(4, 4)
-    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
-    one_step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)   # built without the context
-    assert isinstance(one_step.grad_reducer, nn.Identity)
-    assert _parallelize(cfg, dist, net, one_step, None) is one_step
-    assert isinstance(one_step.grad_reducer, nn.DistributedGradReducer) and one_step.grad_reducer.mean
     with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
-        _parallelize(cfg, dist, net, nn.WithLossCell(net, nn.MSELoss()), None)   # no slot for one
+        check_grad_reduction(nn.WithLossCell(net, nn.MSELoss()))
     summing = nn.WithLossCell(net, nn.MSELoss())
     summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
     with pytest.raises(RuntimeError, match="sums gradients"):
