@@ -27,7 +27,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="train", description="Llama-style pretraining on MindSpore")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("launch", help="train (one process, or --nproc N under msrun)")
+    # no abbreviations: `--npr 2` is an error, not a second spelling of a launcher flag
+    p = sub.add_parser("launch", help="train (one process, or --nproc N under msrun)", allow_abbrev=False)
     _config_args(p)
     p.add_argument("--resume", metavar="auto|CKPT_DIR",
                    help="continue from RUN/checkpoints/latest (auto) or from a checkpoint directory")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return compare_runs(args.run_a, args.run_b)
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from train.launch import run_msrun
-            return run_msrun(args, argv)
+            return run_msrun(args)
         cfg = load_config(args.config, args.set)
         if args.command == "launch":
             from train.trainer import launch

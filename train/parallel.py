@@ -13,8 +13,11 @@ Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpos
   row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
   attention scores, softmax, weighted sum [B, N, S, *]: (dp, mp, 1, 1)  -> N / mp heads per rank
 With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
-ops the model calls functionally (norms, rotary, flash attention, loss) keep MindSpore's default strategy and the
-compiler inserts the redistributions.
+Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
+default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
+SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
+transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask) and the
+cross entropy on vocabulary-split logits (module "loss": the loss cell).
 """
 from __future__ import annotations
 
@@ -191,10 +194,14 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
         stage_of["output"] = pp - 1
     for s, layers in enumerate(stages):
         stage_of.update({f"layers.{i}": s for i in layers})
+    sp = p.sequence_parallel
     ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
     for i in range(cfg.model.num_layers):
-        ops += _layer_ops(f"layers.{i}", dp, mp, p.sequence_parallel)
+        ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
+                          kv_heads(cfg.model) < cfg.model.num_heads)
+    ops += _norm_ops("norm", dp, mp, sp)
     ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
+    ops += _loss_ops(dp, mp)
     m = p.micro_batch_num if pp > 1 else 1
     return Plan(world_size=world, dp=dp, mp=mp, pp=pp, micro_batch_num=m, vocab_emb_dp=p.vocab_emb_dp,
                 sequence_parallel=p.sequence_parallel,
@@ -209,16 +216,68 @@ def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
     return [OpShard("tok_embeddings", "gather", "Gather", (table, (dp,)))]
 
 
-def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+def uses_flash_attention(cfg) -> bool:
+    """The model's rule (train.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
+    return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
+
+
+def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
+    """[B, S, H] activations between the blocks: split by batch, and by tokens with sequence parallel."""
+    return (dp, mp, 1) if seq_par else (dp, 1, 1)
+
+
+def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+    x = _tokens(dp, mp, seq_par)
+    return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
+            OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
+            OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
+            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,))]
+
+
+def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
+               grouped_kv: bool = False) -> list:
     ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
     ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
     heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
-    ops += [OpShard(f"{prefix}.attention", "qk", "BatchMatMul", (heads, heads)),
-            OpShard(f"{prefix}.attention", "softmax", "Softmax", (heads,)),
-            OpShard(f"{prefix}.attention", "pv", "BatchMatMul", (heads, heads))]
+    att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
+    ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
+            OpShard(att, "from_heads", "Transpose", (heads,))]
+    ops += [OpShard(rot, "split", "Split", (heads,)),
+            *[OpShard(rot, name, "Mul", (heads, (1, 1))) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
+                                                                      "mul_sin2")],
+            OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
+            OpShard(rot, "concat", "Concat", (heads, heads))]
+    if flash:
+        # q, k, v by head; the compressed 2048 x 2048 causal mask whole ((1, 1): the kernel's requirement)
+        ops.append(OpShard(att, "flash_attention", "FlashAttentionScore", (heads, heads, heads, (1, 1))))
+    else:
+        ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
+                OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
+                OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
+                OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
+                OpShard(att, "pv", "BatchMatMul", (heads, heads))]
+        if grouped_kv:
+            ops.append(OpShard(att, "repeat_kv", "Tile", ((dp, mp, 1, 1, 1),)))
+    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
+    ops += [OpShard(f"{prefix}.mlp", "silu", "SiLU", (ffn,)), OpShard(f"{prefix}.mlp", "gate", "Mul", (ffn, ffn))]
+    x = _tokens(dp, mp, seq_par)
+    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
+    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par)
+    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par)
     return ops
+
+
+def _loss_ops(dp: int, mp: int) -> list:
+    """Cross entropy on logits split by vocabulary ([B*S, V] as (dp, mp)): reductions over V."""
+    v, row = (dp, mp), (dp, 1)
+    return [OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
+            OpShard("loss", "shift", "Sub", (v, row)), OpShard("loss", "exp", "Exp", (v,)),
+            OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
+            OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
+            OpShard("loss", "sum_picked", "ReduceSum", (v,)), OpShard("loss", "nll", "Sub", ((dp,), (dp,))),
+            OpShard("loss", "mean", "ReduceMean", ((dp,),))]
 
 
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
@@ -254,7 +313,7 @@ def format_plan(plan: Plan) -> str:
         if o.module.startswith("layers.") and not o.module.startswith("layers.0"):
             continue
         out = f" out {o.out_strategy}" if o.out_strategy else ""
-        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<32} {o.kind:<12} {o.in_strategy}{out}")
+        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<40} {o.kind:<19} {o.in_strategy}{out}")
     return "\n".join(lines)
 
 
@@ -301,7 +360,7 @@ class GlobalLossStep:
         return dataclasses.replace(result, loss=loss)
 
 
-def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None):
+def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
     """Make `train_step` (train.step.TrainStep) parallel and return the object to run.
 
     One rank: unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the ranks) in the
@@ -318,7 +377,7 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None):
         check_grad_reduction(cell)
         return GlobalLossStep(train_step, dist, computes_loss=True)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
-    annotate(plan, model)
+    annotate(plan, model, loss_cell)
     train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
     last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
     return GlobalLossStep(train_step, dist, computes_loss=last_stage)
@@ -339,14 +398,17 @@ def model_vocab(model) -> int | None:
     return getattr(args, "vocab_size", None)
 
 
-def annotate(plan: Plan, model) -> list:
-    """Set every planned strategy on the model's primitives and the pipeline stage on its cells.
+def annotate(plan: Plan, model, loss_cell=None) -> list:
+    """Set every planned strategy on the primitives of the model (and of `loss_cell`, the plan's
+    "loss" module) and the pipeline stage on its cells.
 
     Strict: a planned op whose cell or primitive is missing, or of another kind, is an error (the
     model's names changed). Returns the (module, prim) pairs it sharded. Runs on any device: it only
     records the strategies; MindSpore's semi-auto compiler uses them (Ascend).
     """
     cells = dict(model.cells_and_names())
+    if loss_cell is not None:
+        cells["loss"] = loss_cell
     done = []
     for o in plan.ops:
         cell = cells.get(o.module)

@@ -71,7 +71,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Sessio
         step = build_train_step(loss_net, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
                                 splits_batch=True)
         step.step_cell.grad_reducer = parallel.pipeline_grad_reducer(cfg, optimizer.parameters)
-    step = parallel.parallelize(cfg, dist, model, step)
+    step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
     step = hooks.load().wrap_step(step, dist, model)
     eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)
     return Session(args, model, loss_net, optimizer, step,

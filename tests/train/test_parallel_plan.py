@@ -115,9 +115,12 @@ def test_every_projection_is_split_megatron_style(dp, mp, pp):
     assert plan.op("output").in_strategy == ((dp, 1), (mp, 1))
     assert plan.op("tok_embeddings", "gather").in_strategy == ((1, 1), (dp,))
     assert plan.dataset_strategy == ((dp, 1),)
-    # 4 layers * (7 projections + 2 attention matmuls + softmax) + embedding + head: nothing else, nothing twice
-    assert len(plan.ops) == 4 * 10 + 2
-    assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)
+    for norm in ("layers.2.attention_norm", "layers.2.ffn_norm", "norm"):
+        assert plan.op(norm, "square").in_strategy == ((dp, 1, 1),)
+    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
+    assert plan.op("layers.1.mlp", "gate").in_strategy == ((dp, 1, mp), (dp, 1, mp))
+    assert plan.op("loss", "sum_exp").in_strategy == ((dp, mp),)       # logits split by vocabulary
+    assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)   # nothing twice
 
 
 def test_sequence_parallel_reduce_scatters_row_parallel_outputs():
@@ -189,6 +192,9 @@ def test_print_plan(capsys):
     assert "stage 1: layers 2-3 + norm, output" in out
     assert "layers.0.attention.wo.matmul" in out and "((2, 2), (1, 2))" in out
     assert "layers.1." not in out                      # one layer shown
+    for shown in ("layers.0.attention.rotary.split", "layers.0.mlp.silu", "layers.0.residual_ffn",
+                  "norm.rsqrt", "loss.one_hot"):
+        assert shown in out
     with pytest.raises(ConfigError, match="4 process"):
         print_plan(cfg, world_size=4)
     assert "pipeline: off" in format_plan(make_plan(ascend()))
@@ -196,10 +202,15 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4):
+def _model(tie=False, layers=4, flash=False, kv_heads=0):
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
-                           tie_embeddings=tie), seed=0)
+                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash), seed=0)
+
+
+def _loss(model):
+    from train.model import CausalLMLoss
+    return CausalLMLoss(model, 128)
 
 
 def test_annotate_sets_every_strategy_and_stage_on_the_model():
@@ -207,23 +218,71 @@ def test_annotate_sets_every_strategy_and_stage_on_the_model():
                     "parallel.micro_batch_num": 2, "parallel.sequence_parallel": True})
     plan = make_plan(cfg)
     model = _model()
-    done = annotate(plan, model)
+    done = annotate(plan, model, _loss(model))
     assert len(done) == len(plan.ops)
     cells = dict(model.cells_and_names())
     for o in plan.ops:
+        if o.module == "loss":
+            continue
         prim = cells[o.module]._primitives[o.prim]
         assert prim.attrs["in_strategy"] == o.in_strategy
         if o.out_strategy:
             assert prim.attrs["out_strategy"] == o.out_strategy
+    assert plan.op("layers.0.ffn_norm", "rsqrt").in_strategy == ((2, 2, 1),)   # sequence parallel: tokens
     assert model.layers[1].pipeline_stage == 0 and model.layers[2].pipeline_stage == 1
     assert model.tok_embeddings.pipeline_stage == 0 and model.output.pipeline_stage == 1
+
+
+# primitives that cannot take a strategy (Reshape, Shape) and nn.Embedding's, which its construct does
+# not call with use_one_hot=False (only `gather` runs)
+NO_STRATEGY = {"Reshape", "Shape"}
+EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
+
+
+@pytest.mark.parametrize("flash, kv_heads, sets", [
+    (False, 0, {"precision.dtype": "fp32"}),
+    (False, 2, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
+    (True, 2, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
+])
+def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, sets):
+    """Walk the real cells: each primitive they hold (flash attention, norms, rotary, SiLU * gate,
+    residual adds, head transposes, loss) has the strategy the plan gives it, none is left to the
+    default batch-parallel layout."""
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, **sets})
+    plan = make_plan(cfg)
+    model = _model(flash=flash, kv_heads=kv_heads)
+    loss = _loss(model)
+    annotate(plan, model, loss)
+    planned = {(o.module, o.prim): o for o in plan.ops}
+    cells = [(n, c) for n, c in model.cells_and_names()] + [("loss", loss)]
+    seen = 0
+    for name, cell in cells:
+        for attr, prim in cell._primitives.items():
+            if prim is None or prim.name in NO_STRATEGY:
+                continue
+            if type(cell).__name__ == "Embedding" and attr in EMBEDDING_UNUSED:
+                continue
+            assert (name, attr) in planned, f"{name}.{attr} ({prim.name}) has no strategy in the plan"
+            assert prim.attrs["in_strategy"] == planned[(name, attr)].in_strategy, f"{name}.{attr}"
+            seen += 1
+    assert seen == len(plan.ops)
+    attention = model.layers[0].attention
+    if flash:
+        fa = attention.flash_attention
+        assert fa.name == "FlashAttentionScore" and fa.attrs["in_strategy"] == ((2, 2, 1, 1),) * 3 + ((1, 1),)
+        assert attention.flash_attention is not model.layers[1].attention.flash_attention   # one per layer
+    else:
+        assert attention.mask.attrs["in_strategy"] == ((2, 2, 1, 1), (1, 1), ())
 
 
 def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
     tied_cfg = ascend(**{"parallel.model_parallel": 2, "parallel.vocab_emb_dp": False,
                          "model.tie_embeddings": True})
-    annotate(make_plan(tied_cfg), _model(tie=True))
-    assert _model(tie=True).tied_head is not None
+    tied = _model(tie=True)
+    annotate(make_plan(tied_cfg), tied, _loss(tied))
+    assert tied.tied_head.attrs["in_strategy"] == ((1, 1), (2, 1)) and _model().tied_head is None
+    with pytest.raises(RuntimeError, match="loss.cast not found"):
+        annotate(make_plan(tied_cfg), _model(tie=True))          # the plan's loss ops need the loss cell
     # a plan for 4 layers on a 2-layer model: layers.2 is missing
     with pytest.raises(RuntimeError, match="layers.2.attention.wq.matmul not found"):
         annotate(make_plan(ascend(**{"parallel.model_parallel": 2})), _model(layers=2))
