@@ -5,6 +5,7 @@
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
   train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
+  train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of two-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
 Every module is imported lazily: `train compare` and `--help` never import MindSpore.
@@ -56,6 +57,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=int, default=None,
                    help="processes in the job (default: data_parallel x model_parallel x pipeline_stage)")
 
+    p = sub.add_parser("doctor", help="a ladder of two-step runs that checks the parallel setup")
+    _config_args(p)
+    p.add_argument("--nproc", type=int, default=2, help="processes for the multi-process rungs")
+    p.add_argument("--out", default=None, help="work directory (default: RUN/doctor)")
+
     p = sub.add_parser("estimate", help="estimate memory per device")
     _config_args(p)
     p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
@@ -83,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             from train.evaluate import main as evaluate
             return evaluate(cfg, args.checkpoint)
+        if args.command == "doctor":
+            from train.doctor import main as doctor
+            return doctor(cfg, args.config, args.set, args.nproc, args.out)
         if args.command == "plan":
             from train.parallel import print_plan
             print_plan(cfg, args.world_size)
