@@ -195,13 +195,15 @@ class TrainStepCell(nn.Cell):
             sens = ops.ones_like(loss) * scale.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(input_ids, sens)
         grads = self.grad_reducer(grads)
+        # One pass to measure, one to scale: the norm of the scaled sum, times 1 / (K * scale), is the
+        # norm of the mean gradient; a non-finite gradient makes it non-finite (the overflow flag).
         inv = 1.0 / (scale * self.micro_steps)
-        grads = self.hyper_map(ops.partial(_multiply, inv), grads)
-        overflow = self.overflowed(grads)
-        norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+        norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads))) * inv
+        overflow = self.overflowed(norm)
+        coef = inv
         if self.clip_norm > 0:
-            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)
-            grads = self.hyper_map(ops.partial(_multiply, coef), grads)
+            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0) * inv
+        grads = self.hyper_map(ops.partial(_multiply, coef), grads)
         lr = ops.depend(lr, grads)
         ops.assign(self.optimizer.learning_rate, lr)
         if not overflow:
@@ -228,9 +230,9 @@ class TrainStepCell(nn.Cell):
             i = i + 1
         return total, self.accumulators
 
-    def overflowed(self, grads):
-        flag = ops.logical_not(amp.all_finite(grads))
-        if self.reduce_overflow:        # a rank holds slices: any rank's overflow skips every rank's step
+    def overflowed(self, norm):
+        flag = ops.logical_not(ops.isfinite(norm)).reshape(())
+        if self.reduce_overflow:        # any rank's overflow skips every rank's step
             flag = self.allreduce(flag.astype(mstype.float32)) > 0
         return flag
 

@@ -21,8 +21,8 @@ def test_worker_argv_is_built_from_the_parsed_arguments():
             "--master-addr", "10.0.0.1", "--master-port=6000", "--hang-timeout", "30", "--resume", "auto",
             "--cluster-timeout=60", "--set", "x.y=--nproc", "--force"]
     assert worker_argv(parser().parse_args(argv)) == [
-        "-m", "train", "launch", "--config", "c.yaml", "--set", "a.b=1", "x.y=--nproc", "--resume", "auto",
-        "--force"]
+        "-m", "train", "launch", "--config", "c.yaml", "--set", "a.b=1", "--set", "x.y=--nproc", "--resume",
+        "auto", "--force"]
     assert worker_argv(parser().parse_args(["launch", "--config", "c.yaml"])) == [
         "-m", "train", "launch", "--config", "c.yaml"]
 
