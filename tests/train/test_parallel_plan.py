@@ -362,3 +362,49 @@ def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph
     summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
     with pytest.raises(RuntimeError, match="sums gradients"):
         check_grad_reduction(summing)
+
+
+@pytest.mark.parametrize("sets, expect", [
+    ({"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.optimizer_shard": True},
+     {"_pipeline_stages": 1, "_enable_parallel_optimizer": True, "_optimizer_level": "level1"}),
+    ({"parallel.data_parallel": 2, "parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2},
+     {"_pipeline_stages": 2, "_enable_parallel_optimizer": False, "_pipeline_scheduler": "1f1b"}),
+])
+def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_path, sets, expect):
+    """With the rank functions patched (no Ascend, no init()), parallelize() on an Ascend config wraps
+    the ONE step cell in AutoParallel with the plan's settings, shards the model and the loss, turns
+    on the cross-rank overflow flag, and asks for a strategy file that includes the optimizer state."""
+    import mindspore.parallel.auto_parallel as ap
+    from mindspore.parallel.auto_parallel import AutoParallel
+
+    from train.model import CausalLMLoss, Llama, model_args
+    from train.optim import build_optimizer
+    from train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
+    from train.step import build_train_step
+
+    monkeypatch.setattr(ap, "get_rank", lambda *a: 3)
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 4)
+    cfg = ascend(**{**sets, "run.dir": str(tmp_path / "run")})
+    world = 4
+    dist = layout(cfg, 3, world)
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype), seed=0)
+    loss = CausalLMLoss(model, 128)
+    opt = build_optimizer(loss.trainable_params(), cfg.optim)
+    piped = pipeline_loss_cell(cfg, loss)
+    step = (build_train_step(loss, opt, 4, cfg) if piped is None
+            else build_train_step(loss, opt, 2, cfg, network=piped, splits_batch=True))
+    wrapped = parallelize(cfg, dist, model, step, loss_cell=loss)
+    assert isinstance(wrapped, GlobalLossStep)
+    net = wrapped.cell
+    assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
+    assert net._parallel_mode == "semi_auto" and net._gradients_mean
+    assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
+    assert net._save_strategy_file_path == str(tmp_path / "run" / "strategy" / "rank_3.ckpt")
+    assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
+    for key, value in expect.items():
+        assert getattr(net, key) == value, key
+    assert step.step_cell.reduce_overflow
+    assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
+    if piped is None:                                           # Ascend accumulates with GradAccumulation
+        from mindspore.parallel.nn import GradAccumulation
+        assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop
