@@ -71,7 +71,7 @@ def test_train_estimate_seq_length_without_a_dataset():
     base = ("estimate", "--config", str(LLAMA_7B), "--seq-length", "4096", "--set", "model.vocab_size=32000")
     r = cli(*base)
     assert r.returncode == 0, r.stderr
-    assert "6.738 B parameters; bf16: 16 bytes/parameter (weights 2 + gradients 2 + fp32 master 4" in r.stdout
+    assert "6.738 B parameters; bf16: 18 bytes/parameter (weights 2 + gradients 4 + fp32 master 4" in r.stdout
     assert "micro-batch 2 x seq 4096" in r.stdout and "fits (" in r.stdout
     assert "cheapest changes" not in r.stdout
     r = cli(*base, "--device-memory", "4GB")
