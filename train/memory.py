@@ -135,14 +135,13 @@ def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
 def reuses_memory(cfg) -> bool:
     """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
     what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
-    output buffer for the graph's lifetime, and each graph keeps its own (measured in bench_memory.py:
-    a forward-only graph grows by the sum of all its intermediates; the apply graph grows by the same
-    amount whatever the micro-step's activations were; recompute lowers nothing)."""
+    output buffer for the graph's lifetime (measured in bench_memory.py: a forward-only graph grows by
+    the sum of all its intermediates; a while-loop body's exist once; recompute lowers nothing)."""
     return cfg.device != "CPU"
 
 
 def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
-    """Bytes one decoder layer holds at the micro-step's peak, for one micro-batch; `modules`: its
+    """Bytes one decoder layer holds at the step's peak, for one micro-batch; `modules`: its
     recomputed cells ("" = the whole layer)."""
     if not reuses_memory(cfg):
         return _layer_all_intermediates(cfg, seq, micro)
