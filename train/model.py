@@ -4,10 +4,13 @@ Token embedding, pre-norm blocks of (RMSNorm, causal self-attention with rotary 
 grouped KV heads) and (RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied).
 
 Parallel strategies and recompute are applied from outside (train/parallel.py, train/recompute.py),
-so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo),
+so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo, rotary),
 `layers[i].mlp` (w1 gate, w3 up, w2 down), `layers[i].attention_norm`, `layers[i].ffn_norm`,
 `tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
 so two processes build bitwise-identical weights. No dropout: the step is a pure function.
+Every primitive that touches an activation is held as a cell attribute (flash attention one per
+layer; the norms', rotary's, SiLU * gate's, the residual adds' and the loss's), so that the plan can
+give each one a strategy.
 """
 from __future__ import annotations
 
