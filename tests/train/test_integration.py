@@ -170,3 +170,34 @@ def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     distributed.setup(load_config(None, []), lambda cfg, world: None)
     assert ms.get_context("mode") == ms.GRAPH_MODE and ms.get_context("device_target") == "CPU"
+
+
+@pytest.mark.slow
+def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_data, tmp_path, monkeypatch):
+    """A sharded rank's tensors only fit the parameters after the compile sliced them: restore() must
+    compile first, then load (here on CPU: the compile happens, the load reads rank_R/model.ckpt)."""
+    import dataclasses
+
+    from loader import Loader
+    from train import checkpoint as ckpt
+    from train import trainer
+
+    cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={tmp_path / 'run'}"])
+    one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
+    with Loader(cfg.data.path, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, num_workers=0) as ld:
+        session = trainer.build_session(cfg, ld.vocab_size, ld.seq_length, one)
+        params = session.train_step.state_parameters()
+        ckpt.write_checkpoint(tmp_path / "run", 1, params, {"step": 1, "config_hash": cfg.hash(),
+                                                            "dataset_fingerprint": ld.fingerprint,
+                                                            "loader": ld.state_dict()}, 2, rank=0)
+        events = []
+        compile_step = session.train_step.compile
+        monkeypatch.setattr(session.train_step, "compile",
+                            lambda shape: (events.append(("compile", shape)), compile_step(shape))[1])
+        load = ckpt.load_params
+        monkeypatch.setattr(ckpt, "load_params", lambda d, p, rank=None, **kw: (events.append(("load", rank)),
+                                                                                  load(d, p, rank=rank, **kw))[1])
+        sharded = dataclasses.replace(one, sharded=True)
+        trainer.restore(session, tmp_path / "run" / "checkpoints" / "step_00000001", ld, cfg, sharded, False)
+    assert events == [("compile", (8, 33)), ("load", 0)]
+    assert session.train_step.step_cell.compile_cache          # really compiled
