@@ -106,13 +106,19 @@ def prepare_run_dir(run_dir: Path) -> None:
         raise ckpt.CheckpointError(f"run dir {run_dir} is not writable: {e}") from None
 
 
+def check_state_version(state: dict, ckpt_dir) -> None:
+    """state.json without format_version is version 0 (same fields, read the same way); a newer
+    version than this trainer's is refused."""
+    version = state.get("format_version", 0)
+    if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
+        raise ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
+                          f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
+
+
 def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
     """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
     state = ckpt.read_state(ckpt_dir)
-    version = state.get("format_version", 0)
-    if version > STATE_FORMAT_VERSION:
-        raise ResumeError(f"{ckpt_dir}: state.json format_version {version} is newer than this trainer's "
-                          f"({STATE_FORMAT_VERSION}); resume it with the version that wrote it")
+    check_state_version(state, ckpt_dir)
     problems = []
     if state.get("config_hash") != cfg.hash():
         problems.append(f"config hash {state.get('config_hash')} != this config's {cfg.hash()}")

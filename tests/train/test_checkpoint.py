@@ -112,3 +112,13 @@ def test_compare_runs(tmp_path):
     out = []
     assert metrics.compare_runs(tmp_path / "a", tmp_path / "c", out.append) == 1   # one ulp apart
     assert "DIFFERENT" in out[1] and out[-1] == "2/3 common steps bitwise equal"
+
+
+def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
+    from train.trainer import STATE_FORMAT_VERSION, ResumeError, check_state_version
+
+    check_state_version({"step": 3}, tmp_path)                          # written before versions: 0
+    check_state_version({"format_version": STATE_FORMAT_VERSION}, tmp_path)
+    for bad in (STATE_FORMAT_VERSION + 1, "1"):
+        with pytest.raises(ResumeError, match="format_version"):
+            check_state_version({"format_version": bad}, tmp_path)
