@@ -45,6 +45,9 @@ def ascend(**parallel):
     ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "parallel.stage_offsets": "[-2, 2]"}, 2,
      ["parallel.stage_offsets", "stage 0 with 0 layers"]),
     ({"parallel.model_parallel": 0}, 1, ["parallel.model_parallel must be >= 1"]),
+    # the pipeline's micro-batches are the accumulation: no second level of it inside the step
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "train.micro_batch_size": 4}, 2,
+     ["train.micro_batch_size (4)", "parallel.micro_batch_num", "train.micro_batch_size=0"]),
 ])
 def test_validation_names_the_keys(sets, world, keys):
     cfg = ascend(**sets)
