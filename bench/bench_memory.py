@@ -1,26 +1,26 @@
-"""Memory planner vs measured peak memory of real CPU training steps, component by component.
+"""Memory planner vs measured peak memory of real CPU training steps, and the accumulation modes.
 
     .venv/bin/python bench/bench_memory.py [--sizes 256,512,1024] [--batches 1,4] [--steps 2]
-        [--probe-unscale 512] [--mmap-threshold 131072] [--dtype fp32|fp16]
+        [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
 Every measurement is a fresh subprocess that builds train/model.py's Llama with train/step.py's
-TrainStep (AdamW, K = 1: the trainer's own cells; fp32 unless --dtype fp16, then O2 with dynamic loss
-scaling) and runs GRAPH_MODE steps on random tokens. It reads RSS and ru_maxrss (peak) at:
+TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic loss scaling) and runs GRAPH_MODE
+steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
-  built  after the model, the optimizer and the TrainStep exist (RSS): the weights, plus the float64
-         draws of model init that glibc keeps in its heap (--mmap-threshold shows it; later
-         allocations reuse that heap, so the total does not change);
-  micro  the peak after the first MicroStep (forward + backward + accumulate) vs estimated gradients,
-         accumulators and activations (the accumulators are lazy zeros until first written);
-  apply  the peak after the first ApplyStep vs estimated Adam moments (also first written there) and
-         ApplyStep's own buffers;
+  built  after the model, the optimizer and the step cell exist (RSS): the weights, plus the float64
+         draws of model init that glibc keeps in its heap (--mmap-threshold shows it);
+  step   the peak after the first step (one graph: forward, backward, norm, clip, AdamW, whose moments
+         are first written there) vs estimated gradients + accumulators + activations + Adam moments
+         + the update's buffers;
   total  the peak after the last step - base vs estimate.total.
 A tiny model (hidden 64, vocab 256, same layers and sequence) run the same way gives the MindSpore
-runtime's own cost of the two graphs (compiled graphs, kernels): it is printed and subtracted from each
-phase. The activations alone are compared through the micro phase's slope over the batch, where no
-static term enters. --probe-unscale measures ApplyStep's per-gradient unscale op (train.step._divide)
-alone, against step._multiply, in a separate graph: the one CPU kernel cost the estimate does not
-model. Nothing is fitted to these measurements: the estimate is train.memory's count from the code.
+runtime's own cost (compiled graph, kernels): it is printed and subtracted. The activations alone are
+compared through the step phase's slope over the batch, where no static term enters. Nothing is
+fitted to these measurements: the estimate is train.memory's count from the code.
+
+--accumulate K: the step-phase growth of one step over a batch of K * (largest --batches) samples,
+for the whole batch at once (K = 1), K micro-batches in a graph while-loop (train.accumulate=loop) and
+K micro-batches sliced and summed before one backward (train.accumulate=split), at the largest size.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def sets_for(hidden: int, batch: int, vocab: int = VOCAB) -> list[str]:
             "precision.amp_level=O2", "device=CPU", "model.flash_attention=false"]
 
 
-def child(hidden: int, batch: int, vocab: int, steps: int) -> dict:
+def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode: str = "loop") -> dict:
     """Runs in the subprocess: build, train `steps` steps, report memory in bytes at each phase."""
     import numpy as np
     import psutil
@@ -56,7 +56,7 @@ def child(hidden: int, batch: int, vocab: int, steps: int) -> dict:
     from train.config import load_config
     from train.model import CausalLMLoss, Llama, count_params, model_args
     from train.optim import build_optimizer
-    from train.step import TrainStep, apply_precision
+    from train.step import apply_precision, build_train_step
 
     def mark() -> dict:
         return {"rss": psutil.Process().memory_info().rss,
@@ -65,80 +65,38 @@ def child(hidden: int, batch: int, vocab: int, steps: int) -> dict:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
-    cfg = load_config(None, sets_for(hidden, batch, vocab))
+    cfg = load_config(None, [*sets_for(hidden, batch, vocab), f"train.accumulate={mode}"])
     out = {"base": mark()}
     dtype = cfg.precision.dtype
     model = Llama(model_args(cfg.model, vocab, SEQ, "CPU", dtype), cfg.seed)
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), vocab)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    step = TrainStep(loss_net, optimizer, 1, cfg.optim.clip_norm, dtype == "fp16", cfg.precision.loss_scale)
+    step = build_train_step(loss_net, optimizer, micro, cfg)
     out["built"] = mark()
     rng = np.random.default_rng(0)
-    lr = ms.Tensor(1e-4, ms.float32)
     losses = []
     for i in range(steps):
-        tokens = ms.Tensor(rng.integers(0, vocab, size=(batch, SEQ + 1), dtype=np.int32))
-        losses.append(float(step.micro(tokens).asnumpy()))
+        tokens = rng.integers(0, vocab, size=(batch, SEQ + 1), dtype=np.int32)
+        losses.append(step(tokens, 1e-4).loss)
         if i == 0:
-            out["micro"] = mark()
-        step.apply(lr)
-        if i == 0:
-            out["apply"] = mark()
+            out["step"] = mark()
     out["end"] = mark()
     out.update(params=count_params(model), losses=losses)
     return out
 
 
-def probe_unscale(hidden: int, op: str) -> dict:
-    """Runs in the subprocess: the growth of one graph that applies ApplyStep's per-gradient scalar op
-    (train.step._divide, or _multiply for comparison) to every accumulator and sums the results."""
-    import psutil
-    import mindspore as ms
-    from mindspore import nn, ops
-
-    from train.config import load_config
-    from train.model import CausalLMLoss, Llama, model_args
-    from train.optim import build_optimizer
-    from train.step import TrainStep, _divide, _multiply
-
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
-    cfg = load_config(None, sets_for(hidden, 1))
-    loss_net = CausalLMLoss(Llama(model_args(cfg.model, VOCAB, SEQ, "CPU"), cfg.seed), VOCAB)
-    optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    acc = TrainStep(loss_net, optimizer, 1, 1.0, False, cfg.precision.loss_scale).accumulators
-    fn = _divide if op == "divide" else _multiply
-
-    class Probe(nn.Cell):
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.acc, self.hyper_map = acc, ops.HyperMap()
-
-        def construct(self, x):
-            return ops.addn(self.hyper_map(ops.reduce_sum, self.hyper_map(ops.partial(fn, x), self.acc)))
-
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    before = max(before, psutil.Process().memory_info().rss)
-    Probe()(ms.Tensor(2.0, ms.float32))
-    return {"growth": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before,
-            "grads": 4 * sum(int(a.size) for a in acc)}
-
-
-def measure(hidden: int, batch: int, steps: int, vocab: int = VOCAB, probe: str = "") -> dict:
+def measure(hidden: int, batch: int, steps: int, vocab: int = VOCAB, micro: int = 1, mode: str = "loop") -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", str(hidden), "--batch", str(batch),
-                          "--vocab", str(vocab), "--steps", str(steps), "--probe", probe],
+                          "--vocab", str(vocab), "--steps", str(steps), "--micro", str(micro), "--mode", mode],
                          capture_output=True, text=True, cwd=REPO, env=CHILD_ENV)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if out.returncode or line is None:
         raise SystemExit(f"hidden {hidden} batch {batch}: child failed:\n{out.stderr[-3000:]}")
     r = json.loads(line[len("RESULT "):])
-    if probe:
-        return r
     base = r["base"]["rss"]
     return {"params": r["params"], "losses": r["losses"],
             "built": r["built"]["rss"] - base,                  # host weights (+ init leftovers)
-            "micro": r["micro"]["peak"] - r["built"]["rss"],    # growth in the first micro-step
-            "apply": r["apply"]["peak"] - r["micro"]["peak"],   # further growth in the first apply
+            "step": r["step"]["peak"] - r["built"]["rss"],      # growth in the first step
             "total": r["end"]["peak"] - base}
 
 
@@ -155,12 +113,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,512,1024", help="model widths (hidden_size), comma-separated")
     ap.add_argument("--batches", default="1,4", help="micro-batch sizes, comma-separated")
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--probe-unscale", type=int, default=512, metavar="HIDDEN",
-                    help="also measure ApplyStep's unscale op alone at this width (0: skip)")
+    ap.add_argument("--accumulate", type=int, default=4, metavar="K",
+                    help="compare the accumulation modes with K micro-batches (0: skip)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--vocab", type=int, default=VOCAB, help=argparse.SUPPRESS)
-    ap.add_argument("--probe", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--micro", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="loop", help=argparse.SUPPRESS)
     ap.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
                     help="run the children with MALLOC_MMAP_THRESHOLD_=BYTES (e.g. 131072): glibc then hands "
                          "freed large arrays (the float64 weight draws of model init) back to the system")
@@ -172,8 +131,7 @@ def main() -> None:
     if opts.mmap_threshold:
         CHILD_ENV["MALLOC_MMAP_THRESHOLD_"] = str(opts.mmap_threshold)
     if opts.child:
-        res = (probe_unscale(opts.child, opts.probe) if opts.probe
-               else child(opts.child, opts.batch, opts.vocab, opts.steps))
+        res = child(opts.child, opts.batch, opts.vocab, opts.steps, opts.micro, opts.mode)
         print("RESULT " + json.dumps(res), flush=True)
         return
 
@@ -181,39 +139,37 @@ def main() -> None:
     from train.memory import estimate
 
     tiny = measure(*TINY[:1], 1, opts.steps, vocab=TINY[1])
-    rt = {"micro": tiny["micro"], "apply": tiny["apply"], "total": tiny["total"] - tiny["built"]}
+    rt = {"step": tiny["step"], "total": tiny["total"] - tiny["built"]}
     malloc = f"MALLOC_MMAP_THRESHOLD_={opts.mmap_threshold}" if opts.mmap_threshold else "default glibc malloc"
     print(f"seq {SEQ}, layers {LAYERS}, vocab {VOCAB}, {opts.dtype} AdamW, {opts.steps} steps, {malloc}; MB = 1e6 bytes")
     print(f"MindSpore runtime (tiny model, hidden {TINY[0]}, vocab {TINY[1]}, {tiny['params']} params): "
-          f"micro graph {mb(rt['micro']).strip()} MB, apply graph {mb(rt['apply']).strip()} MB, "
-          f"total {mb(rt['total']).strip()} MB: subtracted below")
+          f"step graph {mb(rt['step']).strip()} MB, total {mb(rt['total']).strip()} MB: subtracted below")
     print(f"{'hidden':>6} {'params':>7} {'batch':>5} | {'weights est':>11} {'meas':>6} {'err':>7} | "
-          f"{'micro est':>9} {'meas':>6} {'err':>7} | {'apply est':>9} {'meas':>6} {'err':>7} | "
-          f"{'total est':>9} {'meas':>6} {'err':>7}")
+          f"{'step est':>9} {'meas':>6} {'err':>7} | {'total est':>9} {'meas':>6} {'err':>7}")
     errors, parts, slopes = [], [], []
     batches = [int(x) for x in opts.batches.split(",")]
-    for hidden in [int(x) for x in opts.sizes.split(",")]:
-        micro = {}
+    sizes = [int(x) for x in opts.sizes.split(",")]
+    for hidden in sizes:
+        grown = {}
         for batch in batches:
             est = estimate(load_config(None, sets_for(hidden, batch)), SEQ, VOCAB)
             got = measure(hidden, batch, opts.steps)
             assert est.params_total == got["params"]
-            e_micro = est.grads + est.accumulators + est.activations
-            e_apply = est.optimizer + est.step_temps
-            m_micro, m_apply = got["micro"] - rt["micro"], got["apply"] - rt["apply"]
+            e_step = est.grads + est.accumulators + est.activations + est.optimizer + est.step_temps
+            m_step = got["step"] - rt["step"]
             m_total = got["total"] - rt["total"]
             errors.append((est.total - m_total) / m_total)
-            micro[batch] = (est.activations, got["micro"])
+            grown[batch] = (est.activations, got["step"])
             parts.append(f"{hidden:>6} {batch:>5} | weights {mb(est.weights)} grads {mb(est.grads)} "
-                         f"Adam m+v {mb(est.optimizer)} accumulators {mb(est.accumulators)} apply step "
+                         f"Adam m+v {mb(est.optimizer)} accumulators {mb(est.accumulators)} update "
                          f"{mb(est.step_temps)} | activations {mb(est.activations)} (layers "
                          f"{mb(sum(est.layer_activations))}, head {mb(est.head_activations)})")
             print(f"{hidden:>6} {got['params'] / 1e6:>6.1f}M {batch:>5} | {mb(est.weights):>11} "
-                  f"{mb(got['built']):>6} {pct(est.weights, got['built'])} | {mb(e_micro):>9} {mb(m_micro):>6} "
-                  f"{pct(e_micro, m_micro)} | {mb(e_apply):>9} {mb(m_apply):>6} {pct(e_apply, m_apply)} | "
-                  f"{mb(est.total):>9} {mb(m_total):>6} {pct(est.total, m_total)}", flush=True)
+                  f"{mb(got['built']):>6} {pct(est.weights, got['built'])} | {mb(e_step):>9} {mb(m_step):>6} "
+                  f"{pct(e_step, m_step)} | {mb(est.total):>9} {mb(m_total):>6} {pct(est.total, m_total)}",
+                  flush=True)
         if len(batches) > 1:         # what grows with the batch: activations only, nothing static in it
-            (e0, m0), (e1, m1) = micro[batches[0]], micro[batches[-1]]
+            (e0, m0), (e1, m1) = grown[batches[0]], grown[batches[-1]]
             db = batches[-1] - batches[0]
             slopes.append((hidden, (e1 - e0) / db, (m1 - m0) / db))
     print(f"total error: {100 * min(errors):+.0f}% .. {100 * max(errors):+.0f}% "
@@ -221,14 +177,20 @@ def main() -> None:
     print("\nestimate by component (MB):")
     print("\n".join(parts))
     for hidden, e, m in slopes:
-        print(f"activations per sample, hidden {hidden}: estimate {mb(e).strip()} MB, measured (micro-phase "
+        print(f"activations per sample, hidden {hidden}: estimate {mb(e).strip()} MB, measured (step-phase "
               f"slope over the batch) {mb(m).strip()} MB, error {pct(e, m).strip()}")
-    if opts.probe_unscale:
-        h = opts.probe_unscale
-        div, mul = (measure(h, 1, 1, probe=op) for op in ("divide", "multiply"))
-        print(f"unscale probe, hidden {h} ({mb(div['grads']).strip()} MB of fp32 gradients): one graph "
-              f"applying step._divide to every accumulator grows {div['growth'] / div['grads']:.1f}x the "
-              f"gradients, step._multiply {mul['growth'] / mul['grads']:.1f}x (the estimate counts 1x)")
+    if opts.accumulate > 1:
+        k, hidden, micro = opts.accumulate, sizes[-1], batches[-1]
+        print(f"\naccumulation, hidden {hidden}, {k} micro-batches of {micro} (batch {k * micro}): "
+              f"step-phase growth")
+        for label, n, mode in ((f"whole batch of {k * micro}, K=1", 1, "loop"),
+                               (f"loop: while-loop over {k}", k, "loop"),
+                               (f"split: {k} slices, one backward", k, "split"),
+                               (f"one micro-batch of {micro}, K=1", 1, "loop")):
+            batch = micro if label.startswith("one") else k * micro
+            got = measure(hidden, batch, opts.steps, micro=n, mode=mode)
+            print(f"  {label:<34} {mb(got['step'] - rt['step']).strip():>6} MB  (losses "
+                  f"{', '.join(f'{x:.4f}' for x in got['losses'])})", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,15 @@
-"""Trainer throughput on CPU: tokens/s, MFU and the share of step time spent waiting for data.
+"""Trainer throughput on CPU against a hand-written MindSpore step: tokens/s, peak RSS, MFU, data wait.
 
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
+        [--repeat 2]   (the issue's size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
+
+The reference, run in the same invocation on the same model (train/model.py's Llama and CausalLMLoss,
+same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
+`ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
+Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
+around it: RUSAGE_CHILDREN). With --repeat 2 the two alternate (launch, reference, launch,
+reference) and the ratios are of the sums. Targets: train launch >= 0.95x the reference's tokens/s,
+<= 1.1x its peak RSS, data wait < 2% of step time.
 
 MFU's peak is this machine's fp32 matmul rate, measured here in the same run: the faster of a numpy
 sgemm (1024^3) and a MindSpore GRAPH_MODE MatMul of the model's largest projection shape
@@ -23,6 +32,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 
 def numpy_peak(n: int = 1024, reps: int = 5) -> float:
@@ -62,39 +72,113 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def train_run(args, mode: str, peak: float) -> list[dict] | None:
-    """One real `train launch` on a fresh synthetic dataset; its step records after the first `skip`."""
+def train_cmd(args, tmp: Path, mode: str, peak: float) -> tuple[list[str], Path]:
+    """A real `train launch` on a fresh synthetic dataset in tmp."""
     from synthetic import make_dataset
 
+    data = make_dataset(tmp / "data", num_train=args.batch * (args.steps + 2), num_valid=args.batch,
+                        seq_length=args.seq, vocab_size=args.vocab, seed=0, max_shard_bytes=64 << 20)
+    sets = [f"data.path={data}", f"run.dir={tmp / 'run'}", f"model.hidden_size={args.hidden}",
+            f"model.num_layers={args.layers}", f"model.num_heads={args.heads}", "model.num_kv_heads=0",
+            f"model.ffn_size={args.ffn}", f"model.vocab_size={args.vocab}",
+            f"train.steps={args.steps}", f"train.global_batch_size={args.batch}",
+            f"data.num_workers={args.workers}", f"precision.dtype={args.dtype}",
+            f"recompute.mode={mode}", f"train.peak_tflops={peak / 1e12}", "optim.clip_norm=1.0",
+            f"checkpoint.every_steps={args.steps}", "eval.every_steps=0", f"log.every_steps={args.steps}"]
+    cmd = [sys.executable, "-m", "train", "launch", "--config", str(REPO / "configs" / "tiny.yaml"),
+           "--set", *sets]
+    return cmd, tmp / "run" / "metrics.jsonl"
+
+
+def with_peak_rss(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Run cmd under a wrapper process; returns (result, the largest descendant's peak RSS in bytes)."""
+    wrapper = [sys.executable, __file__, "--rss-of", *cmd]
+    proc = subprocess.run(wrapper, cwd=REPO, capture_output=True, text=True)
+    rss = 0.0
+    for line in proc.stdout.splitlines():
+        if line.startswith("PEAK_RSS_KB "):
+            rss = float(line.split()[1]) * 1024
+    return proc, rss
+
+
+def train_run(args, mode: str, peak: float) -> tuple[list[dict], float] | None:
+    """One `train launch`: its step records after the first `skip`, and its peak RSS."""
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
-        tmp = Path(tmp)
-        data = make_dataset(tmp / "data", num_train=args.batch * (args.steps + 2), num_valid=args.batch,
-                            seq_length=args.seq, vocab_size=args.vocab, seed=0, max_shard_bytes=64 << 20)
-        sets = [f"data.path={data}", f"run.dir={tmp / 'run'}", f"model.hidden_size={args.hidden}",
-                f"model.num_layers={args.layers}", f"model.num_heads={args.heads}", "model.num_kv_heads=0",
-                f"train.steps={args.steps}", f"train.global_batch_size={args.batch}",
-                f"data.num_workers={args.workers}", f"precision.dtype={args.dtype}",
-                f"recompute.mode={mode}", f"train.peak_tflops={peak / 1e12}",
-                f"checkpoint.every_steps={args.steps}", "eval.every_steps=0", f"log.every_steps={args.steps}"]
-        cmd = [sys.executable, "-m", "train", "launch", "--config", str(REPO / "configs" / "tiny.yaml"),
-               "--set", *sets]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        cmd, metrics = train_cmd(args, Path(tmp), mode, peak)
+        proc, rss = with_peak_rss(cmd)
         if proc.returncode != 0:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
             return None
-        recs = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in recs if not r.get("eval")][args.skip:]
+        recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [r for r in recs if not r.get("eval")][args.skip:], rss
+
+
+def reference_run(args) -> tuple[float, float] | None:
+    """The hand-written step in its own process: (tokens/s after `skip` steps, peak RSS)."""
+    cmd = [sys.executable, __file__, "--reference", *map(str, (args.hidden, args.layers, args.heads, args.ffn,
+                                                               args.vocab, args.seq, args.batch, args.steps,
+                                                               args.skip))]
+    proc, rss = with_peak_rss(cmd)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        return None
+    tps = float([x for x in proc.stdout.splitlines() if x.startswith("TOKENS_PER_S ")][-1].split()[1])
+    return tps, rss
+
+
+def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip) -> None:
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on train/model.py's Llama."""
+    import mindspore as ms
+    from mindspore import Tensor, nn, ops
+
+    from train.model import CausalLMLoss, Llama, ModelArgs
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+
+    class ClippedStep(nn.TrainOneStepCell):
+        def construct(self, *inputs):
+            loss = self.network(*inputs)
+            sens = ops.fill(loss.dtype, loss.shape, self.sens)
+            grads = self.grad(self.network, self.weights)(*inputs, sens)
+            grads = ops.clip_by_global_norm(grads, 1.0)
+            return ops.depend(loss, self.optimizer(grads))
+
+    model = Llama(ModelArgs(vocab_size=vocab, seq_length=seq, hidden_size=hidden, num_layers=layers,
+                            num_heads=heads, ffn_size=ffn), seed=0)
+    net = CausalLMLoss(model, vocab)
+    step = ClippedStep(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
+    step.set_train(True)
+    rng = np.random.default_rng(0)
+    batches = [Tensor(rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)) for _ in range(steps)]
+    times = []
+    for b in batches:
+        t = time.perf_counter()
+        step(b).asnumpy()
+        times.append(time.perf_counter() - t)
+    print(f"TOKENS_PER_S {batch * seq * (steps - skip) / sum(times[skip:])}", flush=True)
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--mindspore-peak"]:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
+    if sys.argv[1:2] == ["--reference"]:
+        reference_step(*map(int, sys.argv[2:11]))
+        return 0
+    if sys.argv[1:2] == ["--rss-of"]:
+        import resource
+        rc = subprocess.run(sys.argv[2:], cwd=REPO).returncode
+        print(f"PEAK_RSS_KB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", flush=True)
+        return rc
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--ffn", type=int, default=0, help="MLP width (0: the Llama rule)")
+    ap.add_argument("--repeat", type=int, default=1, help="alternating launch / reference pairs")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=12)
@@ -107,7 +191,8 @@ def main() -> int:
     if args.hidden < 512:
         print("note: the reference comparison is meant for d_model >= 512", file=sys.stderr)
 
-    ffn = 64 * math.ceil(8 * args.hidden / 3 / 64)
+    ffn = args.ffn or 64 * math.ceil(8 * args.hidden / 3 / 64)
+    args.ffn = ffn
     peak_np = numpy_peak()
     # in a child process: MindSpore's thread pool in this process would compete with the training runs
     shape = [str(args.batch * args.seq), str(args.hidden), str(ffn)]
@@ -121,19 +206,40 @@ def main() -> int:
     print(f"model: d_model {args.hidden}, {args.layers} layers, {args.heads} heads, ffn {ffn}, vocab "
           f"{args.vocab}, seq {args.seq}, batch {args.batch}, {args.dtype}, {args.workers} loader worker(s)")
     ms_per_step = {}
+    launch_tps, ref_tps, launch_rss, ref_rss = [], [], [], []
     for mode in args.recompute.split(","):
-        recs = train_run(args, mode, peak)
-        if recs is None:
-            return 1
-        step_time = sum(r["step_time_s"] for r in recs)
-        wait = sum(r["data_wait_s"] for r in recs)
-        tps = args.batch * args.seq * len(recs) / step_time
-        mfu = tps * recs[0]["mfu"] / recs[0]["tokens_per_s"]     # the trainer's flops/token over the peak
-        ms_per_step[mode] = step_time / len(recs) * 1000
-        print(f"recompute {mode}: steps {args.skip + 1}-{args.steps}: {ms_per_step[mode]:.0f} ms/step, "
-              f"{tps:,.0f} tokens/s, MFU {mfu * 100:.1f}% of the measured peak; data wait "
-              f"{wait / step_time * 100:.2f}% of step time ({wait / len(recs) * 1000:.2f} ms/step; "
-              f"target < 2%: {'met' if wait / step_time < 0.02 else 'NOT met'})")
+        for _ in range(args.repeat if mode == "none" else 1):
+            out = train_run(args, mode, peak)
+            if out is None:
+                return 1
+            recs, rss = out
+            step_time = sum(r["step_time_s"] for r in recs)
+            wait = sum(r["data_wait_s"] for r in recs)
+            tps = args.batch * args.seq * len(recs) / step_time
+            mfu = tps * recs[0]["mfu"] / recs[0]["tokens_per_s"]     # the trainer's flops/token over the peak
+            ms_per_step[mode] = step_time / len(recs) * 1000
+            print(f"train launch, recompute {mode}: steps {args.skip + 1}-{args.steps}: {ms_per_step[mode]:.0f} "
+                  f"ms/step, {tps:,.0f} tokens/s, MFU {mfu * 100:.1f}% of the measured peak, peak RSS "
+                  f"{rss / 1e9:.2f} GB; data wait {wait / step_time * 100:.2f}% of step time "
+                  f"({wait / len(recs) * 1000:.2f} ms/step; target < 2%: "
+                  f"{'met' if wait / step_time < 0.02 else 'NOT met'})", flush=True)
+            if mode != "none" or args.dtype != "fp32":
+                continue
+            launch_tps.append(tps)
+            launch_rss.append(rss)
+            ref = reference_run(args)
+            if ref is None:
+                return 1
+            ref_tps.append(ref[0])
+            ref_rss.append(ref[1])
+            print(f"hand-written TrainOneStepCell + clip_by_global_norm + AdamWeightDecay: {ref[0]:,.0f} tokens/s, "
+                  f"peak RSS {ref[1] / 1e9:.2f} GB", flush=True)
+    if ref_tps:
+        speed = sum(launch_tps) / sum(ref_tps)
+        memory = sum(launch_rss) / sum(ref_rss)
+        print(f"train launch / reference: tokens/s {speed:.2f}x (target >= 0.95: "
+              f"{'met' if speed >= 0.95 else 'NOT met'}), peak RSS {memory:.2f}x (target <= 1.1: "
+              f"{'met' if memory <= 1.1 else 'NOT met'}) over {len(ref_tps)} pair(s)")
     if "none" in ms_per_step and "full" in ms_per_step:
         print(f"recompute full / none step time: {ms_per_step['full'] / ms_per_step['none']:.2f}x "
               f"(the forward runs again in backward)")

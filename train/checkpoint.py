@@ -10,9 +10,10 @@ the loss-scale value and its clean-step counter). When the model is sharded each
 `rank_R/model.ckpt` inside the same directory, and its parallel strategy as `strategy/rank_R.ckpt`
 (beside the rank directories: see train.parallel.copy_strategy).
 
-Test hook: TRAIN_TEST_CKPT_KILL="<phase>:<step>" makes the writer SIGKILL its own process at step
-`step`, with phase `before_rename` (temp dir complete, not renamed) or `before_latest` (renamed, latest
-not yet updated). It exists so the kill-and-resume tests can hit those moments deterministically.
+`on_phase(phase, step)` is called at the two moments that matter for crash safety: `before_rename`
+(temp dir complete, not renamed) and `before_latest` (renamed, latest not yet updated); the trainer
+passes train.hooks' callback (a no-op unless a hooks module replaced it: the kill-and-resume tests
+SIGKILL the writer there).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 from pathlib import Path
 
 import mindspore as ms
@@ -32,7 +32,6 @@ LATEST = "latest"
 MODEL_FILE = "model.ckpt"
 STATE_FILE = "state.json"
 _STEP_RE = re.compile(r"^step_(\d{8})$")
-KILL_HOOK_ENV = "TRAIN_TEST_CKPT_KILL"
 
 
 class CheckpointError(RuntimeError):
@@ -80,11 +79,12 @@ def remove_stale_temps(run_dir) -> None:
 
 def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: int,
                      rank: int | None = None, is_main: bool = True, barrier=None,
-                     add_files=None) -> Path:
+                     add_files=None, on_phase=None) -> Path:
     """Write checkpoint `step` atomically and publish it as latest. `rank` set: per-rank model file
     (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename.
     `add_files(tmp_dir)`: each rank's extra files (e.g. its parallel strategy), written into the
-    temporary directory before the second barrier, so they are published with the checkpoint."""
+    temporary directory before the second barrier, so they are published with the checkpoint.
+    `on_phase(phase, step)`: see the module docstring."""
     root = checkpoints_root(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}"
@@ -113,12 +113,14 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         if not is_main:
             return final
         fsync_path(tmp)
-        _test_hook("before_rename", step)
+        if on_phase:
+            on_phase("before_rename", step)
         if final.exists():       # the same step again after a resume from an older checkpoint
             shutil.rmtree(final)
         os.rename(tmp, final)
         fsync_path(root)
-        _test_hook("before_latest", step)
+        if on_phase:
+            on_phase("before_latest", step)
         atomic_write_text(root / LATEST, final.name + "\n")
     except (OSError, RuntimeError, ValueError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -168,7 +170,3 @@ def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bo
         p.set_data(value)
 
 
-def _test_hook(phase: str, step: int) -> None:
-    spec = os.environ.get(KILL_HOOK_ENV, "")
-    if spec and spec == f"{phase}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -5,6 +5,7 @@
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
   train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
+  train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of two-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
   train export   RUN [--step N] --format hf --out DIR [--dtype fp32|bf16|fp16]   Hugging Face Llama
@@ -31,7 +32,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="train", description="Llama-style pretraining on MindSpore")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("launch", help="train (one process, or --nproc N under msrun)")
+    # no abbreviations: `--npr 2` is an error, not a second spelling of a launcher flag
+    p = sub.add_parser("launch", help="train (one process, or --nproc N under msrun)", allow_abbrev=False)
     _config_args(p)
     p.add_argument("--resume", metavar="auto|CKPT_DIR",
                    help="continue from RUN/checkpoints/latest (auto) or from a checkpoint directory")
@@ -58,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.add_argument("--world-size", type=int, default=None,
                    help="processes in the job (default: data_parallel x model_parallel x pipeline_stage)")
+
+    p = sub.add_parser("doctor", help="a ladder of two-step runs that checks the parallel setup")
+    _config_args(p)
+    p.add_argument("--nproc", type=int, default=2, help="processes for the multi-process rungs")
+    p.add_argument("--out", default=None, help="work directory (default: RUN/doctor)")
 
     p = sub.add_parser("estimate", help="estimate memory per device")
     _config_args(p)
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run_hf_command(args)
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from train.launch import run_msrun
-            return run_msrun(args, argv)
+            return run_msrun(args)
         cfg = load_config(args.config, args.set)
         if args.command == "import":
             from train.hf import import_run
@@ -145,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             from train.evaluate import main as evaluate
             return evaluate(cfg, args.checkpoint)
+        if args.command == "doctor":
+            from train.doctor import main as doctor
+            return doctor(cfg, args.config, args.set, args.nproc, args.out)
         if args.command == "plan":
             from train.parallel import print_plan
             print_plan(cfg, args.world_size)

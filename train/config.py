@@ -49,6 +49,7 @@ class TrainConfig:
     steps: int = 100
     global_batch_size: int = 8      # samples per optimizer step, all ranks together
     micro_batch_size: int = 0       # samples per rank per forward; 0: the whole local batch
+    accumulate: str = "auto"        # micro-batches in the step graph: loop | split | auto (train/step.py)
     max_bad_steps: int = 3          # consecutive non-finite losses before the run stops
     peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
 

@@ -12,18 +12,11 @@ the same data slice, so the loader uses dp_rank / dp_size, never rank / world_si
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import os
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from train.config import ConfigError
 
-TRACE_ENV = "TRAIN_TRACE_DIR"      # test hook: per-rank trace of every step (TracedStep)
-FAULT_ENV = "TRAIN_TRACE_FAULT"    # test hook: "RANK:CALL:crash|hang" injects a worker failure
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,7 @@ def layout(cfg, rank: int, world_size: int) -> DistInfo:
                     is_main=rank == 0, sharded=is_sharded(cfg))
 
 
-def setup(cfg) -> DistInfo:
+def setup(cfg, validate) -> DistInfo:
     """Initialise the process group when under msrun; validate cfg.parallel against the world size.
 
     Owns the MindSpore device: GRAPH_MODE on cfg.device is set here, once, and nothing may set it
@@ -88,19 +81,18 @@ def setup(cfg) -> DistInfo:
 
     One process (no msrun env): rank 0 of 1, no process group (a config asking for more than one
     process is an error: launch with --nproc). Under msrun: `communication.init()`, the plan validated
-    (train.parallel.validate) and, on CPU/GPU data parallel, the DATA_PARALLEL context with
-    gradients_mean set, so that a TrainOneStepCell built afterwards all-reduces (means) its gradients.
+    (`validate(cfg, world_size)`: train.parallel.validate, passed in so that this module does not
+    depend on the plan) and, on CPU/GPU data parallel, the DATA_PARALLEL context with gradients_mean
+    set, so that a TrainOneStepCell built afterwards all-reduces (means) its gradients.
     """
-    from train import parallel  # local: parallel imports this module
-
     if not under_msrun():
         info = layout(cfg, 0, 1)
-        parallel.validate(cfg, 1)
+        validate(cfg, 1)
         _set_device(cfg)
         return info
     world = msrun_world_size()
     # Check the config before init so a wrong config fails fast in every worker, not at a barrier.
-    parallel.validate(cfg, world)
+    validate(cfg, world)
 
     from mindspore.communication import get_group_size, get_rank, init
 
@@ -110,8 +102,24 @@ def setup(cfg) -> DistInfo:
     if size != world:
         raise ConfigError(f"msrun reports MS_WORKER_NUM={world} but the process group has {size} ranks")
     info = layout(cfg, rank, size)
-    parallel.set_data_parallel_context(cfg, info)
+    set_data_parallel_context(cfg, info)
     return info
+
+
+def set_data_parallel_context(cfg, dist: DistInfo) -> None:
+    """CPU/GPU data parallel: DATA_PARALLEL with gradients_mean, before the train cell is built.
+
+    nn.TrainOneStepCell (and subclasses) read it in __init__ to build their DistributedGradReducer.
+    Ascend runs go through AutoParallel (train.parallel.wrap) instead and set nothing here.
+    """
+    if dist.world_size == 1 or cfg.device == "Ascend":
+        return
+    import mindspore as ms
+    from mindspore import ParallelMode
+
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                 device_num=dist.world_size)
 
 
 def _set_device(cfg) -> None:
@@ -147,77 +155,15 @@ def barrier(dist: DistInfo) -> None:
     ops.AllReduce()(ms.Tensor(np.zeros(1, np.float32))).asnumpy()
 
 
-# ---------------------------------------------------------------- step wrappers
+def all_reduce_weighted_mean(dist: DistInfo, value: float, weight: float) -> float:
+    """sum(value * weight) / sum(weight) over all ranks (the loss of a pipeline: weight 1 on the last
+    stage's ranks, which alone compute it, 0 elsewhere); `value` itself on one rank."""
+    if not dist.distributed:
+        return float(value)
+    import numpy as np
+    import mindspore as ms
+    from mindspore import ops
 
-class _StepProxy:
-    """Forwards everything but __call__ to the wrapped train step (state_parameters, loss_scale...)."""
-
-    def __init__(self, step):
-        self._step = step
-
-    def __getattr__(self, name):
-        return getattr(self._step, name)
-
-
-class GlobalLossStep(_StepProxy):
-    """Reports the loss of the whole global batch: the mean of the ranks' losses (equal token counts)."""
-
-    def __init__(self, step, dist):
-        super().__init__(step)
-        self._dist = dist
-
-    def __call__(self, input_ids, lr):
-        result = self._step(input_ids, lr)
-        (loss,) = all_reduce_mean(self._dist, [result.loss])
-        return dataclasses.replace(result, loss=loss)
-
-
-class TracedStep(_StepProxy):
-    """Test hooks. TRAIN_TRACE_DIR: after each call, append to DIR/rank_R.jsonl the digests of the
-    input rows it took and of every state parameter it left (weights, optimizer moments), and its
-    loss. TRAIN_TRACE_FAULT="R:N:crash|hang": rank R raises (or blocks forever) at its N-th call."""
-
-    def __init__(self, step, dist, model, directory: str | None, fault: str | None):
-        super().__init__(step)
-        self._path = None
-        if directory:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            self._path = Path(directory) / f"rank_{dist.rank}.jsonl"
-        self._dist, self._model, self._calls = dist, model, 0
-        self._fault = _parse_fault(fault) if fault else None
-
-    def __call__(self, input_ids, lr):
-        self._calls += 1
-        if self._fault and self._fault[:2] == (self._dist.rank, self._calls):
-            while self._fault[2] == "hang":
-                time.sleep(60)
-            raise RuntimeError(f"{FAULT_ENV}: injected failure on rank {self._dist.rank} at call {self._calls}")
-        result = self._step(input_ids, lr)
-        if self._path:
-            self._write(input_ids, lr, result)
-        return result
-
-    def _write(self, input_ids, lr, result) -> None:
-        import numpy as np
-
-        rows = [hashlib.sha1(np.ascontiguousarray(r).tobytes()).hexdigest()[:16] for r in np.asarray(input_ids)]
-        params = (self._step.state_parameters() if hasattr(self._step, "state_parameters")
-                  else {p.name: p for p in self._model.get_parameters()})
-        digest = hashlib.sha256()
-        for name in sorted(params):
-            digest.update(name.encode())
-            digest.update(params[name].asnumpy().tobytes())
-        record = {"rank": self._dist.rank, "lr": float(lr), "rows": rows, "state": digest.hexdigest(),
-                  "loss": float(result.loss)}
-        with open(self._path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def _parse_fault(text: str) -> tuple[int, int, str]:
-    try:
-        rank, call, kind = text.split(":")
-        if kind not in ("crash", "hang"):
-            raise ValueError
-        return int(rank), int(call), kind
-    except ValueError:
-        raise ValueError(f"{FAULT_ENV}={text!r}: expected RANK:CALL:crash or RANK:CALL:hang") from None
+    pair = np.asarray([np.float32(value) * np.float32(weight), weight], dtype=np.float32)
+    total = ops.AllReduce()(ms.Tensor(pair)).asnumpy()
+    return float(np.float32(total[0]) / np.float32(total[1]))

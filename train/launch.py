@@ -3,7 +3,7 @@ under msrun, one worker per process, and make a failure loud.
 
 msrun (MindSpore 2.10) starts a scheduler and the workers with the `python` first on PATH, so the venv's
 bin goes first; every worker runs `python -m train launch <the same arguments without the launch
-flags>` and finds its rank through train.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
+flags>` (built from the parsed arguments) and finds its rank through train.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
 scheduler.log. msrun's --join kills the job when a worker exits non-zero; we then print the tail of the
 failed worker's log and exit non-zero. A job whose logs stay silent for `hang_timeout` seconds is
 stopped as hung (a worker stuck in a collective never exits on its own).
@@ -19,9 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-# flags that only the launcher reads: (name, takes a value)
-LAUNCH_FLAGS = {"--nproc": True, "--nnodes": True, "--node-rank": True, "--master-addr": True,
-                "--master-port": True, "--hang-timeout": True, "--cluster-timeout": True}
 TAIL_LINES = 40
 DEFAULT_HANG_TIMEOUT = 1800.0       # seconds without any log output (an Ascend compile can take long)
 
@@ -32,32 +29,28 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def worker_argv(argv: list[str]) -> list[str]:
-    """The `train launch` arguments for the workers: argv without the launcher's own flags."""
-    argv = list(argv)
-    if argv and argv[0] == "launch":
-        argv = argv[1:]
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        name = arg.split("=", 1)[0]
-        if name in LAUNCH_FLAGS:
-            i += 1 if ("=" in arg or not LAUNCH_FLAGS[name]) else 2
-            continue
-        out.append(arg)
-        i += 1
-    return ["-m", "train", "launch", *out]
+def worker_argv(args) -> list[str]:
+    """The workers' command line, built from the parsed `train launch` arguments (never the raw argv:
+    a launcher flag, abbreviated or not, must not reach a worker, which would start msrun again)."""
+    out = ["-m", "train", "launch", "--config", str(args.config)]
+    for item in getattr(args, "set", None) or ():
+        out += ["--set", item]
+    if getattr(args, "resume", None):
+        out += ["--resume", str(args.resume)]
+    if getattr(args, "force", False):
+        out.append("--force")
+    return out
 
 
 def msrun_command(nproc: int, nnodes: int, node_rank: int, master_addr: str, master_port: int,
-                  log_dir: Path, cluster_timeout: int, argv: list[str]) -> list[str]:
+                  log_dir: Path, cluster_timeout: int, worker: list[str]) -> list[str]:
     msrun = Path(sys.executable).parent / "msrun"
     return [str(msrun) if msrun.exists() else "msrun",
             f"--worker_num={nproc * nnodes}", f"--local_worker_num={nproc}",
             f"--master_addr={master_addr}", f"--master_port={master_port}", f"--node_rank={node_rank}",
             f"--log_dir={log_dir}", "--join=True", f"--cluster_time_out={cluster_timeout}",
             f"--tail_worker_log={node_rank * nproc}",      # this node's first worker, to the console
-            "python", *worker_argv(argv)]
+            "python", *worker]
 
 
 def _options(args) -> dict:
@@ -92,14 +85,14 @@ def run_dir(args) -> Path:
     return Path(cfg.run.dir)
 
 
-def run_msrun(args, argv: list[str]) -> int:
+def run_msrun(args) -> int:
     """Run msrun for `train launch --nproc N ...`; returns 0, or exits non-zero after showing the
     failed worker's log tail."""
     opts = _options(args)
     log_dir = run_dir(args) / "logs" / "msrun"
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = msrun_command(opts["nproc"], opts["nnodes"], opts["node_rank"], opts["master_addr"],
-                        opts["master_port"], log_dir, opts["cluster_timeout"], argv)
+                        opts["master_port"], log_dir, opts["cluster_timeout"], worker_argv(args))
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     print("train launch: " + shlex.join(cmd), flush=True)

@@ -1,16 +1,18 @@
 """Per-device memory planner (`train estimate`): pure functions of the config, the sequence length and
 the vocabulary.
 
-Static memory per parameter (mixed precision Adam, Megatron's accounting): fp16/bf16 weights 2 +
-gradients 2 + fp32 master weights 4 + Adam m 4 + v 4 = 16 bytes; fp32 training: weights 4 + gradients 4
-+ m 4 + v 4 = 16 bytes. Model parallel divides the projection weights (and the embedding when it is
+Static memory per parameter: fp16/bf16 weights 2 + gradients 4 + fp32 master weights 4 + Adam m 4 +
+v 4 = 18 bytes (the trainer differentiates with respect to the fp32 master weights, so the gradients
+have the parameters' dtype, fp32; Megatron's 16-byte figure assumes 16-bit gradients); fp32 training:
+weights 4 + gradients 4 + m 4 + v 4 = 16 bytes. Model parallel divides the projection weights (and the embedding when it is
 split by vocabulary, and the LM head), pipeline parallel keeps one stage's layers, optimizer sharding
 (AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
 plus gradients (level2), plus the compute weights (level3).
 
-Our trainer (train/step.py) adds, as separate lines: the fp32 accumulators MicroStep adds every
-micro-step's gradients into (4 bytes/parameter, always allocated, sharded with the gradients), and
-ApplyStep's own buffers (unscaled gradients, clipped gradients, the zeros that reset the accumulators).
+Our trainer (train/step.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
+accumulators when a step has K > 1 micro-batches (`accu_grads.*`, 4 bytes/parameter, sharded with the
+gradients; none when K = 1), and the step's own buffers after backward (unscaled gradients, clipped
+gradients, the zeros that reset the accumulators).
 
 Two memory regimes (`reuses_memory`):
 - Ascend/GPU: buffers are reused once their last reader ran. Activations are counted tensor by tensor
@@ -21,11 +23,11 @@ Two memory regimes (`reuses_memory`):
   the backward working set of three fp32 [B*S, V] gradients). Recompute drops what its cells hold
   (full: all but the layer input). Model parallel divides the per-head and per-ffn tensors; sequence
   parallel also the per-token ones. A pipeline stage under 1F1B holds min(p - stage, m) micro-batches
-  in flight; the last stage also holds the logits. ApplyStep runs in the micro-step's freed memory.
-- CPU (MindSpore 2.10, measured by bench/bench_memory.py): each graph keeps a buffer for every node
-  output, and its own, for its lifetime. So activations = every forward and backward intermediate
-  of one micro-step (hand-counted from model.py, see _layer_all_intermediates), recompute saves
-  nothing, and ApplyStep's buffers add to the micro-step's.
+  in flight; the last stage also holds the logits. The update runs in backward's freed memory.
+- CPU (MindSpore 2.10, measured by bench/bench_memory.py): a graph keeps a buffer for every node
+  output for its lifetime. So activations = every forward and backward intermediate of one
+  micro-batch (the step's while-loop body exists once, whatever K), recompute saves nothing, and the
+  update's buffers add to them.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def bytes_per_param(dtype: str) -> Bytes:
     if dtype == "fp32":
         return Bytes(weights=4, grads=4, master=0, adam=8)
     if dtype in ("fp16", "bf16"):
-        return Bytes(weights=2, grads=2, master=4, adam=8)
+        return Bytes(weights=2, grads=4, master=4, adam=8)
     raise ConfigError(f"precision.dtype must be fp32, fp16 or bf16, got {dtype!r}")
 
 
@@ -69,8 +71,8 @@ class Estimate:
     weights: float                  # bytes
     grads: float
     optimizer: float                # master weights + Adam m, v
-    accumulators: float             # fp32 gradient sums of train/step.py's MicroStep (4 bytes/parameter)
-    step_temps: float               # ApplyStep's own buffers (see _step_temp_bytes)
+    accumulators: float             # fp32 gradient sums over K > 1 micro-batches (4 bytes/parameter)
+    step_temps: float               # the update's own buffers (see _step_temp_bytes)
     reuse: bool                     # memory reused within and across graphs (Ascend/GPU; not CPU)
     activations: float
     comm: float
@@ -86,9 +88,9 @@ class Estimate:
 
     @property
     def trainer(self) -> float:
-        """What our trainer holds beyond the 16 bytes/parameter and the activations: the accumulators,
-        and the apply step's temporaries. With reuse the apply step runs in the micro-step's freed
-        gradients and activations, so only its excess counts; on CPU each graph keeps its own."""
+        """What our trainer holds beyond the static bytes and the activations: the accumulators, and
+        the update's temporaries. With reuse the update runs in backward's freed gradients and
+        activations, so only its excess counts; on CPU the graph keeps them all."""
         if self.reuse:
             return self.accumulators + max(0.0, self.step_temps - self.grads - self.activations)
         return self.accumulators + self.step_temps
@@ -133,14 +135,13 @@ def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
 def reuses_memory(cfg) -> bool:
     """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
     what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
-    output buffer for the graph's lifetime, and each graph keeps its own (measured in bench_memory.py:
-    a forward-only graph grows by the sum of all its intermediates; the apply graph grows by the same
-    amount whatever the micro-step's activations were; recompute lowers nothing)."""
+    output buffer for the graph's lifetime (measured in bench_memory.py: a forward-only graph grows by
+    the sum of all its intermediates; a while-loop body's exist once; recompute lowers nothing)."""
     return cfg.device != "CPU"
 
 
 def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
-    """Bytes one decoder layer holds at the micro-step's peak, for one micro-batch; `modules`: its
+    """Bytes one decoder layer holds at the step's peak, for one micro-batch; `modules`: its
     recomputed cells ("" = the whole layer)."""
     if not reuses_memory(cfg):
         return _layer_all_intermediates(cfg, seq, micro)
@@ -239,7 +240,7 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
     weights = n * per.weights / (dp if shard["weights"] else 1)
     grads = n * per.grads / (dp if shard["grads"] else 1)
     optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
-    accumulators = n * 4 / (dp if shard["grads"] else 1)     # fp32, sharded with the gradients
+    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_steps(cfg) > 1 else 0.0
     step_temps = n * _step_temp_bytes(cfg) / (dp if shard["grads"] else 1)
     mb = micro_batch(cfg)
     m = p.micro_batch_num if p.pipeline_stage > 1 else 1
@@ -255,14 +256,23 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
                     head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq)
 
 
+def micro_steps(cfg) -> int:
+    """Micro-batches per optimizer step and rank: the pipeline's, or local batch / micro_batch_size."""
+    p, t = cfg.parallel, cfg.train
+    if p.pipeline_stage > 1:
+        return p.micro_batch_num
+    local = t.global_batch_size // p.data_parallel
+    return max(1, local // (t.micro_batch_size or local))
+
+
 def _step_temp_bytes(cfg) -> int:
-    """Bytes per parameter of ApplyStep's own buffers (train/step.py): the unscaled fp32 gradients are
+    """Bytes per parameter of the update's own buffers (train/step.py): the unscaled fp32 gradients are
     all live when the global norm is known (clipping needs it), the clipped ones replace them one by
     one, the zeros that reset the accumulators are transient: 4. On CPU every one of them is kept:
-    unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4."""
+    unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
     if reuses_memory(cfg):
         return 4
-    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + 4
+    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_steps(cfg) > 1 else 0)
 
 
 def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
@@ -425,9 +435,9 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
         f"  weights           {_gb(est.weights)}",
         f"  gradients         {_gb(est.grads)}",
         f"  optimizer states  {_gb(est.optimizer)}   (fp32 master + Adam m, v)",
-        f"  accumulators      {_gb(est.accumulators)}   (our trainer: fp32 gradient sums of the micro-steps, "
-        f"4 bytes/parameter)",
-        f"  apply step        {_gb(est.trainer - est.accumulators)}   ({_step_note(est)})",
+        f"  accumulators      {_gb(est.accumulators)}   (fp32 gradient sums over the micro-batches, "
+        f"4 bytes/parameter; none with one micro-batch)",
+        f"  update            {_gb(est.trainer - est.accumulators)}   ({_step_note(est)})",
         f"  activations       {_gb(est.activations)}   ({len(est.layer_activations)} layers x "
         f"{est.in_flight} micro-batch(es) in flight, micro-batch {est.micro_batch} x seq {est.seq_length}; "
         f"recompute {cfg.recompute.mode})",
@@ -448,7 +458,7 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
 def _step_note(est: Estimate) -> str:
     per = est.step_temps / max(1, est.params_device)
     if est.reuse:
-        return (f"what its unscaled fp32 gradients, {_size(est.step_temps)}, need beyond the micro-step's "
+        return (f"what its unscaled fp32 gradients, {_size(est.step_temps)}, need beyond backward's "
                 f"freed gradients and activations")
     return f"CPU keeps every buffer of the graph: unscaled, clipped, zeroing {per:.0f} bytes/parameter"
 

@@ -4,10 +4,13 @@ Token embedding, pre-norm blocks of (RMSNorm, causal self-attention with rotary 
 grouped KV heads) and (RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied).
 
 Parallel strategies and recompute are applied from outside (train/parallel.py, train/recompute.py),
-so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo),
+so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo, rotary),
 `layers[i].mlp` (w1 gate, w3 up, w2 down), `layers[i].attention_norm`, `layers[i].ffn_norm`,
 `tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
 so two processes build bitwise-identical weights. No dropout: the step is a pure function.
+Every primitive that touches an activation is held as a cell attribute (flash attention one per
+layer; the norms', rotary's, SiLU * gate's, the residual adds' and the loss's), so that the plan can
+give each one a strategy.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
+# not re-exported by mindspore.ops in 2.10
+from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
 
 @dataclass(frozen=True)
@@ -74,12 +79,16 @@ class RMSNorm(nn.Cell):
         super().__init__()
         self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
         self.eps = eps
+        # primitives held so that train.parallel can give each one a strategy
+        self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
+        self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
+        self.scale, self.cast_out = ops.Mul(), ops.Cast()
 
     def construct(self, x):
-        xf = x.astype(mstype.float32)
-        var = ops.mean(ops.square(xf), -1, keep_dims=True)
-        y = xf * ops.rsqrt(var + self.eps)
-        return (y * self.weight.astype(mstype.float32)).astype(x.dtype)
+        xf = self.cast_in(x, mstype.float32)
+        var = self.mean(self.square(xf), -1)
+        y = self.normalize(xf, self.rsqrt(self.add_eps(var, self.eps)))
+        return self.cast_out(self.scale(y, self.weight.astype(mstype.float32)), x.dtype)
 
 
 def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +96,27 @@ def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndar
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq_length, dtype=np.float64), inv_freq)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+class Rotary(nn.Cell):
+    """Rotary position embedding of [B, heads, S, D] (the rotate-half form)."""
+
+    def __init__(self, seq_length: int, head_dim: int, theta: float):
+        super().__init__()
+        cos, sin = rotary_tables(seq_length, head_dim, theta)
+        self.cos, self.sin = Tensor(cos), Tensor(sin)
+        self.split = ops.Split(-1, 2)
+        self.mul_cos1, self.mul_sin1 = ops.Mul(), ops.Mul()
+        self.mul_cos2, self.mul_sin2 = ops.Mul(), ops.Mul()
+        self.sub, self.add, self.concat = ops.Sub(), ops.Add(), ops.Concat(-1)
+
+    def construct(self, x):
+        x1, x2 = self.split(x)
+        cos = self.cos.astype(x.dtype)
+        sin = self.sin.astype(x.dtype)
+        first = self.sub(self.mul_cos1(x1, cos), self.mul_sin1(x2, sin))
+        second = self.add(self.mul_cos2(x2, cos), self.mul_sin2(x1, sin))
+        return self.concat((first, second))
 
 
 class Attention(nn.Cell):
@@ -100,52 +130,54 @@ class Attention(nn.Cell):
         self.wk = _dense(rng, d, self.kv_heads * hd, args.init_std)
         self.wv = _dense(rng, d, self.kv_heads * hd, args.init_std)
         self.wo = _dense(rng, args.num_heads * hd, d, out_std)
-        cos, sin = rotary_tables(args.seq_length, hd, args.rope_theta)
-        self.cos, self.sin = Tensor(cos), Tensor(sin)
+        self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
         self.scale = 1.0 / math.sqrt(hd)
         self.flash = args.flash_attention
         s = args.seq_length
+        # primitives held as attributes so that train.parallel can shard them by head
+        self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
         if self.flash:
-            # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask
+            # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
+            # primitive per layer (not the functional op's cached one) so that it can hold a strategy
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+            self.flash_attention = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                       input_layout="BNSD", sparse_mode=2)
         else:
             self.future = Tensor(np.triu(np.ones((s, s), np.bool_), 1))   # True: j > i, masked
-        # primitives held as attributes so that train.parallel can shard them by head
-        self.qk = ops.BatchMatMul(transpose_b=True)
-        self.softmax = ops.Softmax(-1)
-        self.pv = ops.BatchMatMul()
+            self.qk = ops.BatchMatMul(transpose_b=True)
+            self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
+            self.mask = ops.MaskedFill()
+            self.softmax = ops.Softmax(-1)
+            self.cast_probs = ops.Cast()
+            self.pv = ops.BatchMatMul()
+            if self.num_heads // self.kv_heads > 1:
+                self.repeat_kv = ops.Tile()
 
     def rope(self, x):
-        half = self.head_dim // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        cos = self.cos.astype(x.dtype)
-        sin = self.sin.astype(x.dtype)
-        return ops.concat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+        return self.rotary(x)
 
     def construct(self, x):
         b, s, _ = x.shape
-        q = self.wq(x).reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
-        k = self.wk(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
-        v = self.wv(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
-        q, k = self.rope(q), self.rope(k)
+        q = self.to_heads(self.wq(x).reshape(b, s, self.num_heads, self.head_dim), (0, 2, 1, 3))
+        k = self.to_heads(self.wk(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
+        v = self.to_heads(self.wv(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
+        q, k = self.rotary(q), self.rotary(k)
         if self.flash:
-            out = ops.flash_attention_score(q, k, v, self.num_heads, attn_mask=self.fa_mask,
-                                            scalar_value=self.scale, input_layout="BNSD",
-                                            sparse_mode=2)
+            out = self.flash_attention(q, k, v, None, None, None, self.fa_mask)[3]
         else:
             out = self.plain_attention(q, k, v)
-        out = out.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim)
+        out = self.from_heads(out, (0, 2, 1, 3)).reshape(b, s, self.num_heads * self.head_dim)
         return self.wo(out)
 
     def plain_attention(self, q, k, v):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
-            k = ops.tile(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
-            v = ops.tile(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
-        scores = self.qk(q, k).astype(mstype.float32) * self.scale
-        scores = ops.masked_fill(scores, self.future, -1e9)
-        probs = self.softmax(scores).astype(v.dtype)
+            k = self.repeat_kv(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+            v = self.repeat_kv(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+        scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
+        scores = self.mask(scores, self.future, -1e9)
+        probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
 
@@ -157,9 +189,10 @@ class MLP(nn.Cell):
         self.w1 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
         self.w3 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
         self.w2 = _dense(rng, args.ffn, args.hidden_size, out_std)
+        self.silu, self.gate = SiLU(), ops.Mul()
 
     def construct(self, x):
-        return self.w2(ops.silu(self.w1(x)) * self.w3(x))
+        return self.w2(self.gate(self.silu(self.w1(x)), self.w3(x)))
 
 
 class DecoderLayer(nn.Cell):
@@ -170,10 +203,11 @@ class DecoderLayer(nn.Cell):
         self.attention = Attention(args, rng, out_std)
         self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.mlp = MLP(args, rng, out_std)
+        self.residual_attn, self.residual_ffn = ops.Add(), ops.Add()
 
     def construct(self, x):
-        h = x + self.attention(self.attention_norm(x))
-        return h + self.mlp(self.ffn_norm(h))
+        h = self.residual_attn(x, self.attention(self.attention_norm(x)))
+        return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
 class Llama(nn.Cell):
@@ -195,7 +229,7 @@ class Llama(nn.Cell):
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
-        self.tied_head = ops.MatMul(transpose_b=True)
+        self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
@@ -210,20 +244,38 @@ class Llama(nn.Cell):
 
 
 class CausalLMLoss(nn.Cell):
-    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32."""
+    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32.
+
+    Written with primitives that each take a strategy (train.parallel), so that the loss runs on
+    logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
+    reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
     def __init__(self, model: nn.Cell, vocab_size: int):
         super().__init__()
         self.model = model
         self.vocab_size = vocab_size
+        self.cast = ops.Cast()
+        self.max = ops.ReduceMax(keep_dims=True)
+        self.shift = ops.Sub()
+        self.exp = ops.Exp()
+        self.sum_exp = ops.ReduceSum(keep_dims=False)
+        self.log = ops.Log()
+        self.one_hot = ops.OneHot()
+        self.pick = ops.Mul()
+        self.sum_picked = ops.ReduceSum(keep_dims=False)
+        self.nll = ops.Sub()
+        self.mean = ops.ReduceMean(keep_dims=False)
+        self.on, self.off = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
 
     def construct(self, input_ids):
         tokens = input_ids[:, :-1]
         labels = input_ids[:, 1:].reshape(-1)
-        logits = self.model(tokens).astype(mstype.float32).reshape(-1, self.vocab_size)
-        logz = ops.logsumexp(logits, -1)
-        picked = ops.gather_elements(logits, 1, labels.reshape(-1, 1)).reshape(-1)
-        return ops.mean(logz - picked)
+        logits = self.cast(self.model(tokens), mstype.float32).reshape(-1, self.vocab_size)
+        top = ops.stop_gradient(self.max(logits, -1))
+        shifted = self.shift(logits, top)                     # log-sum-exp without overflow
+        logz = self.log(self.sum_exp(self.exp(shifted), -1))
+        picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
+        return self.mean(self.nll(logz, picked), -1)
 
 
 def count_params(model: nn.Cell) -> int:

@@ -6,26 +6,29 @@ primitive (the tuples `Primitive.shard` takes), the layer -> pipeline stage map,
 the optimizer-sharding level and the dataset strategy. `annotate` (strategies and stages onto the
 model) and `wrap` (AutoParallel) are the only code touching MindSpore's semi-auto parallel API, which
 runs on Ascend only (MindSpore 2.10 refuses semi_auto on CPU). On CPU/GPU only data parallelism runs,
-through the DATA_PARALLEL context (`set_data_parallel_context`, called by distributed.setup).
+through the DATA_PARALLEL context (train.distributed.setup).
 
 Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
   column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
   row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
   attention scores, softmax, weighted sum [B, N, S, *]: (dp, mp, 1, 1)  -> N / mp heads per rank
 With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
-ops the model calls functionally (norms, rotary, flash attention, loss) keep MindSpore's default strategy and the
-compiler inserts the redistributions.
+Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
+default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
+SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
+transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask) and the
+cross entropy on vocabulary-split logits (module "loss": the loss cell).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from train.config import ConfigError
-from train.distributed import layout
+from train.distributed import all_reduce_weighted_mean, layout
 
 COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
 ROW = ("attention.wo", "mlp.w2")
@@ -142,10 +145,10 @@ def _validate_batch(cfg, dp: int) -> None:
     if t.micro_batch_size and (g // dp) % t.micro_batch_size:
         raise ConfigError(f"train.global_batch_size ({g}) / parallel.data_parallel ({dp}) = {g // dp} samples "
                           f"per rank must be divisible by train.micro_batch_size ({t.micro_batch_size})")
-    if t.micro_batch_size and p.pipeline_stage > 1 and t.micro_batch_size % p.micro_batch_num:
-        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) must be divisible by "
-                          f"parallel.micro_batch_num ({p.micro_batch_num}): the pipeline splits each "
-                          f"micro-step's batch into that many micro-batches")
+    if p.pipeline_stage > 1 and t.micro_batch_size and t.micro_batch_size != g // dp:
+        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) with parallel.pipeline_stage "
+                          f"({p.pipeline_stage}): the pipeline's micro-batches (parallel.micro_batch_num) "
+                          f"are the accumulation; set train.micro_batch_size=0")
 
 
 def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:
@@ -191,10 +194,14 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
         stage_of["output"] = pp - 1
     for s, layers in enumerate(stages):
         stage_of.update({f"layers.{i}": s for i in layers})
+    sp = p.sequence_parallel
     ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
     for i in range(cfg.model.num_layers):
-        ops += _layer_ops(f"layers.{i}", dp, mp, p.sequence_parallel)
+        ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
+                          kv_heads(cfg.model) < cfg.model.num_heads)
+    ops += _norm_ops("norm", dp, mp, sp)
     ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
+    ops += _loss_ops(dp, mp)
     m = p.micro_batch_num if pp > 1 else 1
     return Plan(world_size=world, dp=dp, mp=mp, pp=pp, micro_batch_num=m, vocab_emb_dp=p.vocab_emb_dp,
                 sequence_parallel=p.sequence_parallel,
@@ -209,16 +216,68 @@ def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
     return [OpShard("tok_embeddings", "gather", "Gather", (table, (dp,)))]
 
 
-def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+def uses_flash_attention(cfg) -> bool:
+    """The model's rule (train.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
+    return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
+
+
+def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
+    """[B, S, H] activations between the blocks: split by batch, and by tokens with sequence parallel."""
+    return (dp, mp, 1) if seq_par else (dp, 1, 1)
+
+
+def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+    x = _tokens(dp, mp, seq_par)
+    return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
+            OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
+            OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
+            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,))]
+
+
+def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
+               grouped_kv: bool = False) -> list:
     ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
     ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
     heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
-    ops += [OpShard(f"{prefix}.attention", "qk", "BatchMatMul", (heads, heads)),
-            OpShard(f"{prefix}.attention", "softmax", "Softmax", (heads,)),
-            OpShard(f"{prefix}.attention", "pv", "BatchMatMul", (heads, heads))]
+    att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
+    ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
+            OpShard(att, "from_heads", "Transpose", (heads,))]
+    ops += [OpShard(rot, "split", "Split", (heads,)),
+            *[OpShard(rot, name, "Mul", (heads, (1, 1))) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
+                                                                      "mul_sin2")],
+            OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
+            OpShard(rot, "concat", "Concat", (heads, heads))]
+    if flash:
+        # q, k, v by head; the compressed 2048 x 2048 causal mask whole ((1, 1): the kernel's requirement)
+        ops.append(OpShard(att, "flash_attention", "FlashAttentionScore", (heads, heads, heads, (1, 1))))
+    else:
+        ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
+                OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
+                OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
+                OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
+                OpShard(att, "pv", "BatchMatMul", (heads, heads))]
+        if grouped_kv:
+            ops.append(OpShard(att, "repeat_kv", "Tile", ((dp, mp, 1, 1, 1),)))
+    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
+    ops += [OpShard(f"{prefix}.mlp", "silu", "SiLU", (ffn,)), OpShard(f"{prefix}.mlp", "gate", "Mul", (ffn, ffn))]
+    x = _tokens(dp, mp, seq_par)
+    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
+    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par)
+    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par)
     return ops
+
+
+def _loss_ops(dp: int, mp: int) -> list:
+    """Cross entropy on logits split by vocabulary ([B*S, V] as (dp, mp)): reductions over V."""
+    v, row = (dp, mp), (dp, 1)
+    return [OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
+            OpShard("loss", "shift", "Sub", (v, row)), OpShard("loss", "exp", "Exp", (v,)),
+            OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
+            OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
+            OpShard("loss", "sum_picked", "ReduceSum", (v,)), OpShard("loss", "nll", "Sub", ((dp,), (dp,))),
+            OpShard("loss", "mean", "ReduceMean", ((dp,),))]
 
 
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
@@ -254,7 +313,7 @@ def format_plan(plan: Plan) -> str:
         if o.module.startswith("layers.") and not o.module.startswith("layers.0"):
             continue
         out = f" out {o.out_strategy}" if o.out_strategy else ""
-        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<32} {o.kind:<12} {o.in_strategy}{out}")
+        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<40} {o.kind:<19} {o.in_strategy}{out}")
     return "\n".join(lines)
 
 
@@ -275,27 +334,8 @@ def print_plan(cfg, world_size: int | None = None) -> None:
 
 # ---------------------------------------------------------------- applying it (MindSpore)
 
-def set_data_parallel_context(cfg, dist) -> None:
-    """CPU/GPU data parallel: DATA_PARALLEL with gradients_mean, before the train cell is built.
-
-    nn.TrainOneStepCell (and subclasses) read it in __init__ to build their DistributedGradReducer.
-    Ascend runs go through AutoParallel (annotate + wrap) instead and set nothing here.
-    """
-    if dist.world_size == 1 or cfg.device == "Ascend":
-        return
-    import mindspore as ms
-    from mindspore import ParallelMode
-
-    ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True,
-                                 device_num=dist.world_size)
-
-
 def grad_reducer(dist, parameters):
-    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank.
-
-    For train cells that are not nn.TrainOneStepCell subclasses (which get one from the context).
-    """
+    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank."""
     from mindspore import nn
 
     if dist.world_size == 1:
@@ -303,62 +343,54 @@ def grad_reducer(dist, parameters):
     return nn.DistributedGradReducer(parameters, mean=True, degree=dist.world_size)
 
 
-def parallelize(cfg, dist, model, train_cell, strategy_file: str | None = None):
-    """Make `train_cell` parallel and return the object to run.
+class GlobalLossStep:
+    """Reports the loss of the whole global batch: the mean over the ranks that compute it (all of
+    them, or with pipeline stages only the last stage's; equal token counts). Everything else is
+    forwarded to the wrapped train step (state_parameters, loss_scale...)."""
 
-    One rank: `train_cell` unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the
-    ranks) installed as the train cell's `grad_reducer` where it has a slot for one (train.step's
-    ApplyStep), else checked to be there (nn.TrainOneStepCell built after setup()). Ascend: the plan's
-    strategies and stages set on `model`, and each graph of the train cell wrapped in AutoParallel.
-    With several ranks, the step's reported loss is the mean over the ranks (GlobalLossStep). With
-    TRAIN_TRACE_DIR set (a test hook), every rank records what each step consumed and produced.
+    def __init__(self, step, dist, computes_loss: bool):
+        self._step, self._dist, self._weight = step, dist, 1.0 if computes_loss else 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+    def __call__(self, input_ids, lr):
+        result = self._step(input_ids, lr)
+        loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
+        return dataclasses.replace(result, loss=loss)
+
+
+def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
+    """Make `train_step` (train.step.TrainStep) parallel and return the object to run.
+
+    One rank: unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the ranks) in the
+    step cell's `grad_reducer` slot. Ascend: the plan's strategies and stages set on `model`, and the
+    step cell wrapped in AutoParallel: one graph, compiled once. With several ranks the overflow flag
+    is all-reduced in the graph and the reported loss is the global batch's (GlobalLossStep).
     """
-    from train.distributed import FAULT_ENV, TRACE_ENV, GlobalLossStep, TracedStep
-
-    step = _parallelize(cfg, dist, model, train_cell, strategy_file)
-    if dist.world_size > 1 and hasattr(train_cell, "micro"):
-        step = GlobalLossStep(step, dist)
-    if os.environ.get(TRACE_ENV) or os.environ.get(FAULT_ENV):
-        step = TracedStep(step, dist, model, os.environ.get(TRACE_ENV), os.environ.get(FAULT_ENV))
-    return step
-
-
-def _parallelize(cfg, dist, model, train_cell, strategy_file):
     if dist.world_size == 1:
-        return train_cell
+        return train_step
+    cell = train_step.step_cell
+    cell.reduce_overflow = True
     if cfg.device != "Ascend":
-        install_grad_reducer(dist, train_cell)
-        check_grad_reduction(train_cell)
-        return train_cell
+        cell.grad_reducer = grad_reducer(dist, cell.weights)
+        check_grad_reduction(cell)
+        return GlobalLossStep(train_step, dist, computes_loss=True)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
-    annotate(plan, model)
-    strategy_file = strategy_file or str(strategy_path(cfg, dist))
-    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
-        # train.step.TrainStep: two graphs. Forward/backward is sharded by the plan (and its gradients
-        # reduced by the semi-auto compiler); the apply graph updates the sharded parameters.
-        train_cell.micro = wrap(plan, train_cell.micro, strategy_file)
-        train_cell.apply = wrap(plan, train_cell.apply, None, dataset_strategy="full_batch")
-        return train_cell
-    return wrap(plan, train_cell, strategy_file)
+    annotate(plan, model, loss_cell)
+    train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
+    return GlobalLossStep(train_step, dist, computes_loss=last_stage)
 
 
-def _graphs(train_cell) -> list:
-    """The MindSpore cells making up a train cell (train.step.TrainStep holds two)."""
-    if hasattr(train_cell, "micro") and hasattr(train_cell, "apply"):
-        return [train_cell.micro, train_cell.apply]
-    return [train_cell]
-
-
-def install_grad_reducer(dist, train_cell) -> None:
-    """Put a data-parallel mean reducer in each `grad_reducer` slot that does not reduce yet."""
-    from mindspore import nn
-
-    for cell in _graphs(train_cell):
-        slot = getattr(cell, "grad_reducer", None)
-        if slot is None or isinstance(slot, nn.DistributedGradReducer):
-            continue
-        params = cell.optimizer.parameters if hasattr(cell, "optimizer") else cell.trainable_params()
-        cell.grad_reducer = grad_reducer(dist, params)
+def parallel_forward(cfg, dist, model, loss_net):
+    """The loss cell to evaluate with: on Ascend with several ranks, wrapped in AutoParallel with the
+    model's strategies (already set by `parallelize`) and every rank feeding the full batch, so that
+    it runs on the sliced weights; elsewhere `loss_net` itself."""
+    if dist.world_size == 1 or cfg.device != "Ascend":
+        return loss_net
+    plan = make_plan(cfg, dist.world_size, model_vocab(model))
+    return wrap(plan, loss_net, None, dataset_strategy="full_batch", pipeline=False)
 
 
 def model_vocab(model) -> int | None:
@@ -366,14 +398,17 @@ def model_vocab(model) -> int | None:
     return getattr(args, "vocab_size", None)
 
 
-def annotate(plan: Plan, model) -> list:
-    """Set every planned strategy on the model's primitives and the pipeline stage on its cells.
+def annotate(plan: Plan, model, loss_cell=None) -> list:
+    """Set every planned strategy on the primitives of the model (and of `loss_cell`, the plan's
+    "loss" module) and the pipeline stage on its cells.
 
     Strict: a planned op whose cell or primitive is missing, or of another kind, is an error (the
     model's names changed). Returns the (module, prim) pairs it sharded. Runs on any device: it only
     records the strategies; MindSpore's semi-auto compiler uses them (Ascend).
     """
     cells = dict(model.cells_and_names())
+    if loss_cell is not None:
+        cells["loss"] = loss_cell
     done = []
     for o in plan.ops:
         cell = cells.get(o.module)
@@ -394,29 +429,38 @@ def annotate(plan: Plan, model) -> list:
     return done
 
 
-def wrap_loss_cell(cfg, loss_cell):
-    """With pipeline stages, split each step into micro-batches (mindspore.parallel.nn.Pipeline);
-    otherwise the loss cell unchanged. Call between building the loss cell and the train cell."""
+def pipeline_loss_cell(cfg, loss_cell):
+    """With pipeline stages, the loss cell that splits each step into parallel.micro_batch_num
+    micro-batches and sums their losses (mindspore.parallel.nn.Pipeline); None without."""
     if cfg.parallel.pipeline_stage == 1:
-        return loss_cell
+        return None
     from mindspore.parallel.nn import Pipeline
 
     return Pipeline(loss_cell, cfg.parallel.micro_batch_num)
 
 
 def pipeline_grad_reducer(cfg, parameters):
-    """Accumulates the micro-batch gradients of a pipeline step (PipelineGradReducer); identity without
-    pipeline stages. A custom train step calls it on its gradients before the optimizer."""
+    """Takes the micro-batch gradients of a pipeline step that the compiler accumulated into the
+    `accu_grads.*` buffers, and zeroes those; identity without pipeline stages.
+
+    With optimizer sharding: MindSpore's PipelineGradReducer. Without: our PipelineAccumulator, which
+    does what PipelineGradReducer's other branch means to do (that branch fails in graph mode in
+    MindSpore 2.10 with "NameError: The name 'grads' is not defined"). Scale 1 in both: the step cell
+    divides by micro-batches x loss scale itself."""
     from mindspore import nn
 
     if cfg.parallel.pipeline_stage == 1:
         return nn.Identity()
-    from mindspore.parallel.nn import PipelineGradReducer
+    if cfg.parallel.optimizer_shard:
+        from mindspore.parallel.nn import PipelineGradReducer
 
-    return PipelineGradReducer(parameters, opt_shard=bool(cfg.parallel.optimizer_shard))
+        return PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=True)
+    from train.step import PipelineAccumulator
+
+    return PipelineAccumulator(parameters)
 
 
-def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None):
+def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None, pipeline: bool = True):
     """AutoParallel(cell, "semi_auto") configured from the plan (Ascend; needs init())."""
     from mindspore.parallel.auto_parallel import AutoParallel
 
@@ -425,7 +469,7 @@ def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=No
     net.enable_gradients_mean()
     if plan.optimizer_level:
         net.hsdp(optimizer_level=plan.optimizer_level)
-    if plan.pp > 1:
+    if plan.pp > 1 and pipeline:
         net.pipeline(stages=plan.pp, scheduler=plan.schedule)
     if strategy_file:
         Path(strategy_file).parent.mkdir(parents=True, exist_ok=True)
@@ -438,8 +482,7 @@ def check_grad_reduction(train_cell) -> None:
     """Refuse a data-parallel train cell that would not all-reduce (mean) its gradients."""
     from mindspore import nn
 
-    reducers = [c for g in _graphs(train_cell) for _, c in g.cells_and_names()
-                if isinstance(c, nn.DistributedGradReducer)]
+    reducers = [c for _, c in train_cell.cells_and_names() if isinstance(c, nn.DistributedGradReducer)]
     if not reducers:
         raise RuntimeError(
             f"{type(train_cell).__name__} has no DistributedGradReducer: gradients would not be averaged "

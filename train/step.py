@@ -1,13 +1,25 @@
-"""The training step, as two GRAPH_MODE cells and a small Python driver.
+"""The training step: one GRAPH_MODE cell per optimizer step, and a small Python driver.
 
-One optimizer step = K micro-steps then one apply:
-- `MicroStep(input_ids)`: forward and backward of one micro-batch, the loss scaled by the current loss
-  scale; the gradients are added into fp32 accumulators (nn.GradAccumulationCell splits one batch,
-  it does not accumulate across calls, so the accumulator is ours).
-- `ApplyStep(lr)`: reduce the accumulators across data-parallel ranks (`grad_reducer`, identity in a
-  single process), unscale by K * loss_scale, check that every gradient is finite (amp.all_finite:
-  NPUGetFloatStatusV2 is Ascend-only), measure the global norm, clip, and update with AdamW unless
-  a gradient overflowed; then move the dynamic loss scale and zero the accumulators.
+`TrainStepCell(input_ids, lr)` does, in one graph: forward and backward over the K micro-batches of
+the rank's batch, the accumulation of their gradients, loss scaling, the data-parallel gradient mean
+(`grad_reducer`, identity in one process and under AutoParallel, where the compiler inserts it), the
+unscale by K * loss_scale, an all-finite flag (all-reduced across ranks when distributed), the global
+gradient norm (each square sum tagged `grad_scale`, the pattern MindSpore's semi-auto compiler
+all-reduces across model-parallel slices), clipping, AdamW unless a gradient overflowed, and the
+dynamic loss-scale update. One graph means one compile derives every parameter layout under
+AutoParallel (the weights, AdamW moments and accumulators are sliced once, consistently).
+
+How the K micro-batches are accumulated (`accumulate`):
+- "loop": a graph while-loop over the micro-batches; each iteration runs forward + backward of one
+  micro-batch and adds its gradients into fp32 accumulators (`accu_grads.*`). The loop body is one
+  sub-graph, so its intermediates exist once: activation memory is one micro-batch's. The CPU/GPU
+  default (MindSpore's CPU runtime keeps every intermediate of an unrolled graph alive).
+- "split": the batch is cut into K slices inside the graph and their losses summed (MindSpore's
+  `parallel.nn.GradAccumulation`, whose slices carry `grad_accu_num`), then one backward. What the
+  semi-auto compiler expects on Ascend; on CPU it holds K micro-batches' activations.
+- K == 1, or a pipeline (`parallel.nn.Pipeline`, which splits and sums itself): plain forward/backward.
+In every mode the loss that backward sees is the sum of the K micro-batch means, the sens is the loss
+scale, and the gradients are multiplied by 1 / (K * scale): the mean over the K micro-batches.
 
 Overflow policy: a non-finite gradient skips the update (weights, moments and the optimizer's step
 counter untouched). With fp16 the scale halves (not below `min`) and grows by `factor` after `window`
@@ -27,6 +39,9 @@ from train.model import set_norms_fp32
 
 DTYPES = {"fp32": mstype.float32, "fp16": mstype.float16, "bf16": mstype.bfloat16}
 AMP_LEVELS = ("O1", "O2")
+ACCUMULATE = ("auto", "loop", "split")
+ACCU_PREFIX = "accu_grads"      # the name MindSpore's optimizer-sharding pass gives layouts to
+_CONSTANTS = {"scale_sense"}    # PipelineGradReducer's fixed scale (1: the step cell unscales)
 
 
 def check_precision(cfg) -> None:
@@ -43,6 +58,16 @@ def check_precision(cfg) -> None:
     if p.dtype == "fp16" and not (s.init >= s.min > 0 and s.factor > 1 and s.window >= 1):
         raise ConfigError("precision.loss_scale needs init >= min > 0, factor > 1 and window >= 1, got "
                           f"init={s.init}, min={s.min}, factor={s.factor}, window={s.window}")
+
+
+def accumulate_mode(cfg) -> str:
+    """train.accumulate resolved: auto is split on Ascend (what AutoParallel compiles), loop elsewhere."""
+    mode = cfg.train.accumulate
+    if mode not in ACCUMULATE:
+        raise ConfigError(f"train.accumulate must be one of {', '.join(ACCUMULATE)}, got {mode!r}")
+    if mode == "auto":
+        return "split" if cfg.device == "Ascend" else "loop"
+    return mode
 
 
 def apply_precision(model, cfg_precision):
@@ -65,82 +90,151 @@ def apply_precision(model, cfg_precision):
     return wrapped
 
 
-def _divide(denom, g):
-    return g / denom.astype(g.dtype)
+# tagged so that the semi-auto compiler all-reduces each square sum over the slices of a sharded
+# gradient (HandleGlobalNormScale): the norm is then global, the same on every rank
+_grad_scale_expand = ops.ExpandDims().add_prim_attr("grad_scale", True)
+
+
+def _square_sum(g):
+    s = ops.ReduceSum(False)(ops.square(g.astype(mstype.float32)), ())
+    return _grad_scale_expand(s, 0)
 
 
 def _multiply(coef, g):
     return g * coef.astype(g.dtype)
 
 
-def _square_sum(g):
-    return ops.reduce_sum(ops.square(g.astype(mstype.float32)))
-
-
 def _zero(a):
     return ops.assign(a, ops.zeros_like(a))
 
 
-class Identity(nn.Cell):
-    def construct(self, grads):
-        return grads
+class MicroBatchSum(nn.Cell):
+    """Sum of the losses of K equal slices of the batch, in slice order (GradAccumulation's shape,
+    without its parallel attributes)."""
 
-
-class MicroStep(nn.Cell):
-    def __init__(self, loss_net: nn.Cell, weights, accumulators, loss_scale: Parameter,
-                 pipeline_reducer: nn.Cell | None = None):
+    def __init__(self, network: nn.Cell, k: int):
         super().__init__(auto_prefix=False)
-        self.loss_net = loss_net
-        self.weights = weights
-        self.acc = accumulators
-        self.loss_scale = loss_scale
-        # pipeline stages: sums the pipeline's own micro-batch gradients (PipelineGradReducer)
-        self.pipeline_reducer = Identity() if pipeline_reducer is None else pipeline_reducer
+        self.network, self.k = network, k
+
+    def construct(self, input_ids):
+        b = input_ids.shape[0] // self.k
+        total = self.network(input_ids[0:b])
+        for i in range(1, self.k):
+            total = total + self.network(input_ids[i * b:(i + 1) * b])
+        return total
+
+
+def split_cell(loss_net: nn.Cell, k: int, device: str) -> nn.Cell:
+    """The loss cell of the split mode: MindSpore's GradAccumulation on Ascend, MicroBatchSum elsewhere."""
+    if device == "Ascend":
+        from mindspore.parallel.nn import GradAccumulation
+
+        return GradAccumulation(loss_net, k)
+    return MicroBatchSum(loss_net, k)
+
+
+def _take_accumulated(grad, accu):
+    accu = ops.depend(accu, grad)           # after this micro-batch's gradient was added in
+    value = accu * 1.0
+    accu = ops.depend(accu, value)
+    return ops.depend(value, ops.assign(accu, ops.zeros_like(accu)))
+
+
+class PipelineAccumulator(nn.Cell):
+    """Pipeline stages without optimizer sharding: the gradients are the sums the compiler's pipeline
+    pass accumulated into `accu_grads.*` over the micro-batches; read them, then zero them."""
+
+    def __init__(self, parameters):
+        super().__init__(auto_prefix=False)
+        self.accu_grads = parameters.clone(prefix=ACCU_PREFIX, init="zeros")
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads):
+        return self.hyper_map(_take_accumulated, grads, self.accu_grads)
+
+
+class TrainStepCell(nn.Cell):
+    """One optimizer step in one graph: (input_ids [B, S+1] int32, lr fp32) -> (mean loss, overflow,
+    grad norm [1], loss scale used). `network`: the loss cell (mean loss of a batch); with
+    `splits_batch` it already splits the batch into `micro_steps` parts and sums their losses."""
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
+                 dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
+                 grad_reducer: nn.Cell | None = None):
+        super().__init__(auto_prefix=False)
+        if loop and splits_batch:
+            raise ValueError("TrainStepCell: loop and splits_batch exclude each other")
+        self.network = network
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.micro_steps = int(micro_steps)
+        self.loop = bool(loop) and self.micro_steps > 1
+        self.accumulators = (self.weights.clone(prefix=ACCU_PREFIX, init="zeros") if self.loop
+                             else ())
+        init_scale = scale_cfg.init if dynamic_scale else 1.0
+        self.loss_scale = Parameter(Tensor(init_scale, mstype.float32), name="loss_scale",
+                                    requires_grad=False)
+        self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
+                                    requires_grad=False)
+        self.grad_reducer = grad_reducer if grad_reducer is not None else nn.Identity()
+        self.reduce_overflow = False        # set by train.parallel when the job has several ranks
+        self.allreduce = ops.AllReduce()
+        self.clip_norm = float(clip_norm)
+        self.dynamic = dynamic_scale
+        self.factor, self.window = float(scale_cfg.factor), int(scale_cfg.window)
+        self.min_scale = float(scale_cfg.min)
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
 
-    def construct(self, input_ids):
-        loss = self.loss_net(input_ids)
-        sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
-        grads = self.grad(self.loss_net, self.weights)(input_ids, sens)
-        grads = self.pipeline_reducer(grads)
-        done = self.hyper_map(ops.assign_add, self.acc, grads)
-        return ops.depend(loss, done)
-
-
-class ApplyStep(nn.Cell):
-    def __init__(self, optimizer: nn.Optimizer, accumulators, loss_scale: Parameter,
-                 good_steps: Parameter, micro_steps: int, clip_norm: float, dynamic: bool,
-                 factor: float, window: int, min_scale: float):
-        super().__init__(auto_prefix=False)
-        self.optimizer = optimizer
-        self.acc = accumulators
-        self.loss_scale = loss_scale
-        self.good_steps = good_steps
-        self.grad_reducer = Identity()     # parallel.py puts a data-parallel mean here
-        self.micro_steps = float(micro_steps)
-        self.clip_norm = float(clip_norm)
-        self.dynamic = dynamic
-        self.factor, self.window, self.min_scale = float(factor), int(window), float(min_scale)
-        self.hyper_map = ops.HyperMap()
-
-    def construct(self, lr):
+    def construct(self, input_ids, lr):
         scale = self.loss_scale * 1.0                  # the value this step used
-        grads = self.grad_reducer(self.acc)
-        denom = scale * self.micro_steps
-        grads = self.hyper_map(ops.partial(_divide, denom), grads)
-        overflow = ops.logical_not(amp.all_finite(grads))
-        norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads)))
+        if self.loop:
+            loss, grads = self.accumulate(input_ids, scale)
+        else:
+            loss = self.network(input_ids)
+            sens = ops.ones_like(loss) * scale.astype(loss.dtype)
+            grads = self.grad(self.network, self.weights)(input_ids, sens)
+        grads = self.grad_reducer(grads)
+        # One pass to measure, one to scale: the norm of the scaled sum, times 1 / (K * scale), is the
+        # norm of the mean gradient; a non-finite gradient makes it non-finite (the overflow flag).
+        inv = 1.0 / (scale * self.micro_steps)
+        norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads))) * inv
+        overflow = self.overflowed(norm)
+        coef = inv
         if self.clip_norm > 0:
-            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)
-            grads = self.hyper_map(ops.partial(_multiply, coef), grads)
+            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0) * inv
+        grads = self.hyper_map(ops.partial(_multiply, coef), grads)
         lr = ops.depend(lr, grads)
         ops.assign(self.optimizer.learning_rate, lr)
         if not overflow:
             self.optimizer(grads)
         self.update_scale(overflow)
-        zeroed = self.hyper_map(_zero, self.acc)
-        return ops.depend(overflow, zeroed), norm, scale
+        mean_loss = loss.astype(mstype.float32) / self.micro_steps
+        return mean_loss, overflow, norm, scale
+
+    def accumulate(self, input_ids, scale):
+        """The loop mode: zero the accumulators, then one micro-batch per iteration."""
+        zeroed = self.hyper_map(_zero, self.accumulators)
+        ids = ops.depend(input_ids, zeroed)
+        b = ids.shape[0] // self.micro_steps
+        chunks = ids.reshape(self.micro_steps, b, ids.shape[1])
+        total = ops.zeros((), mstype.float32)
+        i = Tensor(0, mstype.int32)
+        while i < self.micro_steps:
+            chunk = ops.gather(chunks, i, 0)
+            loss = self.network(chunk)
+            sens = ops.ones_like(loss) * scale.astype(loss.dtype)
+            grads = self.grad(self.network, self.weights)(chunk, sens)
+            added = self.hyper_map(ops.assign_add, self.accumulators, grads)
+            total = ops.depend(total + loss.astype(mstype.float32), added)
+            i = i + 1
+        return total, self.accumulators
+
+    def overflowed(self, norm):
+        flag = ops.logical_not(ops.isfinite(norm)).reshape(())
+        if self.reduce_overflow:        # any rank's overflow skips every rank's step
+            flag = self.allreduce(flag.astype(mstype.float32)) > 0
+        return flag
 
     def update_scale(self, overflow):
         if self.dynamic:
@@ -156,48 +250,61 @@ class ApplyStep(nn.Cell):
 
 @dataclass
 class StepResult:
-    loss: float              # mean of the micro-batch losses, fp32, exact
+    loss: float              # mean of the micro-batch losses, fp32
     overflow: bool
     grad_norm: float
     loss_scale: float
 
 
 class TrainStep:
-    """The train cell handed to parallel.parallelize: `micro` and `apply` are the two graphs."""
+    """Runs the step cell (`cell`: the TrainStepCell, or its AutoParallel wrapper) from numpy."""
 
-    def __init__(self, loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int,
-                 clip_norm: float, dynamic_scale: bool, scale_cfg, pipeline_reducer: nn.Cell | None = None):
-        self.loss_net, self.optimizer, self.micro_steps = loss_net, optimizer, micro_steps
-        weights = optimizer.parameters
-        self.accumulators = weights.clone(prefix="acc", init="zeros")
-        init_scale = scale_cfg.init if dynamic_scale else 1.0
-        self.loss_scale = Parameter(Tensor(init_scale, mstype.float32), name="loss_scale",
-                                    requires_grad=False)
-        self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
-                                    requires_grad=False)
-        self.micro = MicroStep(loss_net, weights, self.accumulators, self.loss_scale, pipeline_reducer)
-        self.apply = ApplyStep(optimizer, self.accumulators, self.loss_scale, self.good_steps,
-                               micro_steps, clip_norm, dynamic_scale, scale_cfg.factor,
-                               scale_cfg.window, scale_cfg.min)
-        for cell in (self.micro, self.apply):
-            cell.set_train(True)
+    def __init__(self, cell: TrainStepCell):
+        self.step_cell = cell
+        self.cell = cell
+        cell.set_train(True)
+
+    @property
+    def loss_scale(self) -> Parameter:
+        return self.step_cell.loss_scale
+
+    @property
+    def good_steps(self) -> Parameter:
+        return self.step_cell.good_steps
+
+    @property
+    def accumulators(self):
+        return self.step_cell.accumulators
+
+    @property
+    def micro_steps(self) -> int:
+        return self.step_cell.micro_steps
 
     def __call__(self, input_ids: np.ndarray, lr: float) -> StepResult:
-        chunks = np.split(input_ids, self.micro_steps)
-        losses = [self.micro(Tensor(c)) for c in chunks]
-        overflow, norm, scale = self.apply(Tensor(lr, mstype.float32))
-        loss = np.float32(0.0)
-        for value in losses:            # fixed order: the mean is bitwise reproducible
-            loss = np.float32(loss + value.asnumpy())
-        loss = np.float32(loss / np.float32(self.micro_steps))
-        return StepResult(float(loss), bool(overflow.asnumpy()), float(norm.asnumpy()),
-                          float(scale.asnumpy()))
+        loss, overflow, norm, scale = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32))
+        return StepResult(float(loss.asnumpy()), bool(overflow.asnumpy()),
+                          float(norm.asnumpy().reshape(-1)[0]), float(scale.asnumpy()))
+
+    def compile(self, batch_shape) -> None:
+        """Compile the step graph without running it: under AutoParallel this slices the parameters,
+        which a sharded checkpoint's per-rank tensors are then loaded into."""
+        self.cell.compile(Tensor(np.zeros(batch_shape, np.int32)), Tensor(0.0, mstype.float32))
 
     def state_parameters(self) -> dict[str, Parameter]:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
-        The accumulators are zero between steps, so they are not saved."""
-        params = {}
-        for p in self.apply.get_parameters():
-            if not p.name.startswith("acc."):
-                params[p.name] = p
-        return params
+        The accumulators are rewritten from zero at every step, so they are not saved."""
+        return {p.name: p for p in self.step_cell.get_parameters()
+                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS}
+
+
+def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,
+                     network: nn.Cell | None = None, splits_batch: bool = False) -> TrainStep:
+    """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`.
+    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline)."""
+    mode = accumulate_mode(cfg)
+    if network is None and micro_steps > 1 and mode == "split":
+        network, splits_batch = split_cell(loss_net, micro_steps, cfg.device), True
+    cell = TrainStepCell(network or loss_net, optimizer, micro_steps, cfg.optim.clip_norm,
+                         cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
+                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch)
+    return TrainStep(cell)

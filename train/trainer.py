@@ -24,6 +24,7 @@ from train.config import Config, ConfigError
 from train.optim import lr_at
 
 EXIT_BAD_STEPS = 3
+STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
 
 
 class ResumeError(RuntimeError):
@@ -40,14 +41,15 @@ class Session:
     train_step: object          # train.step.TrainStep (after parallelize)
     flops_per_token: float
     micro_steps: int
+    eval_net: object            # the loss cell validation runs (parallel-wrapped on Ascend)
 
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Session:
-    from train import parallel
+    from train import hooks, parallel
     from train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
     from train.optim import build_optimizer
     from train.recompute import apply_recompute
-    from train.step import TrainStep, apply_precision
+    from train.step import apply_precision, build_train_step
 
     args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype)
     if args.vocab_size < vocab_size:
@@ -62,14 +64,18 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Sessio
     apply_recompute(model, cfg.recompute)
     loss_net = CausalLMLoss(compute, args.vocab_size)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    # Pipeline stages (Ascend): the step's loss cell splits each micro-step into pipeline micro-batches
-    # and the pipeline's gradients are summed before they are accumulated. pp == 1: both identities.
-    step = TrainStep(parallel.wrap_loss_cell(cfg, loss_net), optimizer, local // micro, cfg.optim.clip_norm,
-                     cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
-                     parallel.pipeline_grad_reducer(cfg, optimizer.parameters))
-    step = parallel.parallelize(cfg, dist, model, step)
+    pipeline = parallel.pipeline_loss_cell(cfg, loss_net)
+    if pipeline is None:
+        step = build_train_step(loss_net, optimizer, local // micro, cfg)
+    else:       # Ascend pipeline stages: its micro-batches are the accumulation
+        step = build_train_step(loss_net, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
+                                splits_batch=True)
+        step.step_cell.grad_reducer = parallel.pipeline_grad_reducer(cfg, optimizer.parameters)
+    step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
+    step = hooks.load().wrap_step(step, dist, model)
+    eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)
     return Session(args, model, loss_net, optimizer, step,
-                   flops_per_token(args, count_params(model)), local // micro)
+                   flops_per_token(args, count_params(model)), step.micro_steps, eval_net)
 
 
 def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
@@ -100,9 +106,19 @@ def prepare_run_dir(run_dir: Path) -> None:
         raise ckpt.CheckpointError(f"run dir {run_dir} is not writable: {e}") from None
 
 
+def check_state_version(state: dict, ckpt_dir) -> None:
+    """state.json without format_version is version 0 (same fields, read the same way); a newer
+    version than this trainer's is refused."""
+    version = state.get("format_version", 0)
+    if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
+        raise ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
+                          f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
+
+
 def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
     """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
     state = ckpt.read_state(ckpt_dir)
+    check_state_version(state, ckpt_dir)
     problems = []
     if state.get("config_hash") != cfg.hash():
         problems.append(f"config hash {state.get('config_hash')} != this config's {cfg.hash()}")
@@ -113,6 +129,8 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
         raise ResumeError(f"cannot resume from {ckpt_dir}: " + "; ".join(problems)
                           + " (pass --force to continue anyway)")
     rank = dist.rank if dist.sharded else None
+    if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
+        session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
     ckpt.load_params(ckpt_dir, session.train_step.state_parameters(), rank=rank)
     loader.load_state_dict(state["loader"], force=force)
     return state
@@ -120,30 +138,30 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
 
 def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
          bad_streak: int) -> None:
-    from train import distributed
+    from train import distributed, hooks
     ts = session.train_step
     state = {
+        "format_version": STATE_FORMAT_VERSION,
         "step": step,
         "loader": loader.state_dict(),
-        "lr_schedule": {"step": step, "next_lr": lr_at(step + 1, cfg.optim, cfg.train.steps),
-                        "total_steps": cfg.train.steps},
         "loss_scale": {"value": float(ts.loss_scale.asnumpy()),
                        "good_steps": int(ts.good_steps.asnumpy()),
                        "dynamic": cfg.precision.dtype == "fp16"},
-        "rng": {"seed": cfg.seed, "note": "the step draws no random numbers (no dropout); init is "
-                                          "numpy default_rng(seed)"},
         "config_hash": cfg.hash(),
         "dataset_fingerprint": loader.fingerprint,
         "world_size": dist.world_size,
         "bad_streak": bad_streak,
         "last_metrics": record,
     }
+    on_phase = hooks.load().checkpoint_phase
     if dist.sharded:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               rank=dist.rank, is_main=dist.is_main,
-                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist))
+                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist),
+                              on_phase=on_phase)
     elif dist.is_main:
-        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max)
+        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
+                              on_phase=on_phase)
 
 
 def strategy_files(cfg: Config, dist):
@@ -202,11 +220,12 @@ def is_bad(result, cfg: Config) -> bool:
 
 def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
     """`train launch`: returns the process exit code."""
-    from train import distributed
-    from train.step import check_precision
+    from train import distributed, parallel
+    from train.step import accumulate_mode, check_precision
     from train.recompute import recompute_plan
 
-    dist = distributed.setup(cfg)
+    dist = distributed.setup(cfg, parallel.validate)
+    accumulate_mode(cfg)
     check_loop_config(cfg)
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
@@ -266,7 +285,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
                     print(metrics.console_line(record, cfg.train.steps), flush=True)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
-                val = validation_loss(session.loss_net, cfg, loader.seq_length)
+                val = validation_loss(session.eval_net, cfg, loader.seq_length)
                 rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
                 if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # train/evalsuite.py
                     from train.evalsuite import in_loop

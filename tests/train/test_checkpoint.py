@@ -9,6 +9,7 @@ import pytest
 
 from train import checkpoint as ckpt
 from train import metrics
+from train_test_hooks import KILL_ENV, env as hook_env
 
 
 def params(value: float) -> dict:
@@ -47,9 +48,10 @@ def test_load_refuses_a_different_model(tmp_path):
 
 _KILLED_WRITER = """
 import sys
-from train import checkpoint as ckpt
+from train import checkpoint as ckpt, hooks
 from test_checkpoint import params
-ckpt.write_checkpoint(sys.argv[1], int(sys.argv[2]), params(float(sys.argv[2])), {"step": int(sys.argv[2])}, 5)
+ckpt.write_checkpoint(sys.argv[1], int(sys.argv[2]), params(float(sys.argv[2])), {"step": int(sys.argv[2])}, 5,
+                      on_phase=hooks.load().checkpoint_phase)
 """
 
 
@@ -57,8 +59,8 @@ ckpt.write_checkpoint(sys.argv[1], int(sys.argv[2]), params(float(sys.argv[2])),
                                           ("before_latest", "step_00000001")])
 def test_killed_during_a_write_leaves_the_previous_checkpoint_latest(tmp_path, phase, latest):
     ckpt.write_checkpoint(tmp_path, 1, params(1.0), {"step": 1}, keep_max=5)
-    env = dict(os.environ, **{ckpt.KILL_HOOK_ENV: f"{phase}:2"},
-               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.getcwd()]))
+    env = dict(os.environ, **hook_env(**{KILL_ENV: f"{phase}:2"}))
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.getcwd()])
     proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), "2"], env=env)
     assert proc.returncode == -signal.SIGKILL
     assert ckpt.latest_checkpoint(tmp_path).name == latest
@@ -110,3 +112,13 @@ def test_compare_runs(tmp_path):
     out = []
     assert metrics.compare_runs(tmp_path / "a", tmp_path / "c", out.append) == 1   # one ulp apart
     assert "DIFFERENT" in out[1] and out[-1] == "2/3 common steps bitwise equal"
+
+
+def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
+    from train.trainer import STATE_FORMAT_VERSION, ResumeError, check_state_version
+
+    check_state_version({"step": 3}, tmp_path)                          # written before versions: 0
+    check_state_version({"format_version": STATE_FORMAT_VERSION}, tmp_path)
+    for bad in (STATE_FORMAT_VERSION + 1, "1"):
+        with pytest.raises(ResumeError, match="format_version"):
+            check_state_version({"format_version": bad}, tmp_path)

@@ -27,7 +27,7 @@ def test_bytes_behind_tokens_are_the_text_bytes(spm_data):
     (sentencepiece decodes back to the text exactly with this tokenizer)."""
     import pyarrow.parquet as pq
     import sentencepiece as spm
-    from dataprep.inspect import read_sample
+    from dataprep.inspection import read_sample
     from loader.manifest import load_manifest
     from train.evalsuite import ByteCounter, doc_starts
 

@@ -71,7 +71,7 @@ def test_train_estimate_seq_length_without_a_dataset():
     base = ("estimate", "--config", str(LLAMA_7B), "--seq-length", "4096", "--set", "model.vocab_size=32000")
     r = cli(*base)
     assert r.returncode == 0, r.stderr
-    assert "6.738 B parameters; bf16: 16 bytes/parameter (weights 2 + gradients 2 + fp32 master 4" in r.stdout
+    assert "6.738 B parameters; bf16: 18 bytes/parameter (weights 2 + gradients 4 + fp32 master 4" in r.stdout
     assert "micro-batch 2 x seq 4096" in r.stdout and "fits (" in r.stdout
     assert "cheapest changes" not in r.stdout
     r = cli(*base, "--device-memory", "4GB")
@@ -127,27 +127,35 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
-    from train.parallel import pipeline_grad_reducer, wrap_loss_cell
-    from train.step import Identity
+    from train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
+    from train.step import PipelineAccumulator, TrainStepCell
     from train.trainer import build_session
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
     cell = nn.Dense(2, 2)
-    assert wrap_loss_cell(flat_cfg, cell) is cell
+    assert pipeline_loss_cell(flat_cfg, cell) is None
     assert isinstance(pipeline_grad_reducer(flat_cfg, cell.trainable_params()), nn.Identity)
     flat = build_session(flat_cfg, 128, 32, one)
-    assert flat.train_step.micro.loss_net is flat.loss_net                       # unchanged
-    assert type(flat.train_step.micro.pipeline_reducer) in (Identity, nn.Identity)
+    step_cell = flat.train_step.step_cell
+    assert isinstance(step_cell, TrainStepCell) and flat.train_step.cell is step_cell   # no wrapper on CPU
+    assert step_cell.network is flat.loss_net and step_cell.loop and step_cell.micro_steps == 2
+    assert isinstance(step_cell.grad_reducer, nn.Identity)
 
     # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
-    piped_cfg = load_config(TINY, ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2",
-                                   "train.micro_batch_size=4", "model.flash_attention=false"])
+    piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false"]
+    no_shard = build_session(load_config(TINY, piped), 128, 32, one).train_step.step_cell
+    assert isinstance(no_shard.grad_reducer, PipelineAccumulator)      # PipelineGradReducer's branch fails
+    assert sorted(p.name.split(".", 1)[0] for p in no_shard.grad_reducer.get_parameters()) == \
+        ["accu_grads"] * len(no_shard.weights)
+    piped_cfg = load_config(TINY, [*piped, "parallel.data_parallel=2", "parallel.optimizer_shard=true"])
+    validate(piped_cfg, 4)
     piped = build_session(piped_cfg, 128, 32, one)
-    micro = piped.train_step.micro
-    assert isinstance(micro.loss_net, Pipeline) and micro.loss_net.network is piped.loss_net
-    assert micro.loss_net.micro_size == 2
-    assert isinstance(micro.pipeline_reducer, PipelineGradReducer)
+    piped_cell = piped.train_step.step_cell
+    assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.loss_net
+    assert piped_cell.network.micro_size == 2 and piped_cell.micro_steps == 2    # loss and grads / 2
+    assert not piped_cell.loop and not piped_cell.accumulators
+    assert isinstance(piped_cell.grad_reducer, PipelineGradReducer) and piped_cell.grad_reducer.opt_shard
     # the wrapper renames nothing: checkpoints of both layouts hold the same tensors
     assert sorted(piped.train_step.state_parameters()) == sorted(flat.train_step.state_parameters())
 
@@ -160,5 +168,36 @@ def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    distributed.setup(load_config(None, []))
+    distributed.setup(load_config(None, []), lambda cfg, world: None)
     assert ms.get_context("mode") == ms.GRAPH_MODE and ms.get_context("device_target") == "CPU"
+
+
+@pytest.mark.slow
+def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_data, tmp_path, monkeypatch):
+    """A sharded rank's tensors only fit the parameters after the compile sliced them: restore() must
+    compile first, then load (here on CPU: the compile happens, the load reads rank_R/model.ckpt)."""
+    import dataclasses
+
+    from loader import Loader
+    from train import checkpoint as ckpt
+    from train import trainer
+
+    cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={tmp_path / 'run'}"])
+    one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
+    with Loader(cfg.data.path, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, num_workers=0) as ld:
+        session = trainer.build_session(cfg, ld.vocab_size, ld.seq_length, one)
+        params = session.train_step.state_parameters()
+        ckpt.write_checkpoint(tmp_path / "run", 1, params, {"step": 1, "config_hash": cfg.hash(),
+                                                            "dataset_fingerprint": ld.fingerprint,
+                                                            "loader": ld.state_dict()}, 2, rank=0)
+        events = []
+        compile_step = session.train_step.compile
+        monkeypatch.setattr(session.train_step, "compile",
+                            lambda shape: (events.append(("compile", shape)), compile_step(shape))[1])
+        load = ckpt.load_params
+        monkeypatch.setattr(ckpt, "load_params", lambda d, p, rank=None, **kw: (events.append(("load", rank)),
+                                                                                  load(d, p, rank=rank, **kw))[1])
+        sharded = dataclasses.replace(one, sharded=True)
+        trainer.restore(session, tmp_path / "run" / "checkpoints" / "step_00000001", ld, cfg, sharded, False)
+    assert events == [("compile", (8, 33)), ("load", 0)]
+    assert session.train_step.step_cell.compile_cache          # really compiled

@@ -1,7 +1,8 @@
 """Data parallelism with real msrun processes on CPU: `train launch --nproc 2`.
 
-Every run sets TRAIN_TRACE_DIR, so each rank writes, per step, the digests of the input rows it took
-and of its whole state (weights, AdamW moments) after the step (train.distributed.TracedStep).
+Every run loads the test hooks with TRAIN_TRACE_DIR set, so each rank writes, per step, the digests of
+the input rows it took and of its whole state (weights, AdamW moments) after the step
+(train_test_hooks.TracedStep).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from train_test_hooks import env as hook_env
 from trainer_harness import REPO, exact_view, last_step, launch_cmd, records, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.msrun]
@@ -29,7 +31,7 @@ def train(run_dir: Path, data: Path, nproc: int, *sets: str, resume: str | None 
     cmd = launch_cmd(run_dir, data, *COMMON, *sets, resume=resume)
     if nproc > 1:
         cmd += ["--nproc", str(nproc)]
-    env = {"TRAIN_TRACE_DIR": str(run_dir / "trace"), **(env or {})}
+    env = hook_env(TRAIN_TRACE_DIR=str(run_dir / "trace"), **(env or {}))
     return run(cmd, env=env, timeout=timeout)
 
 
@@ -98,7 +100,7 @@ def test_dp2_resume_after_sigkill_is_bitwise_exact(tiny_data, dp2, tmp_path):
     cmd = launch_cmd(run_dir, tiny_data, *COMMON, *DP2) + ["--nproc", "2"]
     log = open(tmp_path / "killed.log", "w")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, TRAIN_TRACE_DIR=str(run_dir / "trace")))
+                            env=dict(os.environ, **hook_env(TRAIN_TRACE_DIR=str(run_dir / "trace"))))
     try:
         deadline = time.monotonic() + 240
         while last_step(run_dir) < 5 and proc.poll() is None and time.monotonic() < deadline:

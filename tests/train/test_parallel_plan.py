@@ -45,6 +45,9 @@ def ascend(**parallel):
     ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "parallel.stage_offsets": "[-2, 2]"}, 2,
      ["parallel.stage_offsets", "stage 0 with 0 layers"]),
     ({"parallel.model_parallel": 0}, 1, ["parallel.model_parallel must be >= 1"]),
+    # the pipeline's micro-batches are the accumulation: no second level of it inside the step
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "train.micro_batch_size": 4}, 2,
+     ["train.micro_batch_size (4)", "parallel.micro_batch_num", "train.micro_batch_size=0"]),
 ])
 def test_validation_names_the_keys(sets, world, keys):
     cfg = ascend(**sets)
@@ -115,9 +118,12 @@ def test_every_projection_is_split_megatron_style(dp, mp, pp):
     assert plan.op("output").in_strategy == ((dp, 1), (mp, 1))
     assert plan.op("tok_embeddings", "gather").in_strategy == ((1, 1), (dp,))
     assert plan.dataset_strategy == ((dp, 1),)
-    # 4 layers * (7 projections + 2 attention matmuls + softmax) + embedding + head: nothing else, nothing twice
-    assert len(plan.ops) == 4 * 10 + 2
-    assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)
+    for norm in ("layers.2.attention_norm", "layers.2.ffn_norm", "norm"):
+        assert plan.op(norm, "square").in_strategy == ((dp, 1, 1),)
+    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
+    assert plan.op("layers.1.mlp", "gate").in_strategy == ((dp, 1, mp), (dp, 1, mp))
+    assert plan.op("loss", "sum_exp").in_strategy == ((dp, mp),)       # logits split by vocabulary
+    assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)   # nothing twice
 
 
 def test_sequence_parallel_reduce_scatters_row_parallel_outputs():
@@ -189,6 +195,9 @@ def test_print_plan(capsys):
     assert "stage 1: layers 2-3 + norm, output" in out
     assert "layers.0.attention.wo.matmul" in out and "((2, 2), (1, 2))" in out
     assert "layers.1." not in out                      # one layer shown
+    for shown in ("layers.0.attention.rotary.split", "layers.0.mlp.silu", "layers.0.residual_ffn",
+                  "norm.rsqrt", "loss.one_hot"):
+        assert shown in out
     with pytest.raises(ConfigError, match="4 process"):
         print_plan(cfg, world_size=4)
     assert "pipeline: off" in format_plan(make_plan(ascend()))
@@ -196,10 +205,15 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4):
+def _model(tie=False, layers=4, flash=False, kv_heads=0):
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
-                           tie_embeddings=tie), seed=0)
+                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash), seed=0)
+
+
+def _loss(model):
+    from train.model import CausalLMLoss
+    return CausalLMLoss(model, 128)
 
 
 def test_annotate_sets_every_strategy_and_stage_on_the_model():
@@ -207,23 +221,71 @@ def test_annotate_sets_every_strategy_and_stage_on_the_model():
                     "parallel.micro_batch_num": 2, "parallel.sequence_parallel": True})
     plan = make_plan(cfg)
     model = _model()
-    done = annotate(plan, model)
+    done = annotate(plan, model, _loss(model))
     assert len(done) == len(plan.ops)
     cells = dict(model.cells_and_names())
     for o in plan.ops:
+        if o.module == "loss":
+            continue
         prim = cells[o.module]._primitives[o.prim]
         assert prim.attrs["in_strategy"] == o.in_strategy
         if o.out_strategy:
             assert prim.attrs["out_strategy"] == o.out_strategy
+    assert plan.op("layers.0.ffn_norm", "rsqrt").in_strategy == ((2, 2, 1),)   # sequence parallel: tokens
     assert model.layers[1].pipeline_stage == 0 and model.layers[2].pipeline_stage == 1
     assert model.tok_embeddings.pipeline_stage == 0 and model.output.pipeline_stage == 1
+
+
+# primitives that cannot take a strategy (Reshape, Shape) and nn.Embedding's, which its construct does
+# not call with use_one_hot=False (only `gather` runs)
+NO_STRATEGY = {"Reshape", "Shape"}
+EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
+
+
+@pytest.mark.parametrize("flash, kv_heads, sets", [
+    (False, 0, {"precision.dtype": "fp32"}),
+    (False, 2, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
+    (True, 2, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
+])
+def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, sets):
+    """Walk the real cells: each primitive they hold (flash attention, norms, rotary, SiLU * gate,
+    residual adds, head transposes, loss) has the strategy the plan gives it, none is left to the
+    default batch-parallel layout."""
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, **sets})
+    plan = make_plan(cfg)
+    model = _model(flash=flash, kv_heads=kv_heads)
+    loss = _loss(model)
+    annotate(plan, model, loss)
+    planned = {(o.module, o.prim): o for o in plan.ops}
+    cells = [(n, c) for n, c in model.cells_and_names()] + [("loss", loss)]
+    seen = 0
+    for name, cell in cells:
+        for attr, prim in cell._primitives.items():
+            if prim is None or prim.name in NO_STRATEGY:
+                continue
+            if type(cell).__name__ == "Embedding" and attr in EMBEDDING_UNUSED:
+                continue
+            assert (name, attr) in planned, f"{name}.{attr} ({prim.name}) has no strategy in the plan"
+            assert prim.attrs["in_strategy"] == planned[(name, attr)].in_strategy, f"{name}.{attr}"
+            seen += 1
+    assert seen == len(plan.ops)
+    attention = model.layers[0].attention
+    if flash:
+        fa = attention.flash_attention
+        assert fa.name == "FlashAttentionScore" and fa.attrs["in_strategy"] == ((2, 2, 1, 1),) * 3 + ((1, 1),)
+        assert attention.flash_attention is not model.layers[1].attention.flash_attention   # one per layer
+    else:
+        assert attention.mask.attrs["in_strategy"] == ((2, 2, 1, 1), (1, 1), ())
 
 
 def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
     tied_cfg = ascend(**{"parallel.model_parallel": 2, "parallel.vocab_emb_dp": False,
                          "model.tie_embeddings": True})
-    annotate(make_plan(tied_cfg), _model(tie=True))
-    assert _model(tie=True).tied_head is not None
+    tied = _model(tie=True)
+    annotate(make_plan(tied_cfg), tied, _loss(tied))
+    assert tied.tied_head.attrs["in_strategy"] == ((1, 1), (2, 1)) and _model().tied_head is None
+    with pytest.raises(RuntimeError, match="loss.cast not found"):
+        annotate(make_plan(tied_cfg), _model(tie=True))          # the plan's loss ops need the loss cell
     # a plan for 4 layers on a 2-layer model: layers.2 is missing
     with pytest.raises(RuntimeError, match="layers.2.attention.wq.matmul not found"):
         annotate(make_plan(ascend(**{"parallel.model_parallel": 2})), _model(layers=2))
@@ -255,12 +317,14 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
     assert not distributed.under_msrun()
-    info = distributed.setup(load_config(None, []))
+    from train.parallel import validate
+
+    info = distributed.setup(load_config(None, []), validate)
     assert info == distributed.DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True,
                                         sharded=False)
     assert distributed.all_reduce_mean(info, [1.5, 2]) == [1.5, 2.0]
     with pytest.raises(ConfigError, match="1 process"):
-        distributed.setup(load_config(None, ["parallel.data_parallel=2"]))
+        distributed.setup(load_config(None, ["parallel.data_parallel=2"]), validate)
     monkeypatch.setenv("MS_ROLE", "MS_WORKER")
     monkeypatch.setenv("MS_WORKER_NUM", "4")
     assert distributed.under_msrun() and distributed.msrun_world_size() == 4
@@ -270,31 +334,80 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
 
 
 def test_fault_hook_spec():
-    from train.distributed import _parse_fault
+    from train_test_hooks import parse_fault
 
-    assert _parse_fault("1:3:crash") == (1, 3, "crash")
-    assert _parse_fault("0:10:hang") == (0, 10, "hang")
+    assert parse_fault("1:3:crash") == (1, 3, "crash")
+    assert parse_fault("0:10:hang") == (0, 10, "hang")
     for bad in ("1:3", "1:x:crash", "1:3:explode"):
         with pytest.raises(ValueError, match="TRAIN_TRACE_FAULT"):
-            _parse_fault(bad)
+            parse_fault(bad)
 
 
-def test_data_parallel_installs_a_mean_reducer_or_refuses_a_cell_without_one():
+def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph_mode):
     from mindspore import nn
 
-    from train.parallel import _parallelize, check_grad_reduction
+    from train.parallel import GlobalLossStep, check_grad_reduction, parallelize
+    from trainer_harness import make_step
 
     cfg = load_config(None, ["parallel.data_parallel=2"])
-    dist = layout(cfg, 1, 2)
+    _, step = make_step()
+    assert isinstance(step.step_cell.grad_reducer, nn.Identity) and not step.step_cell.reduce_overflow
+    one = load_config(None, [])
+    assert parallelize(one, layout(one, 0, 1), None, step) is step          # one process: unchanged
+    wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
+    assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
+    reducer = step.step_cell.grad_reducer
+    assert isinstance(reducer, nn.DistributedGradReducer) and reducer.mean and step.step_cell.reduce_overflow
     net = nn.Dense(4, 4)
-    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
-    one_step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)   # built without the context
-    assert isinstance(one_step.grad_reducer, nn.Identity)
-    assert _parallelize(cfg, dist, net, one_step, None) is one_step
-    assert isinstance(one_step.grad_reducer, nn.DistributedGradReducer) and one_step.grad_reducer.mean
     with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
-        _parallelize(cfg, dist, net, nn.WithLossCell(net, nn.MSELoss()), None)   # no slot for one
+        check_grad_reduction(nn.WithLossCell(net, nn.MSELoss()))
     summing = nn.WithLossCell(net, nn.MSELoss())
     summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
     with pytest.raises(RuntimeError, match="sums gradients"):
         check_grad_reduction(summing)
+
+
+@pytest.mark.parametrize("sets, expect", [
+    ({"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.optimizer_shard": True},
+     {"_pipeline_stages": 1, "_enable_parallel_optimizer": True, "_optimizer_level": "level1"}),
+    ({"parallel.data_parallel": 2, "parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2},
+     {"_pipeline_stages": 2, "_enable_parallel_optimizer": False, "_pipeline_scheduler": "1f1b"}),
+])
+def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_path, sets, expect):
+    """With the rank functions patched (no Ascend, no init()), parallelize() on an Ascend config wraps
+    the ONE step cell in AutoParallel with the plan's settings, shards the model and the loss, turns
+    on the cross-rank overflow flag, and asks for a strategy file that includes the optimizer state."""
+    import mindspore.parallel.auto_parallel as ap
+    from mindspore.parallel.auto_parallel import AutoParallel
+
+    from train.model import CausalLMLoss, Llama, model_args
+    from train.optim import build_optimizer
+    from train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
+    from train.step import build_train_step
+
+    monkeypatch.setattr(ap, "get_rank", lambda *a: 3)
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 4)
+    cfg = ascend(**{**sets, "run.dir": str(tmp_path / "run")})
+    world = 4
+    dist = layout(cfg, 3, world)
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype), seed=0)
+    loss = CausalLMLoss(model, 128)
+    opt = build_optimizer(loss.trainable_params(), cfg.optim)
+    piped = pipeline_loss_cell(cfg, loss)
+    step = (build_train_step(loss, opt, 4, cfg) if piped is None
+            else build_train_step(loss, opt, 2, cfg, network=piped, splits_batch=True))
+    wrapped = parallelize(cfg, dist, model, step, loss_cell=loss)
+    assert isinstance(wrapped, GlobalLossStep)
+    net = wrapped.cell
+    assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
+    assert net._parallel_mode == "semi_auto" and net._gradients_mean
+    assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
+    assert net._save_strategy_file_path == str(tmp_path / "run" / "strategy" / "rank_3.ckpt")
+    assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
+    for key, value in expect.items():
+        assert getattr(net, key) == value, key
+    assert step.step_cell.reduce_overflow
+    assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
+    if piped is None:                                           # Ascend accumulates with GradAccumulation
+        from mindspore.parallel.nn import GradAccumulation
+        assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop

@@ -45,14 +45,14 @@ def test_recompute_is_applied_and_losses_are_bitwise_equal(graph_mode, sets, mar
 
     _, plain = make_step()
     _, recomputed = make_step(*sets)
-    model = recomputed.loss_net.model
+    model = recomputed.step_cell.network.model
     assert recomputed_cells(model) == marked
-    assert recomputed_cells(plain.loss_net.model) == []
+    assert recomputed_cells(plain.step_cell.network.model) == []
     for batch in BATCHES[:3]:
         a, b = plain(batch, 1e-3), recomputed(batch, 1e-3)
         assert a.loss.hex() == b.loss.hex() and a.grad_norm.hex() == b.grad_norm.hex()
     np.testing.assert_array_equal(model.layers[1].mlp.w2.weight.asnumpy(),
-                                  plain.loss_net.model.layers[1].mlp.w2.weight.asnumpy())
+                                  plain.step_cell.network.model.layers[1].mlp.w2.weight.asnumpy())
 
 
 _COMPILE_ONE_STEP = """
@@ -65,8 +65,8 @@ make_step(*sys.argv[1:])[1](BATCHES[0], 1e-3)
 """
 
 
-def matmuls_in_compiled_micro_step(tmp_path, *sets) -> tuple[int, int]:
-    """(MatMul, BatchMatMul) nodes in the MicroStep graph MindSpore validated for execution."""
+def matmuls_in_compiled_step(tmp_path, *sets) -> tuple[int, int]:
+    """(MatMul, BatchMatMul) nodes in the step graph (TrainStepCell) MindSpore validated for execution."""
     import os
     import re
     import subprocess
@@ -82,7 +82,7 @@ def matmuls_in_compiled_micro_step(tmp_path, *sets) -> tuple[int, int]:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     graphs = [p.read_text() for p in out.glob("*validate*.ir")]
-    micro = [g for g in graphs if "MicroStep" in g]
+    micro = [g for g in graphs if "TrainStepCell" in g]
     assert len(micro) == 1, [p.name for p in out.iterdir()]
     return micro[0].count("PrimFunc_MatMul("), micro[0].count("PrimFunc_BatchMatMul(")
 
@@ -91,9 +91,9 @@ def matmuls_in_compiled_micro_step(tmp_path, *sets) -> tuple[int, int]:
 def test_compiled_graph_recomputes_the_selected_forward(tmp_path):
     """Compile-graph evidence: recompute adds forward matmuls to the backward of exactly what was
     selected (the MLP has only MatMuls; attention's scores and weighted sum are BatchMatMuls)."""
-    mm, bmm = matmuls_in_compiled_micro_step(tmp_path)
-    full_mm, full_bmm = matmuls_in_compiled_micro_step(tmp_path, "recompute.mode=full")
-    mlp_mm, mlp_bmm = matmuls_in_compiled_micro_step(tmp_path, "recompute.mode=select",
+    mm, bmm = matmuls_in_compiled_step(tmp_path)
+    full_mm, full_bmm = matmuls_in_compiled_step(tmp_path, "recompute.mode=full")
+    mlp_mm, mlp_bmm = matmuls_in_compiled_step(tmp_path, "recompute.mode=select",
                                                      "recompute.select={mlp: '0-1'}")
     assert full_mm > mlp_mm > mm and full_bmm > bmm
     assert mlp_bmm == bmm                      # attention not recomputed

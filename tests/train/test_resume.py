@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from train.checkpoint import KILL_HOOK_ENV
+from train_test_hooks import KILL_ENV, env as hook_env
 from trainer_harness import exact_view, launch_cmd, records, run, run_killed_at
 
 COMMON = ("train.steps=30", "checkpoint.every_steps=4", "checkpoint.keep_max=2", "eval.every_steps=10",
@@ -35,7 +35,7 @@ def test_killed_and_resumed_run_matches_bit_for_bit(tmp_path, tiny_data, case):
     # die inside the checkpoint writer at step 12: with the temp dir written but not renamed (fp32),
     # or renamed but `latest` not yet updated (fp16): either way step 8 stays the latest
     phase = "before_rename" if case == "fp32" else "before_latest"
-    r = run(launch_cmd(killed, tiny_data, *sets), env={KILL_HOOK_ENV: f"{phase}:12"})
+    r = run(launch_cmd(killed, tiny_data, *sets), env=hook_env(**{KILL_ENV: f"{phase}:12"}))
     assert r.returncode == -signal.SIGKILL
     assert (killed / "checkpoints" / "latest").read_text().strip() == "step_00000008"
     left = "step_00000012" if phase == "before_latest" else ".tmp-step_00000012"

@@ -44,6 +44,7 @@ def test_run_dir_metrics_eval_and_resume_guards(tmp_path, tiny_data):
     assert state["config_hash"] == cfg.hash() and state["loader"]["cursor"] == 96
     assert state["dataset_fingerprint"] == json.loads((tiny_data / "manifest.json").read_text())["fingerprint"]
     assert state["last_metrics"]["loss"] == steps[-1]["loss"]
+    assert state["format_version"] == 1 and not {"lr_schedule", "rng"} & set(state)   # nothing unread
 
     # eval of the latest checkpoint == the validation the run logged at that step
     r = run(launch_cmd(run_dir, tiny_data, *SHORT, command="eval"))

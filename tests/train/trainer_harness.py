@@ -117,7 +117,7 @@ def make_step(*sets, micro_steps=1):
     from train.model import CausalLMLoss, Llama
     from train.optim import build_optimizer
     from train.recompute import apply_recompute
-    from train.step import TrainStep, apply_precision, check_precision
+    from train.step import apply_precision, build_train_step, check_precision
 
     cfg = load_config(None, list(sets))
     check_precision(cfg)
@@ -125,9 +125,7 @@ def make_step(*sets, micro_steps=1):
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size)
     apply_recompute(model, cfg.recompute)
     opt = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    step = TrainStep(loss_net, opt, micro_steps, cfg.optim.clip_norm, cfg.precision.dtype == "fp16",
-                     cfg.precision.loss_scale)
-    return cfg, step
+    return cfg, build_train_step(loss_net, opt, micro_steps, cfg)
 
 
 def snapshot(step) -> dict:
