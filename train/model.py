@@ -19,6 +19,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
+from train.packing import DocumentBoundaries, token_loss, varlen_flash_attention
+
 
 @dataclass(frozen=True)
 class ModelArgs:
@@ -34,6 +36,10 @@ class ModelArgs:
     init_std: float = 0.02
     tie_embeddings: bool = False
     flash_attention: bool = False   # only where the fused kernel exists (Ascend)
+    document_mask: bool = False     # block-causal attention inside packed samples (train/packing.py)
+    reset_position_ids: bool = False  # rotary positions restart at each document
+    eos_id: int = -1                # the boundary token; needed by the two above
+    max_documents: int = 128        # documents per sample the fused kernel separates
 
     @property
     def kv_heads(self) -> int:
@@ -50,10 +56,20 @@ class ModelArgs:
         return 64 * math.ceil(8 * self.hidden_size / 3 / 64)
 
 
-def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16") -> ModelArgs:
+def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16",
+               eos_id: int | None = None) -> ModelArgs:
     """ModelArgs from the `model` config section. The fused flash-attention kernel exists on Ascend
-    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs."""
+    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs. Document masking and
+    position reset need the dataset's EOS id; without one (eos_id None: no dataset, e.g. planning)
+    they are off."""
+    docs = eos_id is not None
+    if docs and eos_id < 0 and (cfg_model.document_mask or cfg_model.reset_position_ids):
+        from train.config import ConfigError
+        raise ConfigError(f"model.document_mask / model.reset_position_ids need the tokenizer's EOS id, "
+                          f"and the dataset has none (eos_id {eos_id}): set both to false")
     return ModelArgs(
+        document_mask=docs and cfg_model.document_mask, reset_position_ids=docs and cfg_model.reset_position_ids,
+        eos_id=eos_id if docs else -1, max_documents=cfg_model.max_documents,
         vocab_size=cfg_model.vocab_size or vocab_size, seq_length=seq_length,
         hidden_size=cfg_model.hidden_size, num_layers=cfg_model.num_layers,
         num_heads=cfg_model.num_heads, num_kv_heads=cfg_model.num_kv_heads,
@@ -115,36 +131,42 @@ class Attention(nn.Cell):
         self.softmax = ops.Softmax(-1)
         self.pv = ops.BatchMatMul()
 
-    def rope(self, x):
+    def rope(self, x, cos=None, sin=None):
         half = self.head_dim // 2
         x1, x2 = x[..., :half], x[..., half:]
-        cos = self.cos.astype(x.dtype)
-        sin = self.sin.astype(x.dtype)
+        cos = (self.cos if cos is None else cos).astype(x.dtype)
+        sin = (self.sin if sin is None else sin).astype(x.dtype)
         return ops.concat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
 
-    def construct(self, x):
+    def construct(self, x, doc=None):
         b, s, _ = x.shape
+        mask, cos, sin = (None, None, None) if doc is None else doc   # see Llama.documents
         q = self.wq(x).reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
         k = self.wk(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         v = self.wv(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
-        q, k = self.rope(q), self.rope(k)
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        if self.flash and mask is not None:
+            return self.wo(varlen_flash_attention(q, k, v, self.num_heads, self.fa_mask, mask, self.scale))
         if self.flash:
             out = ops.flash_attention_score(q, k, v, self.num_heads, attn_mask=self.fa_mask,
                                             scalar_value=self.scale, input_layout="BNSD",
                                             sparse_mode=2)
         else:
-            out = self.plain_attention(q, k, v)
+            out = self.plain_attention(q, k, v, mask)
         out = out.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim)
         return self.wo(out)
 
-    def plain_attention(self, q, k, v):
+    def plain_attention(self, q, k, v, bias=None):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
             k = ops.tile(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
             v = ops.tile(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.qk(q, k).astype(mstype.float32) * self.scale
-        scores = ops.masked_fill(scores, self.future, -1e9)
+        if bias is None:
+            scores = ops.masked_fill(scores, self.future, -1e9)
+        else:                       # block-causal: causal within each document
+            scores = scores + bias
         probs = self.softmax(scores).astype(v.dtype)
         return self.pv(probs, v)
 
@@ -171,8 +193,8 @@ class DecoderLayer(nn.Cell):
         self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.mlp = MLP(args, rng, out_std)
 
-    def construct(self, x):
-        h = x + self.attention(self.attention_norm(x))
+    def construct(self, x, doc=None):
+        h = x + self.attention(self.attention_norm(x), doc)
         return h + self.mlp(self.ffn_norm(h))
 
 
@@ -196,11 +218,27 @@ class Llama(nn.Cell):
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True)
+        self.boundaries = None
+        if args.document_mask or args.reset_position_ids:
+            flash = args.flash_attention and args.document_mask
+            self.boundaries = DocumentBoundaries(args.eos_id, args.seq_length, args.document_mask,
+                                                 args.reset_position_ids, flash, args.max_documents)
+            cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
+            self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
+
+    def documents(self, tokens):
+        """(mask, cos, sin) for every layer: the block-causal bias (or the kernel's document ends) and
+        per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
+        mask, pos = self.boundaries(tokens)
+        if pos is None:
+            return mask, None, None
+        return mask, ops.gather(self.rope_cos, pos, 0).expand_dims(1), ops.gather(self.rope_sin, pos, 0).expand_dims(1)
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
+        doc = None if self.boundaries is None else self.documents(tokens)
         for layer in self.layers:
-            h = layer(h)
+            h = layer(h, doc)
         h = self.norm(h)
         if self.output is None:
             b, s, d = h.shape
@@ -210,12 +248,14 @@ class Llama(nn.Cell):
 
 
 class CausalLMLoss(nn.Cell):
-    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32."""
+    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
+    (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
         super().__init__()
         self.model = model
         self.vocab_size = vocab_size
+        self.eod_mask_id = eod_mask_id
 
     def construct(self, input_ids):
         tokens = input_ids[:, :-1]
@@ -223,6 +263,8 @@ class CausalLMLoss(nn.Cell):
         logits = self.model(tokens).astype(mstype.float32).reshape(-1, self.vocab_size)
         logz = ops.logsumexp(logits, -1)
         picked = ops.gather_elements(logits, 1, labels.reshape(-1, 1)).reshape(-1)
+        if self.eod_mask_id >= 0:
+            return token_loss(logz - picked, tokens, self.eod_mask_id)
         return ops.mean(logz - picked)
 
 

@@ -88,8 +88,9 @@ class Identity(nn.Cell):
 
 class MicroStep(nn.Cell):
     def __init__(self, loss_net: nn.Cell, weights, accumulators, loss_scale: Parameter,
-                 pipeline_reducer: nn.Cell | None = None):
+                 pipeline_reducer: nn.Cell | None = None, micro_weight: Parameter | None = None):
         super().__init__(auto_prefix=False)
+        self.micro_weight = micro_weight    # this micro-batch's share of the step's loss tokens, times K
         self.loss_net = loss_net
         self.weights = weights
         self.acc = accumulators
@@ -102,6 +103,8 @@ class MicroStep(nn.Cell):
     def construct(self, input_ids):
         loss = self.loss_net(input_ids)
         sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
+        if self.micro_weight is not None:
+            sens = sens * self.micro_weight.astype(loss.dtype)
         grads = self.grad(self.loss_net, self.weights)(input_ids, sens)
         grads = self.pipeline_reducer(grads)
         done = self.hyper_map(ops.assign_add, self.acc, grads)
@@ -166,8 +169,15 @@ class TrainStep:
     """The train cell handed to parallel.parallelize: `micro` and `apply` are the two graphs."""
 
     def __init__(self, loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int,
-                 clip_norm: float, dynamic_scale: bool, scale_cfg, pipeline_reducer: nn.Cell | None = None):
+                 clip_norm: float, dynamic_scale: bool, scale_cfg, pipeline_reducer: nn.Cell | None = None,
+                 token_counter=None):
         self.loss_net, self.optimizer, self.micro_steps = loss_net, optimizer, micro_steps
+        # token_counter(micro_batch) -> its loss tokens, when they vary (EOD-masked loss): each micro-step
+        # is weighted by its share so that K micro-steps equal one batch (the mean over all its tokens)
+        self.token_counter = token_counter if micro_steps > 1 else None
+        self.micro_weight = None
+        if self.token_counter is not None:
+            self.micro_weight = Parameter(Tensor(1.0, mstype.float32), name="micro_weight", requires_grad=False)
         weights = optimizer.parameters
         self.accumulators = weights.clone(prefix="acc", init="zeros")
         init_scale = scale_cfg.init if dynamic_scale else 1.0
@@ -175,7 +185,8 @@ class TrainStep:
                                     requires_grad=False)
         self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
                                     requires_grad=False)
-        self.micro = MicroStep(loss_net, weights, self.accumulators, self.loss_scale, pipeline_reducer)
+        self.micro = MicroStep(loss_net, weights, self.accumulators, self.loss_scale, pipeline_reducer,
+                               self.micro_weight)
         self.apply = ApplyStep(optimizer, self.accumulators, self.loss_scale, self.good_steps,
                                micro_steps, clip_norm, dynamic_scale, scale_cfg.factor,
                                scale_cfg.window, scale_cfg.min)
@@ -184,14 +195,29 @@ class TrainStep:
 
     def __call__(self, input_ids: np.ndarray, lr: float) -> StepResult:
         chunks = np.split(input_ids, self.micro_steps)
-        losses = [self.micro(Tensor(c)) for c in chunks]
+        weights = self.micro_weights(chunks)
+        losses = []
+        for chunk, w in zip(chunks, weights):
+            if self.micro_weight is not None:
+                self.micro_weight.set_data(Tensor(w, mstype.float32))
+            losses.append(self.micro(Tensor(chunk)))
         overflow, norm, scale = self.apply(Tensor(lr, mstype.float32))
         loss = np.float32(0.0)
-        for value in losses:            # fixed order: the mean is bitwise reproducible
-            loss = np.float32(loss + value.asnumpy())
+        for value, w in zip(losses, weights):   # fixed order: the mean is bitwise reproducible
+            loss = np.float32(loss + w * value.asnumpy())
         loss = np.float32(loss / np.float32(self.micro_steps))
         return StepResult(float(loss), bool(overflow.asnumpy()), float(norm.asnumpy()),
                           float(scale.asnumpy()))
+
+    def micro_weights(self, chunks) -> list[np.float32]:
+        """K * n_k / N for micro-batch k of n_k loss tokens out of N; all 1.0 without a counter."""
+        if self.token_counter is None:
+            return [np.float32(1.0)] * len(chunks)
+        counts = [self.token_counter(c) for c in chunks]
+        total = sum(counts)
+        if total == 0:
+            return [np.float32(1.0)] * len(chunks)
+        return [np.float32(self.micro_steps * n / total) for n in counts]
 
     def state_parameters(self) -> dict[str, Parameter]:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.

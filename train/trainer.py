@@ -42,14 +42,14 @@ class Session:
     micro_steps: int
 
 
-def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Session:
+def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from train import parallel
     from train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
     from train.optim import build_optimizer
     from train.recompute import apply_recompute
     from train.step import TrainStep, apply_precision
 
-    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype)
+    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
     if args.vocab_size < vocab_size:
         raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
                           f"vocabulary ({vocab_size})")
@@ -60,16 +60,27 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Sessio
     model = Llama(args, cfg.seed)
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
-    loss_net = CausalLMLoss(compute, args.vocab_size)
+    eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
     # Pipeline stages (Ascend): the step's loss cell splits each micro-step into pipeline micro-batches
     # and the pipeline's gradients are summed before they are accumulated. pp == 1: both identities.
     step = TrainStep(parallel.wrap_loss_cell(cfg, loss_net), optimizer, local // micro, cfg.optim.clip_norm,
                      cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
-                     parallel.pipeline_grad_reducer(cfg, optimizer.parameters))
+                     parallel.pipeline_grad_reducer(cfg, optimizer.parameters),
+                     token_counter=loss_token_counter(eod))
     step = parallel.parallelize(cfg, dist, model, step)
     return Session(args, model, loss_net, optimizer, step,
                    flops_per_token(args, count_params(model)), local // micro)
+
+
+def loss_token_counter(eod_id: int):
+    """With an EOD-masked loss, micro-batches hold unequal numbers of loss tokens: the step weighs them
+    by these counts so that accumulation equals one big batch (None: equal counts)."""
+    if eod_id < 0:
+        return None
+    from train.packing import loss_mask
+    return lambda input_ids: int(loss_mask(input_ids[:, :-1], eod_id).sum())
 
 
 def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
@@ -225,7 +236,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         if dist.is_main:
             prepare_run_dir(run_dir)
             ckpt.remove_stale_temps(run_dir)
-        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist)
+        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak = 0, 0
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
@@ -260,6 +271,10 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                       "tokens_per_s": tps,
                       "mfu": tps * session.flops_per_token / (peak * 1e12 * dist.world_size),
                       "consumed_samples": loader.cursor, "data_wait_s": t1 - t0, "step_time_s": elapsed}
+            if session.args.flash_attention and session.args.document_mask:   # the kernel's document limit
+                from train.packing import count_over_limit
+                record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
+                                                             session.args.max_documents)
             bad_streak = bad_streak + 1 if is_bad(result, cfg) else 0
             if writer:
                 writer.write(record)
