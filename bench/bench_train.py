@@ -7,6 +7,14 @@ sgemm (1024^3) and a MindSpore GRAPH_MODE MatMul of the model's largest projecti
 ([batch*seq, hidden] x [hidden, ffn]). The training itself is the real `python -m train launch` on a
 real MindRecord dataset with the real loader (worker processes, prefetch); the figures come from its
 metrics.jsonl, skipping the first steps (graph compile). Target: data wait under 2% of step time.
+
+    .venv/bin/python bench/bench_train.py --document-mask on,off [--doc-length 64]
+
+Packed documents: the same model trained on a dataset whose samples hold documents of about
+`--doc-length` tokens (EOS at random), once with model.document_mask, model.reset_position_ids and
+train.eod_mask_loss on and once with all three off, in the same run; prints the step-time cost of the
+block-causal mask (target <= 5%) and, for comparison, what building the same masks on the loader side
+in numpy would cost per batch.
 """
 from __future__ import annotations
 
@@ -62,20 +70,22 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def train_run(args, mode: str, peak: float) -> list[dict] | None:
+def train_run(args, mode: str, peak: float, extra: tuple = (), eos_rate: float = 0.0) -> list[dict] | None:
     """One real `train launch` on a fresh synthetic dataset; its step records after the first `skip`."""
     from synthetic import make_dataset
 
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         tmp = Path(tmp)
         data = make_dataset(tmp / "data", num_train=args.batch * (args.steps + 2), num_valid=args.batch,
-                            seq_length=args.seq, vocab_size=args.vocab, seed=0, max_shard_bytes=64 << 20)
+                            seq_length=args.seq, vocab_size=args.vocab, seed=0, max_shard_bytes=64 << 20,
+                            eos_rate=eos_rate)
         sets = [f"data.path={data}", f"run.dir={tmp / 'run'}", f"model.hidden_size={args.hidden}",
                 f"model.num_layers={args.layers}", f"model.num_heads={args.heads}", "model.num_kv_heads=0",
                 f"train.steps={args.steps}", f"train.global_batch_size={args.batch}",
                 f"data.num_workers={args.workers}", f"precision.dtype={args.dtype}",
                 f"recompute.mode={mode}", f"train.peak_tflops={peak / 1e12}",
-                f"checkpoint.every_steps={args.steps}", "eval.every_steps=0", f"log.every_steps={args.steps}"]
+                f"checkpoint.every_steps={args.steps}", "eval.every_steps=0", f"log.every_steps={args.steps}",
+                *extra]
         cmd = [sys.executable, "-m", "train", "launch", "--config", str(REPO / "configs" / "tiny.yaml"),
                "--set", *sets]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -103,6 +113,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--recompute", default="none",
                     help="recompute.mode per run, comma-separated: none | full | none,full")
+    ap.add_argument("--document-mask", default="",
+                    help="on | off | on,off: packed-document masking per run (replaces the recompute runs)")
+    ap.add_argument("--doc-length", type=int, default=64, help="mean document length with --document-mask")
     args = ap.parse_args()
     if args.hidden < 512:
         print("note: the issue asks for d_model >= 512", file=sys.stderr)
@@ -120,6 +133,8 @@ def main() -> int:
 
     print(f"model: d_model {args.hidden}, {args.layers} layers, {args.heads} heads, ffn {ffn}, vocab "
           f"{args.vocab}, seq {args.seq}, batch {args.batch}, {args.dtype}, {args.workers} loader worker(s)")
+    if args.document_mask:
+        return document_mask_runs(args, peak)
     ms_per_step = {}
     for mode in args.recompute.split(","):
         recs = train_run(args, mode, peak)
@@ -137,6 +152,48 @@ def main() -> int:
     if "none" in ms_per_step and "full" in ms_per_step:
         print(f"recompute full / none step time: {ms_per_step['full'] / ms_per_step['none']:.2f}x "
               f"(the forward runs again in backward)")
+    return 0
+
+
+def document_mask_runs(args, peak: float) -> int:
+    """Step time with the three packed-document features on and off, on the same packed dataset."""
+    from train import packing
+
+    mode = args.recompute.split(",")[0]
+    eos_rate = 1.0 / args.doc_length
+    ms_per_step = {}
+    for flag in args.document_mask.split(","):
+        if flag not in ("on", "off"):
+            print(f"--document-mask: {flag!r} is not on or off", file=sys.stderr)
+            return 2
+        value = "true" if flag == "on" else "false"
+        extra = (f"model.document_mask={value}", f"model.reset_position_ids={value}",
+                 f"train.eod_mask_loss={value}")
+        recs = train_run(args, mode, peak, extra, eos_rate)
+        if recs is None:
+            return 1
+        step_time = sum(r["step_time_s"] for r in recs)
+        ms_per_step[flag] = step_time / len(recs) * 1000
+        tps = args.batch * args.seq * len(recs) / step_time
+        print(f"document mask {flag}: steps {args.skip + 1}-{args.steps}: {ms_per_step[flag]:.0f} ms/step, "
+              f"{tps:,.0f} tokens/s (documents of ~{args.doc_length} tokens, recompute {mode})")
+    if "on" in ms_per_step and "off" in ms_per_step:
+        cost = ms_per_step["on"] / ms_per_step["off"] - 1
+        print(f"document mask on / off step time: {1 + cost:.3f}x ({cost * 100:+.1f}%; target <= 5%: "
+              f"{'met' if cost <= 0.05 else 'NOT met'})")
+    # the alternative: masks built by the loader in numpy and fed to the graph as an input
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(3, args.vocab, size=(args.batch, args.seq)).astype(np.int32)
+    tokens[rng.random(tokens.shape) < eos_rate] = 2
+    reps = 20
+    t = time.perf_counter()
+    for _ in range(reps):
+        packing.block_causal_mask(tokens, 2)
+        packing.positions(tokens, 2)
+    per_batch = (time.perf_counter() - t) / reps
+    print(f"loader-side alternative: numpy mask + positions {per_batch * 1000:.2f} ms/batch and "
+          f"{args.batch * args.seq * args.seq / 1e6:.1f} MB of bool mask per batch to copy into the graph "
+          f"(the trainer computes both inside the graph instead)")
     return 0
 
 

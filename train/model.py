@@ -68,7 +68,8 @@ def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: 
         raise ConfigError(f"model.document_mask / model.reset_position_ids need the tokenizer's EOS id, "
                           f"and the dataset has none (eos_id {eos_id}): set both to false")
     return ModelArgs(
-        document_mask=docs and cfg_model.document_mask, reset_position_ids=docs and cfg_model.reset_position_ids,
+        document_mask=docs and cfg_model.document_mask,
+        reset_position_ids=docs and cfg_model.reset_position_ids,
         eos_id=eos_id if docs else -1, max_documents=cfg_model.max_documents,
         vocab_size=cfg_model.vocab_size or vocab_size, seq_length=seq_length,
         hidden_size=cfg_model.hidden_size, num_layers=cfg_model.num_layers,
@@ -232,7 +233,8 @@ class Llama(nn.Cell):
         mask, pos = self.boundaries(tokens)
         if pos is None:
             return mask, None, None
-        return mask, ops.gather(self.rope_cos, pos, 0).expand_dims(1), ops.gather(self.rope_sin, pos, 0).expand_dims(1)
+        cos = ops.gather(self.rope_cos, pos, 0).expand_dims(1)
+        return mask, cos, ops.gather(self.rope_sin, pos, 0).expand_dims(1)
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)

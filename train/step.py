@@ -177,7 +177,8 @@ class TrainStep:
         self.token_counter = token_counter if micro_steps > 1 else None
         self.micro_weight = None
         if self.token_counter is not None:
-            self.micro_weight = Parameter(Tensor(1.0, mstype.float32), name="micro_weight", requires_grad=False)
+            self.micro_weight = Parameter(Tensor(1.0, mstype.float32), name="micro_weight",
+                                          requires_grad=False)
         weights = optimizer.parameters
         self.accumulators = weights.clone(prefix="acc", init="zeros")
         init_scale = scale_cfg.init if dynamic_scale else 1.0

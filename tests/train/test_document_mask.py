@@ -132,7 +132,8 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     _, whole = make(1)
     _, accum = make(4)
     # micro-batch 0 holds 18 of the 114 loss tokens: weights 4 * 18 / 114 and 4 * 32 / 114
-    assert [float(w) for w in accum.micro_weights(np.split(batch, 4))] == pytest.approx([72 / 114] + [128 / 114] * 3)
+    weights = [float(w) for w in accum.micro_weights(np.split(batch, 4))]
+    assert weights == pytest.approx([72 / 114] + [128 / 114] * 3)
     a, b = whole(batch, 1e-3), accum(batch, 1e-3)
     assert a.loss == pytest.approx(b.loss, rel=1e-6)
     assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-5)
