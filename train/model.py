@@ -231,10 +231,12 @@ class Llama(nn.Cell):
         """(mask, cos, sin) for every layer: the block-causal bias (or the kernel's document ends) and
         per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
         mask, pos = self.boundaries(tokens)
+        if mask is not None:
+            mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
         if pos is None:
             return mask, None, None
-        cos = ops.gather(self.rope_cos, pos, 0).expand_dims(1)
-        return mask, cos, ops.gather(self.rope_sin, pos, 0).expand_dims(1)
+        cos = ops.stop_gradient(ops.gather(self.rope_cos, pos, 0).expand_dims(1))
+        return mask, cos, ops.stop_gradient(ops.gather(self.rope_sin, pos, 0).expand_dims(1))
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
