@@ -42,6 +42,11 @@ class ModelConfig:
     init_std: float = 0.02
     tie_embeddings: bool = False
     flash_attention: bool = True    # MindSpore's fused kernel where the device has it (Ascend)
+    # packed samples: documents end with the tokenizer's EOS (train/packing.py)
+    document_mask: bool = True      # a token attends only to earlier tokens of its own document
+    reset_position_ids: bool = True  # rotary positions restart at 0 after every EOS
+    max_documents: int = 128        # documents per sample the Ascend fused kernel separates; later ones
+                                    # share the last block (counted as docs_over_limit in metrics)
 
 
 @dataclass
@@ -52,6 +57,7 @@ class TrainConfig:
     accumulate: str = "auto"        # micro-batches in the step graph: loop | split | auto (train/step.py)
     max_bad_steps: int = 3          # consecutive non-finite losses before the run stops
     peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
+    eod_mask_loss: bool = True      # no loss where the input token is EOS (its label is another document's)
 
 
 @dataclass

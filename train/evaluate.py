@@ -50,9 +50,11 @@ def main(cfg: Config, checkpoint: str | None = None) -> int:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
-        vocab, seq = ld.vocab_size, ld.seq_length
-    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype), cfg.seed)
-    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size)
+        vocab, seq, eos = ld.vocab_size, ld.seq_length, ld.tokenizer.eos_id
+    # the same document masking and EOD loss mask as training, so the numbers compare
+    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos), cfg.seed)
+    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
+                            eos if cfg.train.eod_mask_loss else -1)
     weights = {p.name: p for p in loss_net.get_parameters()}
     ckpt.load_params(ckpt_dir, weights, allow_extra=True)
     loss = validation_loss(loss_net, cfg, seq)

@@ -24,6 +24,8 @@ from mindspore.common import dtype as mstype
 # not re-exported by mindspore.ops in 2.10
 from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
+from train.packing import DocumentBoundaries, token_loss, varlen_flash_attention
+
 
 @dataclass(frozen=True)
 class ModelArgs:
@@ -39,6 +41,10 @@ class ModelArgs:
     init_std: float = 0.02
     tie_embeddings: bool = False
     flash_attention: bool = False   # only where the fused kernel exists (Ascend)
+    document_mask: bool = False     # block-causal attention inside packed samples (train/packing.py)
+    reset_position_ids: bool = False  # rotary positions restart at each document
+    eos_id: int = -1                # the boundary token; needed by the two above
+    max_documents: int = 128        # documents per sample the fused kernel separates
 
     @property
     def kv_heads(self) -> int:
@@ -55,10 +61,21 @@ class ModelArgs:
         return 64 * math.ceil(8 * self.hidden_size / 3 / 64)
 
 
-def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16") -> ModelArgs:
+def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16",
+               eos_id: int | None = None) -> ModelArgs:
     """ModelArgs from the `model` config section. The fused flash-attention kernel exists on Ascend
-    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs."""
+    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs. Document masking and
+    position reset need the dataset's EOS id; without one (eos_id None: no dataset, e.g. planning)
+    they are off."""
+    docs = eos_id is not None
+    if docs and eos_id < 0 and (cfg_model.document_mask or cfg_model.reset_position_ids):
+        from train.config import ConfigError
+        raise ConfigError(f"model.document_mask / model.reset_position_ids need the tokenizer's EOS id, "
+                          f"and the dataset has none (eos_id {eos_id}): set both to false")
     return ModelArgs(
+        document_mask=docs and cfg_model.document_mask,
+        reset_position_ids=docs and cfg_model.reset_position_ids,
+        eos_id=eos_id if docs else -1, max_documents=cfg_model.max_documents,
         vocab_size=cfg_model.vocab_size or vocab_size, seq_length=seq_length,
         hidden_size=cfg_model.hidden_size, num_layers=cfg_model.num_layers,
         num_heads=cfg_model.num_heads, num_kv_heads=cfg_model.num_kv_heads,
@@ -110,10 +127,11 @@ class Rotary(nn.Cell):
         self.mul_cos2, self.mul_sin2 = ops.Mul(), ops.Mul()
         self.sub, self.add, self.concat = ops.Sub(), ops.Add(), ops.Concat(-1)
 
-    def construct(self, x):
+    def construct(self, x, cos=None, sin=None):
+        """`cos`/`sin`: per-token tables [B, 1, S, D/2] when positions restart at each document."""
         x1, x2 = self.split(x)
-        cos = self.cos.astype(x.dtype)
-        sin = self.sin.astype(x.dtype)
+        cos = (self.cos if cos is None else cos).astype(x.dtype)
+        sin = (self.sin if sin is None else sin).astype(x.dtype)
         first = self.sub(self.mul_cos1(x1, cos), self.mul_sin1(x2, sin))
         second = self.add(self.mul_cos2(x2, cos), self.mul_sin2(x1, sin))
         return self.concat((first, second))
@@ -153,30 +171,36 @@ class Attention(nn.Cell):
             if self.num_heads // self.kv_heads > 1:
                 self.repeat_kv = ops.Tile()
 
-    def rope(self, x):
-        return self.rotary(x)
+    def rope(self, x, cos=None, sin=None):
+        return self.rotary(x, cos, sin)
 
-    def construct(self, x):
+    def construct(self, x, doc=None):
         b, s, _ = x.shape
+        mask, cos, sin = (None, None, None) if doc is None else doc   # see Llama.documents
         q = self.to_heads(self.wq(x).reshape(b, s, self.num_heads, self.head_dim), (0, 2, 1, 3))
         k = self.to_heads(self.wk(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
         v = self.to_heads(self.wv(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
-        q, k = self.rotary(q), self.rotary(k)
+        q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
+        if self.flash and mask is not None:
+            return self.wo(varlen_flash_attention(q, k, v, self.num_heads, self.fa_mask, mask, self.scale))
         if self.flash:
             out = self.flash_attention(q, k, v, None, None, None, self.fa_mask)[3]
         else:
-            out = self.plain_attention(q, k, v)
+            out = self.plain_attention(q, k, v, mask)
         out = self.from_heads(out, (0, 2, 1, 3)).reshape(b, s, self.num_heads * self.head_dim)
         return self.wo(out)
 
-    def plain_attention(self, q, k, v):
+    def plain_attention(self, q, k, v, bias=None):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
             k = self.repeat_kv(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
             v = self.repeat_kv(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
-        scores = self.mask(scores, self.future, -1e9)
+        if bias is None:
+            scores = self.mask(scores, self.future, -1e9)
+        else:                       # block-causal: causal within each document
+            scores = scores + bias
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -205,8 +229,8 @@ class DecoderLayer(nn.Cell):
         self.mlp = MLP(args, rng, out_std)
         self.residual_attn, self.residual_ffn = ops.Add(), ops.Add()
 
-    def construct(self, x):
-        h = self.residual_attn(x, self.attention(self.attention_norm(x)))
+    def construct(self, x, doc=None):
+        h = self.residual_attn(x, self.attention(self.attention_norm(x), doc))
         return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
@@ -230,11 +254,31 @@ class Llama(nn.Cell):
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
+        self.boundaries = None
+        if args.document_mask or args.reset_position_ids:
+            flash = args.flash_attention and args.document_mask
+            self.boundaries = DocumentBoundaries(args.eos_id, args.seq_length, args.document_mask,
+                                                 args.reset_position_ids, flash, args.max_documents)
+            cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
+            self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
+
+    def documents(self, tokens):
+        """(mask, cos, sin) for every layer: the block-causal bias (or the kernel's document ends) and
+        per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
+        mask, pos = self.boundaries(tokens)
+        if mask is not None:
+            mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
+        if pos is None:
+            return mask, None, None
+        cos = ops.stop_gradient(ops.gather(self.rope_cos, pos, 0).expand_dims(1))
+        return mask, cos, ops.stop_gradient(ops.gather(self.rope_sin, pos, 0).expand_dims(1))
+
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
+        doc = None if self.boundaries is None else self.documents(tokens)
         for layer in self.layers:
-            h = layer(h)
+            h = layer(h, doc)
         h = self.norm(h)
         if self.output is None:
             b, s, d = h.shape
@@ -244,16 +288,18 @@ class Llama(nn.Cell):
 
 
 class CausalLMLoss(nn.Cell):
-    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32.
+    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
+    (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
 
     Written with primitives that each take a strategy (train.parallel), so that the loss runs on
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
         super().__init__()
         self.model = model
         self.vocab_size = vocab_size
+        self.eod_mask_id = eod_mask_id
         self.cast = ops.Cast()
         self.max = ops.ReduceMax(keep_dims=True)
         self.shift = ops.Sub()
@@ -275,7 +321,10 @@ class CausalLMLoss(nn.Cell):
         shifted = self.shift(logits, top)                     # log-sum-exp without overflow
         logz = self.log(self.sum_exp(self.exp(shifted), -1))
         picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
-        return self.mean(self.nll(logz, picked), -1)
+        nll = self.nll(logz, picked)
+        if self.eod_mask_id >= 0:
+            return token_loss(nll, tokens, self.eod_mask_id)
+        return self.mean(nll, -1)
 
 
 def count_params(model: nn.Cell) -> int:

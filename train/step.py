@@ -160,7 +160,7 @@ class TrainStepCell(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
                  dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
-                 grad_reducer: nn.Cell | None = None):
+                 grad_reducer: nn.Cell | None = None, eod_id: int = -1):
         super().__init__(auto_prefix=False)
         if loop and splits_batch:
             raise ValueError("TrainStepCell: loop and splits_batch exclude each other")
@@ -168,6 +168,7 @@ class TrainStepCell(nn.Cell):
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.micro_steps = int(micro_steps)
+        self.eod_id = int(eod_id)   # >= 0: the loss leaves out EOS inputs (train.eod_mask_loss)
         self.loop = bool(loop) and self.micro_steps > 1
         self.accumulators = (self.weights.clone(prefix=ACCU_PREFIX, init="zeros") if self.loop
                              else ())
@@ -219,16 +220,29 @@ class TrainStepCell(nn.Cell):
         b = ids.shape[0] // self.micro_steps
         chunks = ids.reshape(self.micro_steps, b, ids.shape[1])
         total = ops.zeros((), mstype.float32)
+        weights = self.micro_weights(chunks)
         i = Tensor(0, mstype.int32)
         while i < self.micro_steps:
             chunk = ops.gather(chunks, i, 0)
+            w = ops.gather(weights, i, 0)
             loss = self.network(chunk)
-            sens = ops.ones_like(loss) * scale.astype(loss.dtype)
+            sens = ops.ones_like(loss) * (scale * w).astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(chunk, sens)
             added = self.hyper_map(ops.assign_add, self.accumulators, grads)
-            total = ops.depend(total + loss.astype(mstype.float32), added)
+            total = ops.depend(total + loss.astype(mstype.float32) * w, added)
             i = i + 1
         return total, self.accumulators
+
+    def micro_weights(self, chunks):
+        """[K] fp32: K * n_k / N, micro-batch k's share of the step's loss tokens, so that K micro-batch
+        means add up to the mean over the whole batch when an EOD-masked loss counts unequal tokens per
+        micro-batch; all 1.0 otherwise. (The split and pipeline modes weigh micro-batches equally.)"""
+        ones = ops.ones((self.micro_steps,), mstype.float32)
+        if self.eod_id < 0:
+            return ones
+        counts = ops.not_equal(chunks[:, :, :-1], self.eod_id).astype(mstype.float32).sum(axis=(1, 2))
+        total = counts.sum()
+        return ops.select(total > 0, counts * self.micro_steps / ops.maximum(total, 1.0), ones)
 
     def overflowed(self, norm):
         flag = ops.logical_not(ops.isfinite(norm)).reshape(())
@@ -298,7 +312,8 @@ class TrainStep:
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,
-                     network: nn.Cell | None = None, splits_batch: bool = False) -> TrainStep:
+                     network: nn.Cell | None = None, splits_batch: bool = False,
+                     eod_id: int = -1) -> TrainStep:
     """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`.
     `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline)."""
     mode = accumulate_mode(cfg)
@@ -306,5 +321,6 @@ def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: in
         network, splits_batch = split_cell(loss_net, micro_steps, cfg.device), True
     cell = TrainStepCell(network or loss_net, optimizer, micro_steps, cfg.optim.clip_norm,
                          cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
-                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch)
+                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch,
+                         eod_id=eod_id)
     return TrainStep(cell)

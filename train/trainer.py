@@ -44,14 +44,14 @@ class Session:
     eval_net: object            # the loss cell validation runs (parallel-wrapped on Ascend)
 
 
-def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Session:
+def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from train import hooks, parallel
     from train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
     from train.optim import build_optimizer
     from train.recompute import apply_recompute
     from train.step import apply_precision, build_train_step
 
-    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype)
+    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
     if args.vocab_size < vocab_size:
         raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
                           f"vocabulary ({vocab_size})")
@@ -62,11 +62,12 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist) -> Sessio
     model = Llama(args, cfg.seed)
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
-    loss_net = CausalLMLoss(compute, args.vocab_size)
+    eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
     pipeline = parallel.pipeline_loss_cell(cfg, loss_net)
     if pipeline is None:
-        step = build_train_step(loss_net, optimizer, local // micro, cfg)
+        step = build_train_step(loss_net, optimizer, local // micro, cfg, eod_id=eod)
     else:       # Ascend pipeline stages: its micro-batches are the accumulation
         step = build_train_step(loss_net, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
                                 splits_batch=True)
@@ -244,7 +245,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         if dist.is_main:
             prepare_run_dir(run_dir)
             ckpt.remove_stale_temps(run_dir)
-        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist)
+        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak = 0, 0
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
@@ -279,6 +280,10 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                       "tokens_per_s": tps,
                       "mfu": tps * session.flops_per_token / (peak * 1e12 * dist.world_size),
                       "consumed_samples": loader.cursor, "data_wait_s": t1 - t0, "step_time_s": elapsed}
+            if session.args.flash_attention and session.args.document_mask:   # the kernel's document limit
+                from train.packing import count_over_limit
+                record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
+                                                             session.args.max_documents)
             bad_streak = bad_streak + 1 if is_bad(result, cfg) else 0
             if writer:
                 writer.write(record)
