@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.filters import FILTER_NAMES
+from dataprep.per_file import per_file_counts
 from dataprep.workdir import atomic_write_bytes, atomic_write_json
 
 
@@ -69,6 +70,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                          "tail_tokens_dropped": tails[s]} for s, sp in manifest.splits.items()},
         },
         "bad_records": bad,
+        "inputs": per_file_counts(work, dedup, [f["file"] for f in manifest.config["inputs"]]),
+        "skipped_files": skipped_files(bad),
         "token_length_histogram": hist,
         "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type},
         "shards": [{"file": sh.file, "samples": sh.num_samples, "bytes": sh.bytes}
@@ -98,6 +101,11 @@ def _bad_records(markers: list[dict], dedup) -> dict:
         entry = out.setdefault(source, {}).setdefault("duplicate_doc_id", [0, 0, f"id {doc_id!r}"])
         entry[0] += 1
     return out
+
+
+def skipped_files(bad: dict) -> dict:
+    """{file: why} of the input files skipped whole (binary content)."""
+    return {f: r["binary_file"][2] for f, r in bad.items() if "binary_file" in r}
 
 
 def write_report(root: Path, report: dict) -> None:
@@ -134,6 +142,13 @@ def to_markdown(r: dict) -> str:
         for file, reasons in r["bad_records"].items():
             lines += [f"| {file} | {reason} | {n} | {line} | {detail} |"
                       for reason, (n, line, detail) in reasons.items()]
+    lines += ["", "## Input files", "", "| file | docs read | docs kept | tokens (with EOS) "
+              "| samples with its text |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {f} | {c['docs_read']} | {c['docs_kept']} | {c['tokens']} | {c['samples']} |"
+              for f, c in r.get("inputs", {}).items()]
+    if r.get("skipped_files"):
+        lines += ["", "Skipped whole (not text):", ""]
+        lines += [f"- {f}: {why}" for f, why in r["skipped_files"].items()]
     t = st["tokenize"]
     lines += ["", "## Tokens", "", f"Tokenizer: {r['tokenizer']['type']}, vocab "
               f"{r['tokenizer']['vocab_size']}; {t['bytes_per_token']} bytes per token.", "",
@@ -163,4 +178,4 @@ def summary(r: dict) -> str:
         + f"; tokens: {sum(st['tokenize']['tokens'].values())} "
         f"({st['tokenize']['bytes_per_token']} bytes/token)",
         f"shards: {len(r['shards'])}, output: {r['output']}",
-    ])
+    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()])

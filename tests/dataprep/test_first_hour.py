@@ -1,0 +1,54 @@
+"""What a new user meets first: binary files in the input, a missing text field, a vocabulary the
+corpus cannot fill, stray files in a finished dataset, and file modes."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from dataprep_helpers import run_build
+
+
+@pytest.fixture(scope="module")
+def with_binary(corpus, tmp_path_factory):
+    """The test corpus plus a real executable, once under a binary name and once as notes.txt."""
+    root = tmp_path_factory.mktemp("with_binary")
+    shutil.copyfile(corpus / "en.txt", root / "en.txt")
+    shutil.copyfile(sys.executable, root / "python.bin")
+    shutil.copyfile(sys.executable, root / "notes.txt")
+    return root
+
+
+def test_binary_files_are_skipped_whole_and_named(with_binary, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([with_binary], out) == 0
+    console = capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    for name in ("python.bin", "notes.txt"):
+        assert list(report["bad_records"][name]) == ["binary_file"]
+        assert "ELF" in report["skipped_files"][name]
+        assert f"skipped {name}" in console
+        assert report["inputs"][name] == {"docs_read": 0, "docs_kept": 0, "tokens": 0, "samples": 0}
+    # no fragment of the executables reached the dataset
+    sources = {r["doc_id"].split(":")[0] for s in ("train", "valid")
+               for r in pq.read_table(out / "provenance" / f"{s}.parquet").to_pylist()}
+    assert sources == {"en.txt"}
+    en = report["inputs"]["en.txt"]
+    assert en["docs_kept"] > 0 and en["samples"] == sum(
+        p["samples"] for p in report["stages"]["pack"].values())
+    assert en["tokens"] == sum(report["stages"]["tokenize"]["tokens"].values())
+    md = (out / "report.md").read_text()
+    assert "## Input files" in md and "| notes.txt | 0 | 0 | 0 | 0 |" in md
+
+
+def test_binary_detection_by_content():
+    from dataprep.binary import binary_reason
+    assert "ELF" in binary_reason(open(sys.executable, "rb").read(1 << 16))
+    assert "NUL" in binary_reason(b"plain text\x00more")
+    assert "UTF-8" in binary_reason(bytes(range(128, 256)) * 4)
+    assert binary_reason("café crème, naïve résumé\n".encode() * 100) is None
+    assert binary_reason("Latin-1 café au lait. ".encode("latin-1") * 50) is None   # a few bad bytes
+    assert binary_reason(b"") is None
