@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from dataprep import failure
 from dataprep import report as reporting
 from dataprep.config import BuildConfig, manifest_config
 from dataprep.dedup import describe
@@ -118,10 +119,12 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
         return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
-    except NoDatasetError:
+    except NoDatasetError as e:
+        bad = failure.bad_records(work)
         work.remove()
         if created and not any(out.iterdir()):
             out.rmdir()
+        failure.write_report(out, str(e), bad, run.get("docs_read"))
         raise
     finally:
         preload.join()   # an interpreter exiting in the middle of that import aborts
@@ -144,6 +147,7 @@ def resolved_config(cfg: BuildConfig, files) -> dict:
 def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
     """The finished identical dataset in `out`, None to build/resume, or BuildError."""
     work = WorkDir(out)
+    failure.clear_report(out)   # a failed build's report: the next build replaces it
     if (out / MANIFEST_FILE).is_file():
         try:
             manifest = load_manifest(out)
@@ -243,8 +247,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
             bar.update(marker["files_done"])
     result = dedup.finish()
     if result.kept_docs == 0:
-        raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
-                             f"read); see the filter thresholds in the config")
+        run["docs_read"] = result.docs_seen
+        raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))
     dedup.write_duplicates(work.staging)
     result.save(work.root)
     return result

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True, metavar="DIR")
     add_config_options(b)
     b.add_argument("--workers", type=int, help="worker processes (run.workers)")
+    b.add_argument("--text-field", help="input.text_field: the jsonl/parquet field with the text")
+    b.add_argument("--id-field", help="input.id_field: the field that becomes the doc_id")
     b.add_argument("--seq-length", type=int, help="pack.seq_length")
     tok = b.add_mutually_exclusive_group()
     tok.add_argument("--vocab-size", type=int, help="tokenizer.vocab_size of a trained tokenizer")
@@ -59,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
               "vocab_size": "tokenizer.vocab_size", "tokenizer": "tokenizer.model",
               "dedup_threshold": "dedup.threshold", "valid_fraction": "pack.valid_fraction",
-              "strict": "run.strict"}
+              "strict": "run.strict", "text_field": "input.text_field", "id_field": "input.id_field"}
 
 
 def _build(args) -> int:

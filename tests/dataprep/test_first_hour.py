@@ -52,3 +52,27 @@ def test_binary_detection_by_content():
     assert binary_reason("café crème, naïve résumé\n".encode() * 100) is None
     assert binary_reason("Latin-1 café au lait. ".encode("latin-1") * 50) is None   # a few bad bytes
     assert binary_reason(b"") is None
+
+
+def test_missing_text_field_is_named_with_the_key_to_set_and_a_report_is_written(tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    body = ("Debian keeps a record of every file installed by each program, so removing software "
+            "later leaves the computer as it was. Entry {n}, with some more words in it.")
+    (corpus / "x.jsonl").write_text("".join(json.dumps({"uid": f"d{n}", "body": body.format(n=n)})
+                                            + "\n" for n in range(500)))
+    out = tmp_path / "data"
+    assert run_build([corpus], out) == 1
+    err = capsys.readouterr().err
+    assert "500 record(s) in x.jsonl have no 'text' field" in err
+    assert "input.text_field" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed"] and report["bad_records"]["x.jsonl"]["missing_text_field"][0] == 500
+    assert "missing_text_field" in (out / "report.md").read_text()
+    # the same DIR then builds with the fields set (the failure report does not block it)
+    assert run_build([corpus], out, "--text-field", "body", "--id-field", "uid",
+                     "--vocab-size", "300", "--seq-length", "16") == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "failed" not in report and report["inputs"]["x.jsonl"]["docs_read"] == 500
+    kept = {r["doc_id"] for r in pq.read_table(out / "provenance" / "train.parquet").to_pylist()}
+    assert "d0" in kept or "d1" in kept
