@@ -55,7 +55,9 @@ from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
 from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read_chunks,
                              split_of, tokenize_chunk, unit_hash)
-from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
+from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
+from dataprep.stray import remove_temps
+from dataprep.vocab_fit import train_fitted
 from dataprep.workers import WorkerDied, WorkerPool
 from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
@@ -262,7 +264,7 @@ def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult | None)
         elif not (work.root / "tokenizer.json").is_file():
             sample = work.root / "tokenizer_sample.txt"
             stats = _write_tokenizer_sample(sample, cfg, work, dedup)
-            train_tokenizer(sample, model, cfg.tokenizer)
+            stats["vocab_size"] = train_fitted(sample, model, cfg.tokenizer)
             atomic_write_json(work.root / "tokenizer.json", stats)
     except TokenizerError as e:
         raise NoDatasetError(str(e)) from None
@@ -360,6 +362,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
                         config=config, versions=library_versions(), root=out)
     report = reporting.build_report(work, cfg, dedup, manifest, tails, hist, run)
     reporting.write_report(work.staging, report)
+    remove_temps(work.staging)      # an interrupted step's leftovers never reach the dataset
     for entry in sorted(work.staging.iterdir()):      # publish: move, then the manifest last
         target = out / entry.name
         if target.is_dir():

@@ -73,7 +73,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "inputs": per_file_counts(work, dedup, [f["file"] for f in manifest.config["inputs"]]),
         "skipped_files": skipped_files(bad),
         "token_length_histogram": hist,
-        "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type},
+        "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type,
+                      "vocab_size_requested": None if cfg.tokenizer.model else cfg.tokenizer.vocab_size},
         "shards": [{"file": sh.file, "samples": sh.num_samples, "bytes": sh.bytes}
                    for sp in manifest.splits.values() for sh in sp.shards],
         "max_shard_bytes": cfg.shards.max_shard_bytes,

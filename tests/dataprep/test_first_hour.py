@@ -76,3 +76,51 @@ def test_missing_text_field_is_named_with_the_key_to_set_and_a_report_is_written
     assert "failed" not in report and report["inputs"]["x.jsonl"]["docs_read"] == 500
     kept = {r["doc_id"] for r in pq.read_table(out / "provenance" / "train.parquet").to_pylist()}
     assert "d0" in kept or "d1" in kept
+
+
+def test_a_vocabulary_the_corpus_cannot_fill_is_fitted_with_a_warning(corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert run_build([corpus / "en.txt"], out, "--vocab-size", "32000") == 0
+    err = capsys.readouterr().err
+    assert "tokenizer.vocab_size=32000 is more than this corpus can fill" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    fitted = manifest["tokenizer"]["vocab_size"]
+    assert 100 < fitted < 32000 and f"largest size that works, {fitted}" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["tokenizer"] == {"vocab_size": fitted, "type": "unigram",
+                                   "vocab_size_requested": 32000}
+    # deterministic: the same build again gives the same tokenizer
+    again = tmp_path / "again"
+    assert run_build([corpus / "en.txt"], again, "--vocab-size", "32000") == 0
+    assert (again / "tokenizer.model").read_bytes() == (out / "tokenizer.model").read_bytes()
+
+
+def test_temporary_files_of_an_interrupted_step_never_reach_the_dataset(corpus, tmp_path,
+                                                                         monkeypatch):
+    import dataprep.build as build_mod
+    real = build_mod.train_fitted
+
+    def after_a_killed_run(sample, model, cfg):
+        # what a Ctrl-C during sentencepiece training under another pid leaves behind
+        for ext in ("model", "vocab"):
+            (model.parent / f".tokenizer.tmp424242.{ext}").write_bytes(b"partial")
+        return real(sample, model, cfg)
+
+    monkeypatch.setattr(build_mod, "train_fitted", after_a_killed_run)
+    out = tmp_path / "data"
+    assert run_build([corpus / "en.txt"], out) == 0
+    assert not [p for p in out.rglob(".*") if p.is_file()]
+
+
+def test_verify_fails_on_a_file_the_manifest_does_not_list(reference, tmp_path, capsys):
+    from dataprep.cli import main
+    data = tmp_path / "data"
+    shutil.copytree(reference, data)
+    assert main(["verify", str(data)]) == 0
+    (data / ".tokenizer.tmp99.vocab").write_text("x")
+    (data / "provenance" / "notes.txt").write_text("x")
+    capsys.readouterr()
+    assert main(["verify", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert ".tokenizer.tmp99.vocab: file not listed in the manifest" in out
+    assert "notes.txt: file not listed in the manifest" in out
