@@ -67,6 +67,7 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 def _build(args) -> int:
     from dataprep.build import BuildError, build
     from dataprep.report import summary
+    from mspretrain.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag) is not None}
     if args.max_shard_bytes is not None:
@@ -75,8 +76,9 @@ def _build(args) -> int:
         overrides["run.progress"] = False
     cfg = load_build_config(args.config, overrides, args.set)
     try:
-        result = build(args.inputs, args.out, cfg)
-    except BuildError as e:
+        with out_dir_lock(args.out, f"--out {args.out}"):
+            result = build(args.inputs, args.out, cfg)
+    except (BuildError, LockedError) as e:
         print(f"dataprep build: error: {e}", file=sys.stderr)
         return 1
     if result.already_built:

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                 "ShardError", "LoaderError", "FileNotFoundError"}
+                 "ShardError", "LoaderError", "FileNotFoundError", "LockedError"}
 
 
 if __name__ == "__main__":

@@ -200,6 +200,16 @@ def is_bad(result, cfg: Config) -> bool:
     return result.overflow and (not scaled or result.loss_scale <= cfg.precision.loss_scale.min)
 
 
+def run_lock(run_dir: Path, is_main: bool):
+    """One `train launch` per run dir (rank 0 holds it): mspretrain.lock."""
+    from contextlib import nullcontext
+    from mspretrain.lock import run_dir_lock
+    if not is_main:
+        return nullcontext()
+    prepare_run_dir(run_dir)      # its clear error for an unwritable dir comes before the lock's
+    return run_dir_lock(run_dir, f"run dir {run_dir}")
+
+
 def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
     """`train launch`: returns the process exit code."""
     from train import distributed
@@ -221,7 +231,8 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
     with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
                 seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
-                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader:
+                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader, \
+            run_lock(run_dir, dist.is_main):
         if dist.is_main:
             prepare_run_dir(run_dir)
             ckpt.remove_stale_temps(run_dir)

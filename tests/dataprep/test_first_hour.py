@@ -124,3 +124,17 @@ def test_verify_fails_on_a_file_the_manifest_does_not_list(reference, tmp_path, 
     out = capsys.readouterr().out
     assert ".tokenizer.tmp99.vocab: file not listed in the manifest" in out
     assert "notes.txt: file not listed in the manifest" in out
+
+
+def test_two_builds_into_one_out_dir(corpus, tmp_path, capsys):
+    from lock_helpers import hold, kill
+    out = tmp_path / "data"
+    holder = hold("out_dir_lock", out)
+    try:
+        assert run_build([corpus / "en.txt"], out) == 1
+        err = capsys.readouterr().err
+        assert f"--out {out} is in use by another process (pid {holder.pid}" in err
+        assert not out.exists()
+    finally:
+        kill(holder)
+    assert run_build([corpus / "en.txt"], out) == 0
