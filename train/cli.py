@@ -33,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
                    help="continue from RUN/checkpoints/latest (auto) or from a checkpoint directory")
     p.add_argument("--force", action="store_true",
                    help="resume even if the config hash or dataset fingerprint differ")
+    p.add_argument("--verify-data", action="store_true",
+                   help="check every shard's sha256 against the manifest before training")
     p.add_argument("--nproc", type=int, default=1, help="processes on this node (msrun when > 1)")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
@@ -45,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint")
     _config_args(p)
     p.add_argument("--checkpoint", help="checkpoint directory (default: RUN/checkpoints/latest)")
+    p.add_argument("--verify-data", action="store_true",
+                   help="check every shard's sha256 against the manifest first")
 
     p = sub.add_parser("compare", help="are two runs' losses bitwise equal, step by step?")
     p.add_argument("run_a")
@@ -78,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.set)
         if args.command == "launch":
             from train.trainer import launch
-            return launch(cfg, resume=args.resume, force=args.force)
+            return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
         if args.command == "eval":
             from train.evaluate import main as evaluate
-            return evaluate(cfg, args.checkpoint)
+            return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
         if args.command == "plan":
             from train.parallel import print_plan
             print_plan(cfg, args.world_size)
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                 "ShardError", "LoaderError", "FileNotFoundError", "LockedError"}
+                 "ShardError", "LoaderError", "FileNotFoundError", "LockedError",
+                 "DataCheckError"}
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from train import checkpoint as ckpt
-from train import metrics
+from train import data_check, metrics, resume_policy
 from train.config import Config, ConfigError
 from train.optim import lr_at
 
@@ -80,6 +80,7 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
             raise ResumeError(f"{run_dir} already has checkpoints (newest: "
                               f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
                               f"it, or set run.dir to a new directory. Nothing was changed.")
+        resume_policy.check_fresh_start(run_dir)
         return None
     if resume == "auto":
         return ckpt.latest_checkpoint(run_dir)
@@ -103,15 +104,8 @@ def prepare_run_dir(run_dir: Path) -> None:
 def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
     """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
     state = ckpt.read_state(ckpt_dir)
-    problems = []
-    if state.get("config_hash") != cfg.hash():
-        problems.append(f"config hash {state.get('config_hash')} != this config's {cfg.hash()}")
-    if state.get("dataset_fingerprint") != loader.fingerprint:
-        problems.append(f"dataset fingerprint {state.get('dataset_fingerprint')} != "
-                        f"{cfg.data.path}'s {loader.fingerprint}")
-    if problems and not force:
-        raise ResumeError(f"cannot resume from {ckpt_dir}: " + "; ".join(problems)
-                          + " (pass --force to continue anyway)")
+    if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
+        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path, ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     ckpt.load_params(ckpt_dir, session.train_step.state_parameters(), rank=rank)
     loader.load_state_dict(state["loader"], force=force)
@@ -133,6 +127,8 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "rng": {"seed": cfg.seed, "note": "the step draws no random numbers (no dropout); init is "
                                           "numpy default_rng(seed)"},
         "config_hash": cfg.hash(),
+        "config": resume_policy.config_record(cfg),
+        "dataset": data_check.identity(loader),
         "dataset_fingerprint": loader.fingerprint,
         "world_size": dist.world_size,
         "bad_streak": bad_streak,
@@ -210,7 +206,7 @@ def run_lock(run_dir: Path, is_main: bool):
     return run_dir_lock(run_dir, f"run dir {run_dir}")
 
 
-def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
+def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_data: bool = False) -> int:
     """`train launch`: returns the process exit code."""
     from train import distributed
     from train.step import check_precision
@@ -224,6 +220,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         raise ConfigError("data.path is empty: set it to a dataset dir (--set data.path=DIR)")
     run_dir = Path(cfg.run.dir)
     resume_from = resolve_resume(run_dir, resume)
+    data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
 
     import mindspore as ms
     from loader import Loader
@@ -241,6 +238,8 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
             start, bad_streak = state["step"], state.get("bad_streak", 0)
+            if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
+                print(done, flush=True)
         if dist.is_main:
             dropped = metrics.truncate_after(run_dir, start)
             print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "

@@ -2,8 +2,15 @@
 metrics without a checkpoint, a dataset that does not fit the checkpoint."""
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from lock_helpers import hold, kill
-from trainer_harness import launch_cmd, run
+from synthetic import make_dataset
+from train.config import load_config
+from train.optim import lr_at
+from trainer_harness import TINY, launch_cmd, records, run
 
 
 def test_two_train_launches_on_one_run_dir(tmp_path, tiny_data):
@@ -16,3 +23,82 @@ def test_two_train_launches_on_one_run_dir(tmp_path, tiny_data):
         assert not (run_dir / "metrics.jsonl").exists()
     finally:
         kill(holder)
+
+
+def test_metrics_without_a_checkpoint_are_not_cut_by_a_fresh_start(tmp_path, tiny_data):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.5}\n')
+    r = run(launch_cmd(run_dir, tiny_data, "train.steps=2"))
+    assert r.returncode == 2, r.stderr
+    assert "already has metrics.jsonl from an earlier run" in r.stderr
+    assert metrics.read_text() == '{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.5}\n'
+
+
+FOUR = ("train.steps=4", "checkpoint.every_steps=2", "eval.every_steps=0", "log.every_steps=1")
+
+
+@pytest.mark.slow
+def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
+    run_dir = tmp_path / "run"
+    r = run(launch_cmd(run_dir, tiny_data, *FOUR))
+    assert r.returncode == 0, r.stderr
+    # resuming a finished run says so
+    r = run(launch_cmd(run_dir, tiny_data, *FOUR, resume="auto"))
+    assert r.returncode == 0, r.stderr
+    assert "already finished at step 4/4" in r.stdout
+    # extending: train.steps and the cadences change without --force, named, lr schedule continues
+    r = run(launch_cmd(run_dir, tiny_data, *FOUR, "train.steps=8", "checkpoint.every_steps=4",
+                       resume="auto"))
+    assert r.returncode == 0, r.stderr
+    assert "train.steps 4 -> 8" in r.stdout and "checkpoint.every_steps 2 -> 4" in r.stdout
+    cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={run_dir}", *FOUR, "train.steps=8"])
+    steps = [x for x in records(run_dir) if not x.get("eval")]
+    assert [x["step"] for x in steps] == list(range(1, 9))
+    assert [x["lr"] for x in steps[4:]] == [lr_at(s, cfg.optim, 8) for s in range(5, 9)]
+    # a key that changes training is named; --force prints what it overrides
+    r = run(launch_cmd(run_dir, tiny_data, *FOUR, "train.steps=9", "optim.weight_decay=0.2",
+                       resume="auto"))
+    assert r.returncode == 2 and "optim.weight_decay 0.1 -> 0.2" in r.stderr, r.stderr
+    other = make_dataset(tmp_path / "other", num_train=64, num_valid=16, seq_length=16,
+                         vocab_size=128, seed=9)
+    # eval on a dataset with another sequence length: refused, naming both
+    r = run(launch_cmd(run_dir, other, *FOUR, command="eval"))
+    assert r.returncode == 2, r.stderr
+    assert "does not fit checkpoint" in r.stderr and "seq_length 32 (checkpoint) != 16" in r.stderr
+    r = run(launch_cmd(run_dir, other, *FOUR, "train.steps=9", resume="auto", force=True))
+    assert r.returncode == 0 and "--force: overriding dataset fingerprint" in r.stderr, r.stderr
+
+    # a damaged shard: a flipped byte fails `eval --verify-data`
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_data, bad)
+    shard = sorted((bad / "shards").glob("valid-*.mindrecord"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    r = run(launch_cmd(run_dir, bad, *FOUR, command="eval") + ["--verify-data"])
+    assert r.returncode == 2 and f"{shard}: sha256 differs from the manifest" in r.stderr, r.stderr
+
+
+def test_dataset_checks_at_start(tmp_path, tiny_data):
+    from train.data_check import DataCheckError, check_dataset
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_data, bad)
+    assert check_dataset(str(bad), ("train", "valid"), full=True).seq_length == 32
+    shard = sorted((bad / "shards").glob("train-*.mindrecord"))[0]
+    data = shard.read_bytes()
+    mid = len(data) // 2
+    shard.write_bytes(data[:mid] + bytes([data[mid] ^ 1]) + data[mid + 1:])   # only checksums see it
+    check_dataset(str(bad), ("train",))
+    with pytest.raises(DataCheckError, match="sha256 differs"):
+        check_dataset(str(bad), ("train",), full=True)
+    shard.write_bytes(b"\0" * 8 + data[8:])                    # the header's length is gone
+    with pytest.raises(DataCheckError, match="no MindRecord header"):
+        check_dataset(str(bad), ("train",))
+    shard.write_bytes(data[:-100])                              # cut short
+    with pytest.raises(DataCheckError, match=r"data \+ \.db are .* the manifest says"):
+        check_dataset(str(bad), ("train",))
+    r = run(launch_cmd(tmp_path / "fresh", bad, *FOUR))
+    assert r.returncode == 2 and f"{shard}: data + .db are" in r.stderr, r.stderr
+    assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
