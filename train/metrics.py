@@ -21,15 +21,21 @@ class MetricsWriter:
     """Appends one line per record, flushed at once (a kill loses at most the line being written)."""
 
     def __init__(self, run_dir):
+        from train.tensorboard import TensorBoardMirror
         self.path = Path(run_dir) / METRICS_FILE
+        resumed_at = max((r["step"] for r in read_records(self.path)), default=0) \
+            if self.path.is_file() else 0
         self._file = open(self.path, "a")
+        self._tb = TensorBoardMirror(run_dir, resumed_at)
 
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        self._tb.write(record)
 
     def close(self) -> None:
         self._file.close()
+        self._tb.close()
 
 
 def read_records(path) -> list[dict]:

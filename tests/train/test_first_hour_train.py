@@ -57,6 +57,7 @@ def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
     steps = [x for x in records(run_dir) if not x.get("eval")]
     assert [x["step"] for x in steps] == list(range(1, 9))
     assert [x["lr"] for x in steps[4:]] == [lr_at(s, cfg.optim, 8) for s in range(5, 9)]
+    assert_tensorboard_matches_metrics(run_dir)     # a resumed run included
     # a key that changes training is named; --force prints what it overrides
     r = run(launch_cmd(run_dir, tiny_data, *FOUR, "train.steps=9", "optim.weight_decay=0.2",
                        resume="auto"))
@@ -102,3 +103,25 @@ def test_dataset_checks_at_start(tmp_path, tiny_data):
     r = run(launch_cmd(tmp_path / "fresh", bad, *FOUR))
     assert r.returncode == 2 and f"{shard}: data + .db are" in r.stderr, r.stderr
     assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
+
+
+def tensorboard_scalars(run_dir) -> dict:
+    """{tag: {step: value}} as TensorBoard itself reads RUN/tensorboard/."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def assert_tensorboard_matches_metrics(run_dir) -> None:
+    import numpy as np
+    tb = tensorboard_scalars(run_dir)
+    want: dict = {}
+    for rec in records(run_dir):
+        prefix = "eval/" if rec.get("eval") else ""
+        for k, v in rec.items():
+            if k not in ("step", "eval", "time") and not isinstance(v, bool) \
+                    and isinstance(v, (int, float)):
+                want.setdefault(prefix + k, {})[rec["step"]] = float(np.float32(v))
+    assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(want)
+    assert tb == want
