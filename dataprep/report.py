@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.filters import FILTER_NAMES
+from dataprep import plots
 from dataprep.per_file import per_file_counts
 from dataprep.workdir import atomic_write_bytes, atomic_write_json
 
@@ -73,6 +74,9 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "inputs": per_file_counts(work, dedup, [f["file"] for f in manifest.config["inputs"]]),
         "skipped_files": skipped_files(bad),
         "token_length_histogram": hist,
+        "token_rank_frequency": plots.token_rank_frequency(work, dedup.num_chunks,
+                                                           manifest.tokenizer.vocab_size),
+        "plots": list(plots.FILES.values()) if plots.available() else [],
         "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type,
                       "vocab_size_requested": None if cfg.tokenizer.model else cfg.tokenizer.vocab_size},
         "shards": [{"file": sh.file, "samples": sh.num_samples, "bytes": sh.bytes}
@@ -111,6 +115,8 @@ def skipped_files(bad: dict) -> dict:
 
 def write_report(root: Path, report: dict) -> None:
     atomic_write_json(root / "report.json", report)
+    if report.get("plots"):
+        plots.write_plots(root, report)
     atomic_write_bytes(root / "report.md", to_markdown(report).encode())
 
 
@@ -159,6 +165,8 @@ def to_markdown(r: dict) -> str:
               f"| {p['tail_tokens_dropped']} |" for s, p in st["pack"].items()]
     lines += ["", "Document length in tokens:", "", "| tokens | docs |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in r["token_length_histogram"].items()]
+    lines += [""] + [f"![{name[len('report_'):-len('.png')].replace('_', ' ')}]({name})"
+                     for name in r.get("plots", [])]
     lines += ["", f"## Shards (cap {r['max_shard_bytes']} bytes, data + index)", "",
               "| file | samples | bytes |", "|---|---:|---:|"]
     lines += [f"| {s['file']} | {s['samples']} | {s['bytes']} |" for s in r["shards"]]

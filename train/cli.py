@@ -3,7 +3,8 @@
   train launch   --config F.yaml [--set k=v ...] [--resume auto|CKPT_DIR] [--force]
                  [--nproc N [--nnodes K --node-rank R --master-addr A --master-port P]]
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
-  train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
+  train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
+  train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
@@ -53,6 +54,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="are two runs' losses bitwise equal, step by step?")
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw both runs' curves into FILE.png")
+
+    p = sub.add_parser("plot", help="draw runs' loss, val loss, lr, grad norm, loss scale, tokens/s")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--out", required=True, metavar="FILE.png")
 
     p = sub.add_parser("plan", help="print the parallel plan")
     _config_args(p)
@@ -75,7 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compare":
             from train.metrics import compare_runs
-            return compare_runs(args.run_a, args.run_b)
+            from train.plot import run_records
+            run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
+            code = compare_runs(args.run_a, args.run_b)
+            if args.plot:
+                from train.plot import plot_runs
+                print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
+            return code
+        if args.command == "plot":
+            from train.plot import plot_runs
+            print(f"plot: {plot_runs(args.runs, args.out)}")
+            return 0
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from train.launch import run_msrun
             return run_msrun(args, argv)

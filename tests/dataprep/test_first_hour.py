@@ -138,3 +138,18 @@ def test_two_builds_into_one_out_dir(corpus, tmp_path, capsys):
     finally:
         kill(holder)
     assert run_build([corpus / "en.txt"], out) == 0
+
+
+def test_report_pictures_are_png_files_linked_from_report_md(reference):
+    from PIL import Image
+    report = json.loads((reference / "report.json").read_text())
+    assert report["plots"] == ["report_doc_lengths.png", "report_tokens.png"]
+    md = (reference / "report.md").read_text()
+    for name in report["plots"]:
+        assert f"]({name})" in md
+        with Image.open(reference / name) as im:
+            assert im.format == "PNG" and im.size == (700, 400)
+            colours = im.convert("RGB").getcolors(1 << 16)
+            assert colours is not None and len(colours) > 10      # drawn, not blank
+    ranks = report["token_rank_frequency"]
+    assert ranks[0][0] == 1 and all(a[1] >= b[1] for a, b in zip(ranks, ranks[1:]))

@@ -125,3 +125,35 @@ def assert_tensorboard_matches_metrics(run_dir) -> None:
                 want.setdefault(prefix + k, {})[rec["step"]] = float(np.float32(v))
     assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(want)
     assert tb == want
+
+
+def _fake_run(root, scale: float):
+    """A run dir with a metrics.jsonl in the trainer's format (what the plots read)."""
+    import json
+    root.mkdir()
+    lines = []
+    for step in range(1, 21):
+        lines.append({"step": step, "loss": scale * 5 / step ** 0.3, "lr": 1e-3 * min(1, step / 5),
+                      "grad_norm": 1.0 / step, "loss_scale": 65536.0, "overflow": False,
+                      "tokens_per_s": 1000.0 + step, "mfu": 0.01})
+        if step % 10 == 0:
+            lines.append({"step": step, "eval": True, "val_loss": scale * 4.0, "val_ppl": 54.6})
+    (root / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return root
+
+
+def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
+    from PIL import Image
+    from train.cli import main
+    a, b = _fake_run(tmp_path / "a", 1.0), _fake_run(tmp_path / "b", 1.2)
+    out = tmp_path / "plots" / "runs.png"
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == (800, 1200)
+        colours = {c for _, c in im.convert("RGB").getcolors(1 << 20)}
+    assert (31, 119, 180) in colours and (255, 127, 14) in colours     # both runs drawn (C0, C1)
+    assert main(["compare", str(a), str(b), "--plot", str(tmp_path / "cmp.png")]) == 1
+    assert Image.open(tmp_path / "cmp.png").format == "PNG"
+    capsys.readouterr()
+    assert main(["compare", str(a), str(tmp_path / "nope")]) == 2
+    assert "nope/metrics.jsonl: not found" in capsys.readouterr().err
