@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
@@ -29,6 +30,7 @@ class MetricsWriter:
         self._tb = TensorBoardMirror(run_dir, resumed_at)
 
     def write(self, record: dict) -> None:
+        record = {**record, "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self._tb.write(record)

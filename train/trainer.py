@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from train import checkpoint as ckpt
-from train import data_check, metrics, resume_policy
+from train import console, data_check, metrics, resume_policy
 from train.config import Config, ConfigError
 from train.optim import lr_at
 
@@ -255,6 +255,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     peak = cfg.train.peak_tflops or measure_peak_tflops()
     tokens_per_step = cfg.train.global_batch_size * loader.seq_length
     writer = metrics.MetricsWriter(run_dir) if dist.is_main else None
+    progress = console.Progress(cfg, start, tokens_per_step)
+    if writer and start < cfg.train.steps:
+        print(progress.compile_notice(), flush=True)
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
@@ -274,7 +277,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             if writer:
                 writer.write(record)
                 if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
-                    print(metrics.console_line(record, cfg.train.steps), flush=True)
+                    print(progress.line(record), flush=True)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 val = validation_loss(session.loss_net, cfg, loader.seq_length)
                 rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
@@ -293,4 +296,6 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     finally:
         if writer:
             writer.close()
+    if writer:
+        print(progress.summary(run_dir), flush=True)
     return 0

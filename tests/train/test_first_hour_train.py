@@ -44,6 +44,13 @@ def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
     run_dir = tmp_path / "run"
     r = run(launch_cmd(run_dir, tiny_data, *FOUR))
     assert r.returncode == 0, r.stderr
+    # the console: a compile notice, elapsed and ETA, no loss scale in fp32, a summary
+    assert "compiling the training graph for step 1" in r.stdout
+    line3 = next(x for x in r.stdout.splitlines() if x.startswith("step      3/4"))
+    assert "elapsed 0:" in line3 and "eta 0:" in line3 and "scale" not in line3
+    assert "[train] done: step 4/4 (4 this session, 1,024 tokens" in r.stdout
+    assert f"checkpoints: {run_dir / 'checkpoints'} (latest: step_00000004)" in r.stdout
+    assert all(x["time"].endswith("+00:00") for x in records(run_dir))
     # resuming a finished run says so
     r = run(launch_cmd(run_dir, tiny_data, *FOUR, resume="auto"))
     assert r.returncode == 0, r.stderr
