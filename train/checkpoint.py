@@ -25,6 +25,8 @@ from pathlib import Path
 
 import mindspore as ms
 
+from mspretrain.fsmode import use_umask
+
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
 MODEL_FILE = "model.ckpt"
@@ -98,6 +100,7 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
         ms.save_checkpoint([{"name": name, "data": p} for name, p in params.items()], str(model_path))
+        use_umask(model_path, readonly=True)    # save_checkpoint makes it owner-only
         _fsync(model_path)
         if is_main:
             _write_synced(tmp / STATE_FILE, json.dumps(state, indent=1, sort_keys=True) + "\n")
