@@ -3,6 +3,7 @@ dataset error (the message names the file or line), 2 on a config error (it name
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from dataprep.config import load_build_config
@@ -17,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
-        print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
+        if args.command == "build":
+            print(f"\ndataprep build: interrupted; the finished work is kept in "
+                  f"{args.out}/.build; rerun the same command to resume: dataprep "
+                  f"{shlex.join(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        else:
+            print(f"\ndataprep {args.command}: interrupted", file=sys.stderr)
         return 130
 
 

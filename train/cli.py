@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
     except ConfigError as e:
         return report(f"train {args.command}", e)
+    except KeyboardInterrupt:
+        if args.command != "launch":
+            print(f"\ntrain {args.command}: interrupted", file=sys.stderr)
+            return 130
+        from train.console import interrupted
+        return interrupted(args, argv)
     except Exception as e:
         if type(e).__name__ in _CLEAR_ERRORS:
             print(f"train {args.command}: {type(e).__name__}: {e}", file=sys.stderr)

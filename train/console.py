@@ -3,6 +3,9 @@ step line (no loss scale in fp32, where it never moves), and a summary at the en
 from __future__ import annotations
 
 import math
+import shlex
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ class Progress:
     def __init__(self, cfg, start: int, tokens_per_step: int):
         self.cfg, self.start, self.tokens_per_step = cfg, start, tokens_per_step
         self.t0 = time.perf_counter()
-        self.t_first = None      # end of the first step (compilation included)
+        self.t_first = self.first_step = None   # the first step line seen: the ETA starts there
 
     def compile_notice(self) -> str:
         return (f"[train] compiling the training graph for step {self.start + 1} (GRAPH_MODE: "
@@ -29,9 +32,9 @@ class Progress:
         """The step line, with elapsed time and an ETA from the steps after the first."""
         now = time.perf_counter()
         step, total = record["step"], self.cfg.train.steps
-        if self.t_first is None:
-            self.t_first = now
-        done_after_first = step - self.start - 1
+        if self.t_first is None:    # after compilation: the steps from here on set the pace
+            self.t_first, self.first_step = now, step
+        done_after_first = step - self.first_step
         eta = ""
         if done_after_first > 0:
             per_step = (now - self.t_first) / done_after_first
@@ -62,3 +65,33 @@ class Progress:
         lines.append(f"[train] checkpoints: {ckpt.checkpoints_root(run_dir)} (latest: "
                      f"{latest.name if latest else 'none'}); metrics: {path}")
         return "\n".join(lines)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def catch_interrupts() -> None:
+    """Ctrl-C and SIGTERM end the loop with KeyboardInterrupt (MindSpore's own handler turns
+    Ctrl-C into a bare SIGTERM death, exit 143), so `interrupted` can say what was saved."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+
+
+def interrupted(args, argv: list[str]) -> int:
+    """One line on Ctrl-C: the step reached, the last checkpoint, and the command that resumes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C does not interrupt this
+    try:
+        from train.config import load_config
+        run_dir = Path(load_config(args.config, args.set).run.dir)
+        latest = ckpt.latest_checkpoint(run_dir)
+    except Exception:   # noqa: BLE001 (the config was not the reason: say what we can)
+        run_dir, latest = None, None
+    cmd = list(argv)
+    if "--resume" not in cmd and not any(a.startswith("--resume=") for a in cmd):
+        cmd += ["--resume", "auto"]
+    saved = (f"last checkpoint {latest}" if latest else
+             "no checkpoint yet (a resume starts over)") if run_dir else "see the run dir"
+    print(f"\ntrain {args.command}: interrupted; {saved}; resume with: train "
+          f"{shlex.join(cmd)}", file=sys.stderr, flush=True)
+    return 130

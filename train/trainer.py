@@ -256,6 +256,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     tokens_per_step = cfg.train.global_batch_size * loader.seq_length
     writer = metrics.MetricsWriter(run_dir) if dist.is_main else None
     progress = console.Progress(cfg, start, tokens_per_step)
+    console.catch_interrupts()
     if writer and start < cfg.train.steps:
         print(progress.compile_notice(), flush=True)
     batches = iter(loader)

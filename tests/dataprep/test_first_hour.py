@@ -153,3 +153,29 @@ def test_report_pictures_are_png_files_linked_from_report_md(reference):
             assert colours is not None and len(colours) > 10      # drawn, not blank
     ranks = report["token_rank_frequency"]
     assert ranks[0][0] == 1 and all(a[1] >= b[1] for a, b in zip(ranks, ranks[1:]))
+
+
+def test_ctrl_c_prints_one_line_without_worker_tracebacks(corpus, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from dataprep_helpers import REPO, TEST_SETTINGS
+    out = tmp_path / "data"
+    cmd = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out), *TEST_SETTINGS,
+           "--workers", "2", "--set", "run.chunk_bytes=4KiB"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while not any((out / ".build" / "docs").glob("*.json")) and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, signal.SIGINT)      # what a terminal's Ctrl-C does: the whole group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert f"interrupted; the finished work is kept in {out}/.build; rerun the same command" in err

@@ -164,3 +164,30 @@ def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(a), str(tmp_path / "nope")]) == 2
     assert "nope/metrics.jsonl: not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, tiny_data):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from trainer_harness import REPO, last_step
+    run_dir = tmp_path / "run"
+    cmd = launch_cmd(run_dir, tiny_data, "train.steps=1000", "checkpoint.every_steps=3",
+                     "eval.every_steps=0")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        while last_step(run_dir) < 4 and proc.poll() is None:
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)      # Ctrl-C: the whole process group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Terminated" not in err
+    assert "train launch: interrupted; last checkpoint " + str(run_dir / "checkpoints" / "step_") in err
+    assert "--resume auto" in err.splitlines()[-1]
