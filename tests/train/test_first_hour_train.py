@@ -191,3 +191,27 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path, tiny_data):
     assert "Traceback" not in err and "Terminated" not in err
     assert "train launch: interrupted; last checkpoint " + str(run_dir / "checkpoints" / "step_") in err
     assert "--resume auto" in err.splitlines()[-1]
+
+
+def test_msrun_console_filter_keeps_the_trainers_lines_only(tmp_path):
+    import io
+    import subprocess
+    import sys
+
+    from train.log_filter import pump
+    lines = [
+        "[INFO] DISTRIBUTED(16158,7fcc0559a6c0,python):2026-11-30-13:03:54.358.110 "
+        "[mindspore/ccsrc/cluster/rpc/core/communicator/tcp_client.cc:367] Start] Event base",
+        "[WARNING] ME(16147:140113741184576,MainProcess):2026-11-30-13:03:06.382.000 "
+        "[mindspore/parallel/cluster/process_entity/_api.py:112] The '--tail_worker_log' is set",
+        "[train] starting at step 0/8, 1 micro-step(s) per step",
+        "step      8/8  loss 4.5909  lr 3.000e-04",
+        "[ERROR] ME(1:2,MainProcess): a real error stays visible",
+    ]
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write(sys.argv[1])",
+                             "\n".join(lines) + "\n"], stdout=subprocess.PIPE)
+    console = io.StringIO()
+    pump(proc.stdout, tmp_path / "launcher.log", console).join(timeout=30)
+    proc.wait()
+    assert console.getvalue().splitlines() == lines[2:]
+    assert (tmp_path / "launcher.log").read_text().splitlines() == lines
