@@ -179,3 +179,25 @@ def test_ctrl_c_prints_one_line_without_worker_tracebacks(corpus, tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert f"interrupted; the finished work is kept in {out}/.build; rerun the same command" in err
+
+
+def test_per_file_counts_agree_with_the_provenance(reference):
+    """Samples per input file (from document lengths) == distinct samples the provenance gives."""
+    report = json.loads((reference / "report.json").read_text())
+    files = set(report["inputs"])
+
+    def file_of(doc_id: str) -> str:
+        head = doc_id.rsplit(":", 1)[0]
+        return head if head in files else "html.jsonl.zst"      # jsonl records keep their own id
+
+    samples: dict = {}
+    for split in ("train", "valid"):
+        prov = pq.read_table(reference / "provenance" / f"{split}.parquet").to_pylist()
+        for f, _ in {(file_of(r["doc_id"]), r["sample_id"]) for r in prov}:
+            samples[f] = samples.get(f, 0) + 1
+    assert len(samples) >= 4
+    assert {f: c["samples"] for f, c in report["inputs"].items() if c["samples"]} == samples
+    st = report["stages"]
+    assert sum(c["docs_read"] for c in report["inputs"].values()) == st["read"]["docs"]
+    assert sum(c["docs_kept"] for c in report["inputs"].values()) == st["dedup"]["docs_out"]
+    assert sum(c["tokens"] for c in report["inputs"].values()) == sum(st["tokenize"]["tokens"].values())
