@@ -3,7 +3,8 @@
 A checkpoint records the config it was trained with (state.json "config"). On resume the keys that
 differ are named, old -> new:
   - keys that never change the loss curve (run dir, logging, checkpoint and eval cadence, loader
-    workers and prefetch, the peak-TFLOPs figure) and `train.steps` change freely. Extending a run
+    workers and prefetch, the peak-TFLOPs figure), the data-parallel size (an elastic resume: the
+    loader continues the same global sample stream) and `train.steps` change freely. Extending a run
     (a larger train.steps) continues the learning-rate schedule as if the new train.steps had been
     set from the start: lr_at(step, optim, new train.steps) is a pure function of the step, so the
     warmup is never repeated and the cosine reaches optim.min_lr at the new last step;
@@ -20,7 +21,8 @@ from train.optim import lr_at
 
 # keys that may differ on resume without --force (prefixes end in ".")
 SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers", "data.prefetch",
-        "train.peak_tflops", "train.steps")
+        "train.peak_tflops", "train.steps",
+        "parallel.data_parallel")    # elastic resume: the loader continues the same sample stream
 
 
 def config_record(cfg) -> dict:
