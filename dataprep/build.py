@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from dataprep import failure
 from dataprep import report as reporting
 from dataprep.config import BuildConfig, manifest_config
 from dataprep.dedup import describe
@@ -54,7 +55,9 @@ from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
 from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read_chunks,
                              split_of, tokenize_chunk, unit_hash)
-from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
+from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
+from dataprep.stray import remove_temps
+from dataprep.vocab_fit import train_fitted
 from dataprep.workers import WorkerDied, WorkerPool
 from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
@@ -140,8 +143,10 @@ def _build_local(out: Path, work: WorkDir, files, cfg: BuildConfig, config: dict
         return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
-    except NoDatasetError:
+    except NoDatasetError as e:
+        bad = failure.bad_records(work)
         _remove_work(out, work, created)
+        failure.write_report(out, str(e), bad, run.get("docs_read"))
         raise
     finally:
         preload.join()   # an interpreter exiting in the middle of that import aborts
@@ -186,6 +191,7 @@ def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
 def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
     """The finished identical dataset in `out`, None to build/resume, or BuildError."""
     work = WorkDir(out)
+    failure.clear_report(out)   # a failed build's report: the next build replaces it
     if (out / MANIFEST_FILE).is_file():
         try:
             manifest = load_manifest(out)
@@ -290,8 +296,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
             bar.update(marker["files_done"])
     result = dedup.finish()
     if result.kept_docs == 0:
-        raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
-                             f"read); see the filter thresholds in the config")
+        run["docs_read"] = result.docs_seen
+        raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))
     dedup.write_duplicates(work.staging)
     result.save(work.root)
     return result
@@ -305,7 +311,7 @@ def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult | None)
         elif not (work.root / "tokenizer.json").is_file():
             sample = work.root / "tokenizer_sample.txt"
             stats = _write_tokenizer_sample(sample, cfg, work, dedup)
-            train_tokenizer(sample, model, cfg.tokenizer)
+            stats["vocab_size"] = train_fitted(sample, model, cfg.tokenizer)
             atomic_write_json(work.root / "tokenizer.json", stats)
     except TokenizerError as e:
         raise NoDatasetError(str(e)) from None
@@ -419,6 +425,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
                         config=config, versions=library_versions(), root=out)
     report = reporting.build_report(work, cfg, dedup, manifest, tails, hist, run)
     reporting.write_report(work.staging, report)
+    remove_temps(work.staging)      # an interrupted step's leftovers never reach the dataset
     for entry in sorted(work.staging.iterdir()):      # publish: move, then the manifest last
         target = out / entry.name
         if target.is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from dataprep.config import load_build_config
@@ -23,7 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
-        print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
+        if args.command == "build":
+            print(f"\ndataprep build: interrupted; the finished work is kept in "
+                  f"{args.out}/.build; rerun the same command to resume: dataprep "
+                  f"{shlex.join(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        else:
+            print(f"\ndataprep {args.command}: interrupted", file=sys.stderr)
         return 130
 
 
@@ -37,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True, metavar="DIR")
     add_config_options(b)
     b.add_argument("--workers", type=int, help="worker processes (run.workers)")
+    b.add_argument("--text-field", help="input.text_field: the jsonl/parquet field with the text")
+    b.add_argument("--id-field", help="input.id_field: the field that becomes the doc_id")
     b.add_argument("--seq-length", type=int, help="pack.seq_length")
     tok = b.add_mutually_exclusive_group()
     tok.add_argument("--vocab-size", type=int, help="tokenizer.vocab_size of a trained tokenizer")
@@ -82,12 +90,14 @@ def _parser() -> argparse.ArgumentParser:
 _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
               "vocab_size": "tokenizer.vocab_size", "tokenizer": "tokenizer.model",
               "dedup_threshold": "dedup.threshold", "valid_fraction": "pack.valid_fraction",
-              "strict": "run.strict", "engine": "run.engine", "ray_address": "run.ray_address"}
+              "strict": "run.strict", "engine": "run.engine", "ray_address": "run.ray_address",
+              "text_field": "input.text_field", "id_field": "input.id_field"}
 
 
 def _build(args) -> int:
     from dataprep.build import BuildError, build
     from dataprep.report import summary
+    from mspretrain.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag) is not None}
     if args.max_shard_bytes is not None:
@@ -99,8 +109,9 @@ def _build(args) -> int:
         cfg = load_build_config(args.config, {**overrides, "decontam.files": [
             *cfg.decontam.files, *args.decontaminate]}, args.set)
     try:
-        result = build(args.inputs, args.out, cfg)
-    except BuildError as e:
+        with out_dir_lock(args.out, f"--out {args.out}"):
+            result = build(args.inputs, args.out, cfg)
+    except (BuildError, LockedError) as e:
         print(f"dataprep build: error: {e}", file=sys.stderr)
         return 1
     if result.already_built:

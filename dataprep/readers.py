@@ -136,7 +136,7 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
         raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {text_unit!r}")
     kind, compression = file_format(inp.path)
     try:
-        raw = open(inp.path, "rb")
+        raw = open(inp.path, "rb", buffering=_CHUNK)   # _binary peeks at _CHUNK bytes
     except OSError as e:
         yield BadRecord(inp.rel, 0, "unreadable", str(e))
         return
@@ -146,12 +146,23 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
             if kind != "jsonl" or compression:
                 raise ValueError(f"{inp.rel}: byte ranges are for uncompressed jsonl only")
             yield from _read_jsonl_range(inp, raw, text_field, id_field)
+        elif kind != "parquet" and (why := _binary(stream)):
+            yield BadRecord(inp.rel, 0, "binary_file", f"{why}; file skipped")
         elif kind == "jsonl":
             yield from _read_jsonl(inp, stream, text_field, id_field)
         elif kind == "parquet":
             yield from _read_parquet(inp, stream, compression, text_field, id_field)
         else:
             yield from _read_text(inp, stream, text_unit)
+
+
+def _binary(stream: BinaryIO) -> str | None:
+    """Why the stream's first bytes look binary (dataprep.binary), or None. Peeks: reads nothing."""
+    from dataprep.binary import HEAD_BYTES, binary_reason
+    try:
+        return binary_reason(stream.peek(HEAD_BYTES)[:HEAD_BYTES])
+    except _Damaged:      # the reader reports the damage itself
+        return None
 
 
 def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:

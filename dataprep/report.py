@@ -14,6 +14,8 @@ import numpy as np
 
 from dataprep.filters import FILTER_NAMES
 from dataprep.stages import STAGE_REASONS
+from dataprep import plots
+from dataprep.per_file import per_file_counts
 from dataprep.workdir import atomic_write_bytes, atomic_write_json
 
 
@@ -80,8 +82,15 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                          "tail_tokens_dropped": tails[s]} for s, sp in manifest.splits.items()},
         },
         "bad_records": bad,
+        "inputs": per_file_counts(work, dedup, [f["file"] for f in manifest.config["inputs"]],
+                                  manifest),
+        "skipped_files": skipped_files(bad),
         "token_length_histogram": hist,
-        "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type},
+        "token_rank_frequency": plots.token_rank_frequency(work, dedup.num_chunks,
+                                                           manifest.tokenizer.vocab_size),
+        "plots": list(plots.FILES.values()) if plots.available() else [],
+        "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type,
+                      "vocab_size_requested": None if cfg.tokenizer.model else cfg.tokenizer.vocab_size},
         "shards": [{"file": sh.file, "samples": sh.num_samples, "bytes": sh.bytes}
                    for sp in manifest.splits.values() for sh in sp.shards],
         "max_shard_bytes": cfg.shards.max_shard_bytes,
@@ -137,8 +146,15 @@ def _bad_records(markers: list[dict], dedup) -> dict:
     return out
 
 
+def skipped_files(bad: dict) -> dict:
+    """{file: why} of the input files skipped whole (binary content)."""
+    return {f: r["binary_file"][2] for f, r in bad.items() if "binary_file" in r}
+
+
 def write_report(root: Path, report: dict) -> None:
     atomic_write_json(root / "report.json", report)
+    if report.get("plots"):
+        plots.write_plots(root, report)
     atomic_write_bytes(root / "report.md", to_markdown(report).encode())
 
 
@@ -172,6 +188,13 @@ def to_markdown(r: dict) -> str:
             lines += [f"| {file} | {reason} | {n} | {line} | {detail} |"
                       for reason, (n, line, detail) in reasons.items()]
     lines += _document_stages_md(r)
+    lines += ["", "## Input files", "", "| file | docs read | docs kept | tokens (with EOS) "
+              "| samples with its text |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {f} | {c['docs_read']} | {c['docs_kept']} | {c['tokens']} | {c['samples']} |"
+              for f, c in r.get("inputs", {}).items()]
+    if r.get("skipped_files"):
+        lines += ["", "Skipped whole (not text):", ""]
+        lines += [f"- {f}: {why}" for f, why in r["skipped_files"].items()]
     t = st["tokenize"]
     lines += ["", "## Tokens", "", f"Tokenizer: {r['tokenizer']['type']}, vocab "
               f"{r['tokenizer']['vocab_size']}; {t['bytes_per_token']} bytes per token.", "",
@@ -181,6 +204,8 @@ def to_markdown(r: dict) -> str:
               f"| {p['tail_tokens_dropped']} |" for s, p in st["pack"].items()]
     lines += ["", "Document length in tokens:", "", "| tokens | docs |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in r["token_length_histogram"].items()]
+    lines += [""] + [f"![{name[len('report_'):-len('.png')].replace('_', ' ')}]({name})"
+                     for name in r.get("plots", [])]
     lines += ["", f"## Shards (cap {r['max_shard_bytes']} bytes, data + index)", "",
               "| file | samples | bytes |", "|---|---:|---:|"]
     lines += [f"| {s['file']} | {s['samples']} | {s['bytes']} |" for s in r["shards"]]
@@ -227,4 +252,4 @@ def summary(r: dict) -> str:
         + f"; tokens: {sum(st['tokenize']['tokens'].values())} "
         f"({st['tokenize']['bytes_per_token']} bytes/token)",
         f"shards: {len(r['shards'])}, output: {r['output']}",
-    ])
+    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from loader.manifest import ShardInfo, mindrecord_schema, sha256_file, shard_file_name
+from mspretrain.fsmode import use_umask
 
 WRITE_BATCH = 1000           # MindRecord writes fastest with >= 1,000 rows a call
 _DB_BASE = 96 * 1024         # SQLite index: fixed part ...
@@ -98,6 +99,7 @@ class ShardWriter:
         self._writer.commit()
         self._writer = None
         path = self.root / self._file
+        use_umask(path, f"{path}.db")     # MindRecord's writer makes them owner-only
         size = path.stat().st_size + Path(f"{path}.db").stat().st_size
         if size > self.max_bytes:   # the bound above is meant to make this impossible
             raise RuntimeError(f"{path}: {size} B exceeds the cap of {self.max_bytes} B")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from dataprep.stray import unexpected_files
 from loader.manifest import (SHARDS_DIR, ManifestError, compute_fingerprint, load_manifest,
                              sha256_file)
 
@@ -45,6 +46,9 @@ def verify_dataset(root: str | os.PathLike) -> list[str]:
     for p in sorted((root / SHARDS_DIR).glob("*.mindrecord")) if (root / SHARDS_DIR).is_dir() else []:
         if f"{SHARDS_DIR}/{p.name}" not in listed:
             faults.append(f"{p}: shard file not listed in the manifest")
+    faults += [f"{root / rel}: file not listed in the manifest (not written by a build)"
+               for rel in unexpected_files(root, m) if not rel.startswith(f"{SHARDS_DIR}/")
+               or not rel.endswith(".mindrecord")]
     expected = compute_fingerprint(m.seq_length, m.tokenizer.sha256, m.splits, m.config)
     if expected != m.fingerprint:
         faults.append(f"{root / 'manifest.json'}: fingerprint {m.fingerprint[:16]} does not match "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -76,6 +77,7 @@ def _next_result(pending: deque, idle):
 
 
 def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the main process's to report
     init_worker(setup)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 import mindspore as ms
 
 from mspretrain.files import atomic_write_json, atomic_write_text, fsync_path
+from mspretrain.fsmode import use_umask
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
@@ -100,6 +101,7 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
         ms.save_checkpoint([{"name": name, "data": p} for name, p in params.items()], str(model_path))
+        use_umask(model_path, readonly=True)    # save_checkpoint makes it owner-only
         fsync_path(model_path)
         if is_main:
             atomic_write_json(tmp / STATE_FILE, state)

@@ -3,7 +3,8 @@
   train launch   --config F.yaml [--set k=v ...] [--resume auto|CKPT_DIR] [--force]
                  [--nproc N [--nnodes K --node-rank R --master-addr A --master-port P]]
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
-  train compare  RUN_A RUN_B          exit 0 only if every common step's loss is bitwise equal
+  train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
+  train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
   train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of two-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
@@ -39,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
                    help="continue from RUN/checkpoints/latest (auto) or from a checkpoint directory")
     p.add_argument("--force", action="store_true",
                    help="resume even if the config hash or dataset fingerprint differ")
+    p.add_argument("--verify-data", action="store_true",
+                   help="check every shard's sha256 against the manifest before training")
     p.add_argument("--nproc", type=int, default=1, help="processes on this node (msrun when > 1)")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
@@ -51,10 +54,17 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint")
     _config_args(p)
     p.add_argument("--checkpoint", help="checkpoint directory (default: RUN/checkpoints/latest)")
+    p.add_argument("--verify-data", action="store_true",
+                   help="check every shard's sha256 against the manifest first")
 
     p = sub.add_parser("compare", help="are two runs' losses bitwise equal, step by step?")
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw both runs' curves into FILE.png")
+
+    p = sub.add_parser("plot", help="draw runs' loss, val loss, lr, grad norm, loss scale, tokens/s")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--out", required=True, metavar="FILE.png")
 
     p = sub.add_parser("plan", help="print the parallel plan")
     _config_args(p)
@@ -133,9 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compare":
             from train.metrics import compare_runs
-            return compare_runs(args.run_a, args.run_b)
+            from train.plot import run_records
+            run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
+            code = compare_runs(args.run_a, args.run_b)
+            if args.plot:
+                from train.plot import plot_runs
+                print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
+            return code
         if args.command in ("export", "generate", "score"):
             return _run_hf_command(args)
+        if args.command == "plot":
+            from train.plot import plot_runs
+            print(f"plot: {plot_runs(args.runs, args.out)}")
+            return 0
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from train.launch import run_msrun
             return run_msrun(args)
@@ -148,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             from train.runinfo import record_run
             record_run(cfg, args.resume)
             from train.trainer import launch
-            return launch(cfg, resume=args.resume, force=args.force)
+            return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
         if args.command == "eval":
             from train.evaluate import main as evaluate
-            return evaluate(cfg, args.checkpoint)
+            return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
         if args.command == "doctor":
             from train.doctor import main as doctor
             return doctor(cfg, args.config, args.set, args.nproc, args.out)
@@ -163,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
     except ConfigError as e:
         return report(f"train {args.command}", e)
+    except KeyboardInterrupt:
+        if args.command != "launch":
+            print(f"\ntrain {args.command}: interrupted", file=sys.stderr)
+            return 130
+        from train.console import interrupted
+        return interrupted(args, argv)
     except Exception as e:
         if type(e).__name__ in _CLEAR_ERRORS:
             print(f"train {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
@@ -172,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                 "ShardError", "LoaderError", "FileNotFoundError",
+                 "ShardError", "LoaderError", "FileNotFoundError", "LockedError", "DataCheckError",
                  "HFError", "RunInfoError", "InputError"}
 
 

@@ -33,7 +33,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
     return float(np.mean(np.asarray(losses, dtype=np.float64)))
 
 
-def main(cfg: Config, checkpoint: str | None = None) -> int:
+def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) -> int:
     """`train eval`: validation loss and perplexity of a checkpoint (default: the run's latest)."""
     import mindspore as ms
     from loader import Loader
@@ -47,6 +47,9 @@ def main(cfg: Config, checkpoint: str | None = None) -> int:
         raise ckpt.CheckpointError(f"{cfg.run.dir} has no checkpoint yet (no checkpoints/latest); "
                                    f"pass --checkpoint DIR")
     check_run_dataset(ckpt_dir, cfg)
+    from train.data_check import check_against_checkpoint, check_dataset
+    check_against_checkpoint(check_dataset(cfg.data.path, (cfg.data.valid_split,), verify_data),
+                             ckpt.read_state(ckpt_dir), ckpt_dir)
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:

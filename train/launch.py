@@ -101,7 +101,7 @@ def run_msrun(args) -> int:
         return 0
     why = f"no log output for {opts['hang_timeout']:.0f} s: stopped as hung" if hung else f"exit code {rc}"
     print(f"train launch: the job failed ({why}); logs in {log_dir}", file=sys.stderr, flush=True)
-    for path in failed_logs(log_dir):
+    for path in [log_dir / "launcher.log"] + failed_logs(log_dir):
         print(f"---- last {TAIL_LINES} lines of {path} ----", file=sys.stderr)
         print(tail(path, TAIL_LINES), file=sys.stderr, flush=True)
     raise SystemExit(rc if rc > 0 else 1)
@@ -109,7 +109,9 @@ def run_msrun(args) -> int:
 
 def _run_watched(cmd, env, log_dir: Path, hang_timeout: float) -> tuple[int, bool]:
     """Run msrun; stop it (and its workers) when no log under log_dir grew for hang_timeout s."""
-    proc = subprocess.Popen(cmd, env=env)
+    from train.log_filter import LAUNCHER_LOG, pump
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = pump(proc.stdout, log_dir / LAUNCHER_LOG)     # MindSpore's log lines: the file only
     last_size, last_change = -1, time.monotonic()
     try:
         while proc.poll() is None:
@@ -123,6 +125,7 @@ def _run_watched(cmd, env, log_dir: Path, hang_timeout: float) -> tuple[int, boo
     except KeyboardInterrupt:
         _stop(proc)
         raise
+    output.join(timeout=10)
     return proc.returncode, False
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 from mspretrain.files import atomic_open
@@ -22,15 +23,22 @@ class MetricsWriter:
     """Appends one line per record, flushed at once (a kill loses at most the line being written)."""
 
     def __init__(self, run_dir):
+        from train.tensorboard import TensorBoardMirror
         self.path = Path(run_dir) / METRICS_FILE
+        resumed_at = max((r["step"] for r in read_records(self.path)), default=0) \
+            if self.path.is_file() else 0
         self._file = open(self.path, "a")
+        self._tb = TensorBoardMirror(run_dir, resumed_at)
 
     def write(self, record: dict) -> None:
+        record = {**record, "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        self._tb.write(record)
 
     def close(self) -> None:
         self._file.close()
+        self._tb.close()
 
 
 def read_records(path) -> list[dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from train import checkpoint as ckpt
-from train import metrics
+from train import console, data_check, metrics, resume_policy
 from train.config import Config, ConfigError
 from train.optim import lr_at
 
@@ -87,6 +87,7 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
             raise ResumeError(f"{run_dir} already has checkpoints (newest: "
                               f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
                               f"it, or set run.dir to a new directory. Nothing was changed.")
+        resume_policy.check_fresh_start(run_dir)
         return None
     if resume == "auto":
         return ckpt.latest_checkpoint(run_dir)
@@ -120,15 +121,8 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
     state = ckpt.read_state(ckpt_dir)
     check_state_version(state, ckpt_dir)
-    problems = []
-    if state.get("config_hash") != cfg.hash():
-        problems.append(f"config hash {state.get('config_hash')} != this config's {cfg.hash()}")
-    if state.get("dataset_fingerprint") != loader.fingerprint:
-        problems.append(f"dataset fingerprint {state.get('dataset_fingerprint')} != "
-                        f"{cfg.data.path}'s {loader.fingerprint}")
-    if problems and not force:
-        raise ResumeError(f"cannot resume from {ckpt_dir}: " + "; ".join(problems)
-                          + " (pass --force to continue anyway)")
+    if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
+        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path, ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
@@ -149,6 +143,8 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
                        "good_steps": int(ts.good_steps.asnumpy()),
                        "dynamic": cfg.precision.dtype == "fp16"},
         "config_hash": cfg.hash(),
+        "config": resume_policy.config_record(cfg),
+        "dataset": data_check.identity(loader),
         "dataset_fingerprint": loader.fingerprint,
         "world_size": dist.world_size,
         "bad_streak": bad_streak,
@@ -219,7 +215,17 @@ def is_bad(result, cfg: Config) -> bool:
     return result.overflow and (not scaled or result.loss_scale <= cfg.precision.loss_scale.min)
 
 
-def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
+def run_lock(run_dir: Path, is_main: bool):
+    """One `train launch` per run dir (rank 0 holds it): mspretrain.lock."""
+    from contextlib import nullcontext
+    from mspretrain.lock import run_dir_lock
+    if not is_main:
+        return nullcontext()
+    prepare_run_dir(run_dir)      # its clear error for an unwritable dir comes before the lock's
+    return run_dir_lock(run_dir, f"run dir {run_dir}")
+
+
+def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_data: bool = False) -> int:
     """`train launch`: returns the process exit code."""
     from train import distributed, parallel
     from train.step import accumulate_mode, check_precision
@@ -234,6 +240,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         raise ConfigError("data.path is empty: set it to a dataset dir (--set data.path=DIR)")
     run_dir = Path(cfg.run.dir)
     resume_from = resolve_resume(run_dir, resume)
+    data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
 
     import mindspore as ms
     from loader import Loader
@@ -241,7 +248,8 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
     with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
                 seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
-                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader:
+                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader, \
+            run_lock(run_dir, dist.is_main):
         if dist.is_main:
             prepare_run_dir(run_dir)
             ckpt.remove_stale_temps(run_dir)
@@ -250,6 +258,8 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False) -> int:
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
             start, bad_streak = state["step"], state.get("bad_streak", 0)
+            if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
+                print(done, flush=True)
         if dist.is_main:
             dropped = metrics.truncate_after(run_dir, start)
             print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "
@@ -265,6 +275,10 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     peak = cfg.train.peak_tflops or measure_peak_tflops()
     tokens_per_step = cfg.train.global_batch_size * loader.seq_length
     writer = metrics.MetricsWriter(run_dir) if dist.is_main else None
+    progress = console.Progress(cfg, start, tokens_per_step)
+    console.catch_interrupts()
+    if writer and start < cfg.train.steps:
+        print(progress.compile_notice(), flush=True)
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
@@ -288,7 +302,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             if writer:
                 writer.write(record)
                 if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
-                    print(metrics.console_line(record, cfg.train.steps), flush=True)
+                    print(progress.line(record), flush=True)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 val = validation_loss(session.eval_net, cfg, loader.seq_length)
                 rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
@@ -310,4 +324,6 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     finally:
         if writer:
             writer.close()
+    if writer:
+        print(progress.summary(run_dir), flush=True)
     return 0

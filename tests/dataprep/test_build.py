@@ -151,7 +151,8 @@ def test_corpus_empty_after_filtering_is_a_clear_error(corpus, tmp_path, capsys)
     assert run_build([corpus / "en.txt"], out, "--set", "filters.min_chars=900000") == 1
     err = capsys.readouterr().err
     assert "no documents left after filtering" in err
-    assert not out.exists()      # created by this build, removed again: a rerun starts afresh
+    # only the failure report is left; a rerun replaces it and starts afresh
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
 
 
 def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsys):
@@ -159,7 +160,8 @@ def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsy
     assert run_build([corpus / "html.jsonl.zst"], out, "--seq-length", "200000",
                      "--max-shard-bytes", "64MB") == 1
     assert "fewer than seq_length + 1 = 200001 tokens" in capsys.readouterr().err
-    assert not out.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    assert '"failed": true' in (out / "report.json").read_text()
 
 
 def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):

@@ -61,6 +61,11 @@ def dp2(tiny_data, tmp_path_factory):
     proc = train(run_dir, tiny_data, 2, *DP2)
     ok(proc)
     assert "msrun --worker_num=2 --local_worker_num=2" in proc.stdout     # the command it ran
+    # MindSpore's log records stay in RUN/logs/msrun/ on success; the trainer's lines reach the console
+    console = (proc.stdout + proc.stderr).splitlines()
+    assert not [x for x in console if "[WARNING]" in x or "[INFO]" in x], console
+    assert any(x.startswith(f"step {STEPS:>6}/{STEPS}") for x in console)
+    assert (run_dir / "logs" / "msrun" / "launcher.log").is_file()
     return run_dir
 
 

@@ -59,7 +59,7 @@ def test_run_dir_metrics_eval_and_resume_guards(tmp_path, tiny_data):
 
     # another config or another dataset: refused unless --force
     r = run(launch_cmd(run_dir, tiny_data, *SHORT, "optim.lr=0.001", resume="auto"))
-    assert r.returncode == 2 and "config hash" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 2 and "optim.lr 0.003 -> 0.001" in r.stderr and "--force" in r.stderr
     other = make_dataset(tmp_path / "other", num_train=64, num_valid=8, seq_length=32, vocab_size=128, seed=9)
     r = run(launch_cmd(run_dir, other, *SHORT, resume="auto"))
     assert r.returncode == 2 and "dataset fingerprint" in r.stderr

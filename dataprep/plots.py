@@ -1,0 +1,71 @@
+"""The build report's pictures: document length and token frequency, PNGs next to report.md.
+
+- report_doc_lengths.png: documents per token-length bin (powers of two), the report's histogram;
+- report_tokens.png: how often each token id occurs, by rank (log-log), over the packed splits.
+matplotlib with the Agg backend (no display), no timestamps in the files: the same data gives the same
+bytes. Needs the `viz` extra; without matplotlib the report has no pictures and says why.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FILES = {"doc_lengths": "report_doc_lengths.png", "tokens": "report_tokens.png"}
+_POINTS = 200
+
+
+def token_rank_frequency(work, num_chunks: int, vocab_size: int) -> list[int]:
+    """Token counts sorted by rank, sampled at up to _POINTS log-spaced ranks: [[rank, count], ...]."""
+    counts = np.zeros(vocab_size, np.int64)
+    for i in range(num_chunks):
+        path = work.chunk_file(work.tokens, i, "npz")
+        if path.is_file():
+            with np.load(path) as z:
+                for s in ("train", "valid"):
+                    counts += np.bincount(z[f"{s}_tokens"], minlength=vocab_size)[:vocab_size]
+    ranked = np.sort(counts[counts > 0])[::-1]
+    if ranked.size == 0:
+        return []
+    ranks = np.unique(np.geomspace(1, ranked.size, min(_POINTS, ranked.size)).astype(int))
+    return [[int(r), int(ranked[r - 1])] for r in ranks]
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def write_plots(root: Path, report: dict) -> None:
+    """Draw report["plots"] (from `FILES`) into `root`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta = {"Software": None}
+    hist = report["token_length_histogram"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.bar(range(len(hist)), list(hist.values()), color="tab:blue")
+    ax.set_xticks(range(len(hist)), list(hist.keys()), rotation=45, ha="right")
+    ax.set_xlabel("document length (tokens, EOS included)")
+    ax.set_ylabel("documents")
+    ax.set_title("Document length")
+    fig.tight_layout()
+    fig.savefig(root / FILES["doc_lengths"], metadata=meta)
+    plt.close(fig)
+
+    points = report["token_rank_frequency"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if points:
+        ranks, counts = zip(*points)
+        ax.loglog(ranks, counts, marker=".", color="tab:orange")
+    ax.set_xlabel("token rank")
+    ax.set_ylabel("occurrences")
+    ax.set_title(f"Token frequency (vocab {report['tokenizer']['vocab_size']})")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(root / FILES["tokens"], metadata=meta)
+    plt.close(fig)
