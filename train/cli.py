@@ -165,8 +165,6 @@ def main(argv: list[str] | None = None) -> int:
             import_run(cfg, args.hf_dir)
             return 0
         if args.command == "launch":
-            from train.runinfo import record_run
-            record_run(cfg, args.resume)
             from train.trainer import launch
             return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
         if args.command == "eval":

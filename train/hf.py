@@ -316,7 +316,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
         check_hf_config(hf_dir, session.args)
         weights = to_llama_weights(read_hf_weights(hf_dir), session.args, str(hf_dir))
         runinfo.set_weights(session.model, weights, str(hf_dir))
-        runinfo.record_run(cfg, resume=None)
+        runinfo.record_run(cfg)
         trainer.prepare_run_dir(run_dir)
         record = {"step": 0, "imported_from": str(hf_dir.resolve())}
         trainer.save(run_dir, 0, session, loader, cfg, dist, record, 0)

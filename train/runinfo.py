@@ -2,7 +2,7 @@
 launched with: RUN/run.json (the resolved config and the dataset's shape: seq_length, tokenizer,
 fingerprint) and RUN/tokenizer.model (a copy of the dataset's sentencepiece model).
 
-Written by `train launch` and `train import` when a run starts or resumes; read by `train export`,
+Written by `train launch` when a run starts or resumes (after its checks) and by `train import`; read by `train export`,
 `generate`, `score` and `eval` (which refuses a dataset whose tokenizer or seq_length differ).
 Also here: reading a checkpoint's model weights into a fresh `Llama`.
 """
@@ -40,19 +40,11 @@ def dataset_info(data_path) -> dict:
             "seq_length": m.seq_length, "tokenizer": asdict(m.tokenizer)}
 
 
-def record_run(cfg: Config, resume: str | None) -> None:
-    """Write RUN/run.json (+ RUN/tokenizer.model) for a launch. Nothing is written when the launch is
-    going to be refused (checkpoints exist and no --resume), so a refused launch changes nothing."""
-    if not cfg.data.path:
-        return
+def record_run(cfg: Config) -> None:
+    """Write RUN/run.json (+ RUN/tokenizer.model) once a launch has passed its checks and starts
+    (the trainer calls this on the main rank), or when `train import` creates a run."""
     run_dir = Path(cfg.run.dir)
-    ckpts = run_dir / "checkpoints"
-    if resume is None and ckpts.is_dir() and any(ckpts.iterdir()):
-        return
-    try:
-        info = {"config": cfg.to_dict(), "dataset": dataset_info(cfg.data.path)}
-    except Exception:       # an unreadable dataset: the launch itself reports it, with its own message
-        return
+    info = {"config": cfg.to_dict(), "dataset": dataset_info(cfg.data.path)}
     run_dir.mkdir(parents=True, exist_ok=True)
     tok = info["dataset"]["tokenizer"]
     if tok["file"]:

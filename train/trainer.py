@@ -262,6 +262,8 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
                 print(done, flush=True)
         if dist.is_main:
             dropped = metrics.truncate_after(run_dir, start)
+            from train.runinfo import record_run
+            record_run(cfg)     # RUN/run.json + tokenizer.model, for export/generate/score/eval
             print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "
                   f"{start}/{cfg.train.steps}, {session.micro_steps} micro-step(s) per step"
                   + (f", {dropped} metrics line(s) after it dropped" if dropped else ""), flush=True)
