@@ -1,6 +1,8 @@
 """`dataprep build`: raw corpus files -> a dataset directory (docs/contracts.md).
 
-Stages (worker processes where it is expensive, the main process where order matters):
+Stages (worker processes where it is expensive, the main process where order matters). This is the
+one numbering of the stages: stages.py, dedup_pass.py, workdir.py and the Ray engine (whose tasks
+are named after the stage they belong to) refer to it.
   1. docs      [workers]  read (main, streamed) -> normalise -> quality filters -> exact key -> MinHash,
                           per chunk of documents            (stages.clean_chunk)
   2. dedup     [main]     in input order: duplicate doc_ids, exact dedup, near dedup (LSH); the first
@@ -56,7 +58,7 @@ from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read
                              split_of, tokenize_chunk, unit_hash)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
 from dataprep.workers import WorkerDied, WorkerPool
-from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
+from dataprep.workdir import WorkDir, atomic_write_json, tmp_path
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
 
@@ -105,7 +107,7 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
     if work.exists():
         _unpublish(out, work)
     else:
-        work.create(work_lock(config, cfg))
+        work.create(work_owner(config, cfg))
     run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
     if stages is not None:
         from dataprep.ray_engine.driver import build_stages
@@ -155,14 +157,15 @@ def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
 
 # ---------------------------------------------------------------------------------- set-up
 
-def work_lock(config: dict, cfg: BuildConfig) -> dict:
-    """What a work dir must have been made with to be resumed: the config, the chunking, and the
-    engine (each engine lays out its intermediate files its own way)."""
-    lock = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
+def work_owner(config: dict, cfg: BuildConfig) -> dict:
+    """The build a work dir belongs to (.build/build.json), which a rerun must equal to resume it:
+    the config, the chunking, and the engine (each engine lays out its intermediate files its own
+    way)."""
+    owner = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
     if cfg.run.engine != "local":
-        lock.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
-                    unit_bytes=cfg.run.ray_unit_bytes)
-    return lock
+        owner.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
+                     unit_bytes=cfg.run.ray_unit_bytes)
+    return owner
 
 
 def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
@@ -198,12 +201,12 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
         work.remove()   # leftovers of a build killed after it published its manifest
         return manifest
     if work.exists():
-        if read_json(work.lock) != work_lock(config, cfg):
+        if work.owner() != work_owner(config, cfg):
             raise BuildError(f"{work.root} holds an unfinished build with a different config or "
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
     if work.root.is_dir() and [p.name for p in out.iterdir()] == [work.root.name]:
-        work.remove()   # killed before its lock file was written: nothing of value in it
+        work.remove()   # killed before build.json was written: nothing of value in it
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BuildError(f"--out {out} exists and is not a dataset built by dataprep; nothing "
                          f"overwritten. Choose an empty or new directory.")

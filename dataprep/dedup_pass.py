@@ -1,4 +1,4 @@
-"""Stage 2, in the main process and in input order: duplicate ids, exact dedup, near dedup.
+"""Stage 2 (dedup; numbers as in build.py), in the main process and in input order: duplicate ids, exact dedup, near dedup.
 
 For each document that passed the quality filters, in input order:
   1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be

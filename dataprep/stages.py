@@ -1,11 +1,13 @@
-"""The expensive, order-free work of a build, run over chunks of documents in worker processes.
+"""The expensive, order-free work of a build, run over chunks of documents in worker processes
+(stage numbers as in build.py).
 
 - `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
   about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
-- `clean_chunk` (worker): every document of a chunk through `process_document` (normalise, quality
-  filters, language, decontamination, PII, quality classifier), then the exact key and MinHash
-  signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker NNNNN.json.
-- `tokenize_chunk` (worker): encodes the kept documents of a chunk with sentencepiece
+- `clean_chunk` (worker, stage 1): every document of a chunk through `process_document` (normalise,
+  quality filters, language, decontamination, PII, quality classifier), then the exact key and
+  MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
+  NNNNN.json.
+- `tokenize_chunk` (worker, stage 4): encodes the kept documents of a chunk with sentencepiece
   (one document at a time, one thread: the parallelism is across processes), appends EOS to each, and
   writes .build/tokens/NNNNN.npz (flat token ids, document lengths and rows, per split), then its marker.
 
@@ -230,7 +232,7 @@ def aggregate_bad(bad: list) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------- workers: stage 3
+# ------------------------------------------------------------------------------- workers: stage 4
 
 def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
     """The held-out split by document: a hash of (seed, doc_id) against valid_fraction."""
@@ -243,7 +245,7 @@ def unit_hash(s: str) -> float:
 
 
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
-    """Stage 3 for one chunk: `task` is (index, packed keep mask, tokenizer model path)."""
+    """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path)."""
     index, keep_bits, model = task
     marker_path = Path(_setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():

@@ -1,4 +1,4 @@
-"""Ray engine tasks of the dedup stages: reduce sides of the shuffles, connected components, and the
+"""Ray engine tasks of stage 2 (dedup): reduce sides of the shuffles, connected components, and the
 replay of the local keep rule (dedup_pass.DedupPass, unchanged) over each partition's groups.
 
 Why replaying gives the local result: the local pass drops a document when its exact key equals a

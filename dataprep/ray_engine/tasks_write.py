@@ -1,4 +1,4 @@
-"""Ray engine tasks of the write stage: one task per shard over a fixed range of global samples, and
+"""Ray engine tasks of stage 5 (write): one task per shard over a fixed range of global samples, and
 one provenance task per split. Sample k of a split is tokens [k*L, (k+1)*L) of the split's stream
 (every chunk's tokens in input order); the driver turns per-chunk token counts into the spans each
 shard reads, so a shard's bytes do not depend on which task or node writes it."""
