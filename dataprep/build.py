@@ -54,8 +54,8 @@ from dataprep.dedup import describe
 from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
 from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
-from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read_chunks,
-                             split_of, tokenize_chunk, unit_hash)
+from dataprep.stages import (SPLITS, SplitTokens, WorkerSetup, clean_chunk, init_worker,
+                             read_chunks, tokenize_chunk, unit_hash)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info, train_tokenizer
 from dataprep.workers import WorkerDied, WorkerPool
 from dataprep.workdir import WorkDir, atomic_write_json, tmp_path
@@ -262,7 +262,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
                         cfg.run.chunk_bytes, cfg.run.strict)
-    dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict,
+    dedup = DedupPass(cfg.dedup, cfg.run.strict,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
                                                         columns=["text"]).column("text").to_pylist())
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
@@ -324,8 +324,7 @@ def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
     with open(tmp, "w", encoding="utf-8") as f:
         for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
                       disable=not cfg.run.progress, leave=False):
-            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i),
-                                      cfg, p)
+            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i), p)
             docs, nbytes = docs + n, nbytes + b
     os.replace(tmp, path)
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
@@ -336,17 +335,16 @@ def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:
     return min(1.0, cfg.tokenizer.sample_bytes / max(1, train_bytes))
 
 
-def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, cfg: BuildConfig,
-                       p: float) -> tuple[int, int]:
+def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, p: float) -> tuple[int, int]:
     """Append a chunk's share of the tokenizer sample to `f`, one line a sentence: its kept train
     documents whose hash falls under p. Returns (documents, bytes) written."""
-    table = pq.read_table(docs_file, columns=["doc_id", "text"])
-    ids, texts = table.column("doc_id").to_pylist(), table.column("text").to_pylist()
+    table = pq.read_table(docs_file, columns=["doc_id", "split", "text"])
+    ids, splits = table.column("doc_id").to_pylist(), table.column("split").to_pylist()
+    texts = table.column("text").to_pylist()
     docs = nbytes = 0
     for r in np.flatnonzero(keep):
         doc_id = ids[r]
-        if (split_of(doc_id, cfg.pack.valid_fraction, cfg.pack.split_seed) == "train"
-                and unit_hash(f"tokenizer:{doc_id}") < p):
+        if splits[r] == "train" and unit_hash(f"tokenizer:{doc_id}") < p:
             lines = [s for s in texts[r].split("\n") if s.strip()]
             f.write("\n".join(lines) + "\n")
             docs += 1
@@ -388,15 +386,13 @@ class PackStage:
         if i != self.next:   # a bug, never bad input: packing out of order would change bytes
             raise RuntimeError(f"chunk {i} packed after chunk {self.next - 1}")
         self.run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
-        ids = pq.read_table(work.chunk_file(work.docs, i, "parquet"),
-                            columns=["doc_id"]).column("doc_id").to_pylist()
         with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
             for s in SPLITS:
-                tokens = z[f"{s}_tokens"]
-                if tokens.size and int(tokens.max()) >= self.info.vocab_size:
-                    raise BuildError(f"chunk {i}: token id {int(tokens.max())} >= vocab size "
+                part = SplitTokens.load(z, s)
+                if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
+                    raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
                                      f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
-                self.packers[s].add(tokens, z[f"{s}_lens"], [ids[r] for r in z[f"{s}_rows"]])
+                self.packers[s].add(part.tokens, part.lens, part.doc_ids)
         self.next += 1
 
     def close(self):
