@@ -152,11 +152,17 @@ def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
 
 def clean_chunk(task: ChunkTask) -> dict:
     """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
+    return clean_chunk_table(task)[0]
+
+
+def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
+    """clean_chunk, and the chunk's table as written (None for a stop or a chunk done earlier), so
+    that a caller in the same process goes on without reading the file back."""
     if task.stop:
-        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}
+        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}, None
     marker_path = Path(_setup.docs_dir) / f"{task.index:05d}.json"
     if marker_path.is_file():
-        return {**read_json(marker_path), "reused": True}
+        return {**read_json(marker_path), "reused": True}, None
     t0 = time.process_time()
     rows = {name: [] for name in DOCS_SCHEMA.names}
     filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
@@ -189,7 +195,8 @@ def clean_chunk(task: ChunkTask) -> dict:
     rows["sig"] = [None if r else next(it).tobytes() for r in rows["reason"]]
     path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
     tmp = tmp_path(path)
-    pq.write_table(pa.table(rows, schema=DOCS_SCHEMA), tmp, compression="zstd")
+    table = pa.table(rows, schema=DOCS_SCHEMA)
+    pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
     marker = {
         "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
@@ -200,7 +207,7 @@ def clean_chunk(task: ChunkTask) -> dict:
         "sig_dtype": str(sigs.dtype) if sigs is not None else "", **stats,
     }
     atomic_write_json(marker_path, marker)
-    return marker
+    return marker, table
 
 
 def decontam_index(cfg: DecontamConfig):

@@ -20,7 +20,7 @@ from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk
                                         text_key64, unit_files, unit_range, write_parquet)
 from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
-from dataprep.stages import clean_chunk, read_chunks, tokenize_chunk
+from dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from dataprep.workdir import tmp_path
 
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
@@ -50,12 +50,13 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
     for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
                             cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict):
         task.index = chunk_index(u, task.index)
-        m = clean_chunk(task)
+        m, table = clean_chunk_table(task)
         if "stop" in m:   # strict mode or a reader failure: the driver fails the build
             return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
         hooks.reached(ctx.hooks, "docs")
-        table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
-                              columns=["doc_id", "source", "reason", "key", "sig"])
+        if table is None:   # written by an earlier try of this task: read it back once
+            table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
+                                  columns=["doc_id", "source", "reason", "key", "sig"])
         n = table.num_rows
         order = np.arange(rows, rows + n, dtype=np.int64) + (u << UNIT_BITS)
         ids = table.column("doc_id").to_pylist()
