@@ -2,13 +2,13 @@
 
 Layout (stage numbers as in build.py):
   .build/build.json            which build owns this work dir: its resolved config and chunking
-  .build/docs/NNNNN.parquet    stage 1 (docs) output per chunk (cleaned text, filter verdict, exact
-                               key, MinHash)
+  .build/docs/NNNNN.parquet    stage 1 (docs) output per chunk (cleaned text, filter verdict, split,
+                               exact key, MinHash)
   .build/docs/NNNNN.json       its completion marker with the chunk's counts (written last)
   .build/dedup.json            stage 2 (dedup) result, keep mask in dedup_keep.npy
   .build/tokenizer.json        stage 3 (tokenizer) marker; the model is out/tokenizer.model
-  .build/tokens/NNNNN.npz      stage 4 (tokenize) output per chunk (token ids per split), marker
-                               NNNNN.json
+  .build/tokens/NNNNN.npz      stage 4 (tokenize) output per chunk: token ids, lengths and doc ids
+                               per split (stages.SplitTokens), marker NNNNN.json
   .build/out/                  the dataset being assembled by stage 5 (pack+write); moved into DIR
                                by stage 6 (finish)
 
