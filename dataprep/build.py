@@ -157,11 +157,17 @@ def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
 
 # ---------------------------------------------------------------------------------- set-up
 
+# The version of the work dir's intermediate files; bumped when they change, so that a rerun of a
+# build killed under an older version is refused with a clear message, not failed mid-stage.
+# 2: chunk files hold each document's split, tokens files the doc ids.
+WORK_LAYOUT = 2
+
+
 def work_owner(config: dict, cfg: BuildConfig) -> dict:
     """The build a work dir belongs to (.build/build.json), which a rerun must equal to resume it:
-    the config, the chunking, and the engine (each engine lays out its intermediate files its own
-    way)."""
-    owner = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
+    the config, the chunking, the engine (each engine lays out its intermediate files its own way)
+    and the layout of those files (WORK_LAYOUT)."""
+    owner = {"config": config, "chunk_bytes": cfg.run.chunk_bytes, "layout": WORK_LAYOUT}
     if cfg.run.engine != "local":
         owner.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
                      unit_bytes=cfg.run.ray_unit_bytes)
@@ -201,7 +207,12 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
         work.remove()   # leftovers of a build killed after it published its manifest
         return manifest
     if work.exists():
-        if work.owner() != work_owner(config, cfg):
+        owner = work.owner()
+        if owner.get("layout", 1) != WORK_LAYOUT:
+            raise BuildError(f"{work.root} holds an unfinished build of another dataprep version "
+                             f"(work dir layout {owner.get('layout', 1)}, this version's is "
+                             f"{WORK_LAYOUT}); delete {work.root} and rerun")
+        if owner != work_owner(config, cfg):
             raise BuildError(f"{work.root} holds an unfinished build with a different config or "
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
