@@ -1,6 +1,8 @@
 """`dataprep build`: raw corpus files -> a dataset directory (docs/contracts.md).
 
-Stages (worker processes where it is expensive, the main process where order matters):
+Stages (worker processes where it is expensive, the main process where order matters). This is the
+one numbering of the stages: stages.py, dedup_pass.py, workdir.py and the Ray engine (whose tasks
+are named after the stage they belong to) refer to it.
   1. docs      [workers]  read (main, streamed) -> normalise -> quality filters -> exact key -> MinHash,
                           per chunk of documents            (stages.clean_chunk)
   2. dedup     [main]     in input order: duplicate doc_ids, exact dedup, near dedup (LSH); the first
@@ -53,13 +55,13 @@ from dataprep.dedup import describe
 from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
 from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
-from dataprep.stages import (SPLITS, WorkerSetup, clean_chunk, init_worker, read_chunks,
-                             split_of, tokenize_chunk, unit_hash)
+from dataprep.stages import (SPLITS, SplitTokens, WorkerSetup, clean_chunk, init_worker,
+                             read_chunks, tokenize_chunk, unit_hash)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
 from dataprep.stray import remove_temps
 from dataprep.vocab_fit import train_fitted
 from dataprep.workers import WorkerDied, WorkerPool
-from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
+from dataprep.workdir import WorkDir, atomic_write_json, tmp_path
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
 
@@ -108,7 +110,7 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
     if work.exists():
         _unpublish(out, work)
     else:
-        work.create(work_lock(config, cfg))
+        work.create(work_owner(config, cfg))
     run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
     if stages is not None:
         from dataprep.ray_engine.driver import build_stages
@@ -160,14 +162,21 @@ def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
 
 # ---------------------------------------------------------------------------------- set-up
 
-def work_lock(config: dict, cfg: BuildConfig) -> dict:
-    """What a work dir must have been made with to be resumed: the config, the chunking, and the
-    engine (each engine lays out its intermediate files its own way)."""
-    lock = {"config": config, "chunk_bytes": cfg.run.chunk_bytes}
+# The version of the work dir's intermediate files; bumped when they change, so that a rerun of a
+# build killed under an older version is refused with a clear message, not failed mid-stage.
+# 2: chunk files hold each document's split, tokens files the doc ids.
+WORK_LAYOUT = 2
+
+
+def work_owner(config: dict, cfg: BuildConfig) -> dict:
+    """The build a work dir belongs to (.build/build.json), which a rerun must equal to resume it:
+    the config, the chunking, the engine (each engine lays out its intermediate files its own way)
+    and the layout of those files (WORK_LAYOUT)."""
+    owner = {"config": config, "chunk_bytes": cfg.run.chunk_bytes, "layout": WORK_LAYOUT}
     if cfg.run.engine != "local":
-        lock.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
-                    unit_bytes=cfg.run.ray_unit_bytes)
-    return lock
+        owner.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
+                     unit_bytes=cfg.run.ray_unit_bytes)
+    return owner
 
 
 def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
@@ -204,12 +213,17 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
         work.remove()   # leftovers of a build killed after it published its manifest
         return manifest
     if work.exists():
-        if read_json(work.lock) != work_lock(config, cfg):
+        owner = work.owner()
+        if owner.get("layout", 1) != WORK_LAYOUT:
+            raise BuildError(f"{work.root} holds an unfinished build of another dataprep version "
+                             f"(work dir layout {owner.get('layout', 1)}, this version's is "
+                             f"{WORK_LAYOUT}); delete {work.root} and rerun")
+        if owner != work_owner(config, cfg):
             raise BuildError(f"{work.root} holds an unfinished build with a different config or "
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
     if work.root.is_dir() and [p.name for p in out.iterdir()] == [work.root.name]:
-        work.remove()   # killed before its lock file was written: nothing of value in it
+        work.remove()   # killed before build.json was written: nothing of value in it
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BuildError(f"--out {out} exists and is not a dataset built by dataprep; nothing "
                          f"overwritten. Choose an empty or new directory.")
@@ -265,7 +279,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
                         cfg.run.chunk_bytes, cfg.run.strict)
-    dedup = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.run.strict,
+    dedup = DedupPass(cfg.dedup, cfg.run.strict,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
                                                         columns=["text"]).column("text").to_pylist())
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
@@ -327,8 +341,7 @@ def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
     with open(tmp, "w", encoding="utf-8") as f:
         for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
                       disable=not cfg.run.progress, leave=False):
-            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i),
-                                      cfg, p)
+            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i), p)
             docs, nbytes = docs + n, nbytes + b
     os.replace(tmp, path)
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
@@ -339,17 +352,16 @@ def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:
     return min(1.0, cfg.tokenizer.sample_bytes / max(1, train_bytes))
 
 
-def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, cfg: BuildConfig,
-                       p: float) -> tuple[int, int]:
+def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, p: float) -> tuple[int, int]:
     """Append a chunk's share of the tokenizer sample to `f`, one line a sentence: its kept train
     documents whose hash falls under p. Returns (documents, bytes) written."""
-    table = pq.read_table(docs_file, columns=["doc_id", "text"])
-    ids, texts = table.column("doc_id").to_pylist(), table.column("text").to_pylist()
+    table = pq.read_table(docs_file, columns=["doc_id", "split", "text"])
+    ids, splits = table.column("doc_id").to_pylist(), table.column("split").to_pylist()
+    texts = table.column("text").to_pylist()
     docs = nbytes = 0
     for r in np.flatnonzero(keep):
         doc_id = ids[r]
-        if (split_of(doc_id, cfg.pack.valid_fraction, cfg.pack.split_seed) == "train"
-                and unit_hash(f"tokenizer:{doc_id}") < p):
+        if splits[r] == "train" and unit_hash(f"tokenizer:{doc_id}") < p:
             lines = [s for s in texts[r].split("\n") if s.strip()]
             f.write("\n".join(lines) + "\n")
             docs += 1
@@ -391,15 +403,13 @@ class PackStage:
         if i != self.next:   # a bug, never bad input: packing out of order would change bytes
             raise RuntimeError(f"chunk {i} packed after chunk {self.next - 1}")
         self.run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
-        ids = pq.read_table(work.chunk_file(work.docs, i, "parquet"),
-                            columns=["doc_id"]).column("doc_id").to_pylist()
         with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
             for s in SPLITS:
-                tokens = z[f"{s}_tokens"]
-                if tokens.size and int(tokens.max()) >= self.info.vocab_size:
-                    raise BuildError(f"chunk {i}: token id {int(tokens.max())} >= vocab size "
+                part = SplitTokens.load(z, s)
+                if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
+                    raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
                                      f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
-                self.packers[s].add(tokens, z[f"{s}_lens"], [ids[r] for r in z[f"{s}_rows"]])
+                self.packers[s].add(part.tokens, part.lens, part.doc_ids)
         self.next += 1
 
     def close(self):

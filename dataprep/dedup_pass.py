@@ -1,4 +1,4 @@
-"""Stage 2, in the main process and in input order: duplicate ids, exact dedup, near dedup.
+"""Stage 2 (dedup; numbers as in build.py), in the main process and in input order: duplicate ids, exact dedup, near dedup.
 
 For each document that passed the quality filters, in input order:
   1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be
@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dataprep.dedup import DedupConfig, NearDedup
-from dataprep.stages import split_of
 from dataprep.workdir import atomic_write_json, tmp_path
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
@@ -88,9 +87,9 @@ class DedupResult:
 class DedupPass:
     # the stage-1 columns `consume` reads
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
-               "language_score", "quality", "pii", "decontam"]
+               "language_score", "quality", "pii", "decontam", "split"]
 
-    def __init__(self, cfg: DedupConfig, valid_fraction: float, split_seed: int, strict: bool,
+    def __init__(self, cfg: DedupConfig, strict: bool,
                  texts: Callable[[int], list] | None = None):
         """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
         near-threshold pairs exactly (without it, the signature estimate decides alone)."""
@@ -98,7 +97,7 @@ class DedupPass:
         self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None)
         self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
         self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
-        self.valid_fraction, self.split_seed, self.strict = valid_fraction, split_seed, strict
+        self.strict = strict
         self.seen_ids: set[str] = set()
         self.exact_keys: dict[bytes, str] = {}
         self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
@@ -115,7 +114,7 @@ class DedupPass:
         add_many gave it (the same as `add` in order). So the decisions, and their order in
         duplicates.parquet, do not depend on where the chunk boundaries fall."""
         c = {name: table.column(name).to_pylist()
-             for name in ("doc_id", "source", "reason", "key", "sig", "bytes_clean")}
+             for name in ("doc_id", "source", "reason", "key", "sig", "bytes_clean", "split")}
         keep = np.zeros(table.num_rows, bool)
         drops: list[tuple] = []   # (row, doc_id, kept_doc_id, kind, similarity, bytes)
         near_rows, first_row, same_as = [], {}, {}
@@ -143,7 +142,7 @@ class DedupPass:
                     drops.append((i, c["doc_id"][i], c["doc_id"][j], "exact", 1.0, c["bytes_clean"][i]))
                 elif hit is None:
                     keep[i] = True
-                    self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i])
+                    self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i], c["split"][i])
                     if self.texts is not None:
                         self.kept_at[c["doc_id"][i]] = (chunk, i)
                 else:
@@ -184,12 +183,12 @@ class DedupPass:
         self.result.duplicate_ids.append([source, doc_id])
         return False
 
-    def _kept(self, doc_id: str, key: bytes, nbytes: int) -> None:
+    def _kept(self, doc_id: str, key: bytes, nbytes: int, split: str) -> None:
         self.exact_keys[key] = doc_id
         r = self.result
         r.kept_docs += 1
         r.kept_bytes += nbytes
-        if split_of(doc_id, self.valid_fraction, self.split_seed) == "train":
+        if split == "train":
             r.train_bytes += nbytes
 
     def finish(self) -> DedupResult:

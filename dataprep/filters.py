@@ -25,6 +25,7 @@ unless noted; "non-space" characters exclude whitespace):
 """
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -109,10 +110,14 @@ def _category_class(cp: int) -> int:
     return _OTHER
 
 
-_BMP_CLASS = np.array([_category_class(cp) for cp in range(0x10000)], dtype=np.uint8)
+@functools.cache
+def _bmp_class() -> np.ndarray:
+    """The class of every BMP code point (64 KiB, ~0.1 s): built on the first non-ASCII text, not
+    at import, so importing dataprep (the CLI, a test, a Ray worker) pays nothing for it."""
+    return np.array([_category_class(cp) for cp in range(0x10000)], dtype=np.uint8)
 
 
-_ASCII_CLASS = bytes(_BMP_CLASS[:128].tolist()) + bytes(128)
+_ASCII_CLASS = bytes(_category_class(cp) for cp in range(128)) + bytes(128)
 _CLASS_BYTES = [bytes([c]) for c in range(5)]
 
 
@@ -129,11 +134,12 @@ def char_classes(text: str, cps: np.ndarray | None = None) -> list[int]:
         counts = [classes.count(c) for c in _CLASS_BYTES[:_OTHER]]
         return counts + [len(classes) - sum(counts)]
     cps = code_points(text) if cps is None else cps
+    bmp = _bmp_class()
     if cps.max() <= 0xFFFF:
-        classes = _BMP_CLASS[cps]
+        classes = bmp[cps]
     else:
         astral = cps > 0xFFFF
-        classes = _BMP_CLASS[np.where(astral, 0, cps)]
+        classes = bmp[np.where(astral, 0, cps)]
         classes[astral] = [_category_class(int(cp)) for cp in cps[astral]]
     counts = [np.count_nonzero(classes == c) for c in range(_OTHER)]  # faster than bincount
     return counts + [len(classes) - sum(counts)]
@@ -146,9 +152,17 @@ _CJK_RANGES = [(0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3021, 0x3029), (0x3038, 0x
                (0x3040, 0x30FF), (0x3100, 0x312F), (0x3190, 0x31FF), (0x3400, 0x4DBF),
                (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F)]
 _CJK = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
-_IS_CJK = np.zeros(0x110000, dtype=bool)
-for _a, _b in _CJK_RANGES:
-    _IS_CJK[_a:_b + 1] = True
+
+
+@functools.cache
+def _is_cjk() -> np.ndarray:
+    """A bool per code point (1.1 MB): built on the first non-ASCII text, not at import."""
+    table = np.zeros(0x110000, dtype=bool)
+    for a, b in _CJK_RANGES:
+        table[a:b + 1] = True
+    return table
+
+
 _UNIT = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
 
 
@@ -162,7 +176,7 @@ def top_ngram_passes(text: str, cfg: "FilterConfig", cps: np.ndarray | None = No
     covers more than its limit (`cps`: the code points of a non-ASCII text, if known)."""
     if not text.isascii():
         cps = code_points(text) if cps is None else cps
-        if _IS_CJK[cps].any():
+        if _is_cjk()[cps].any():
             toks = _UNIT.findall(text)
             return len(toks) < cfg.top_ngram_min_units or not top_ngram_failure(
                 toks, cfg.max_top_ngram_fraction)

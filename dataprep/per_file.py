@@ -2,7 +2,7 @@
 hold some of the file's text; so a user sees at once which file dominates the dataset.
 
 Everything is read back from the work dir after packing: the stage-1 chunk tables (each document's
-source), the dedup keep masks and the stage-4 token arrays (document lengths, in packing order). A
+source), the dedup keep masks and the stage-4 records (document ids and lengths, in packing order). A
 split's documents are packed back to back in chunk order, so a document's place in its split's token
 stream, and hence the samples it reaches, follow from the lengths alone. Memory: O(files).
 """
@@ -11,38 +11,42 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
+from dataprep.stages import SplitTokens
+
 SPLITS = ("train", "valid")
 
 
-def per_file_counts(work, dedup, files: list[str], manifest) -> dict:
+def per_file_counts(work, chunks, files: list[str], manifest) -> dict:
     """{file: {"docs_read", "docs_kept", "tokens", "samples"}} in input order; files that gave no
-    document (skipped or empty) are listed with zeros."""
+    document (skipped or empty) are listed with zeros. `chunks`: (chunk index, keep mask) of every
+    stage-1 chunk, in input order."""
     counts = {f: _zero() for f in files}
     size = manifest.seq_length + 1
     offset = {s: 0 for s in SPLITS}                  # tokens of the split stream so far
     last_sample = {s: {} for s in SPLITS}            # file -> the last sample counted for it
-    for i in range(dedup.num_chunks):
-        table = pq.read_table(work.chunk_file(work.docs, i, "parquet"), columns=["source"])
+    for index, keep in chunks:
+        table = pq.read_table(work.chunk_file(work.docs, index, "parquet"), columns=["doc_id", "source"])
         sources = np.asarray(table.column("source").to_pylist(), dtype=object)
-        keep = dedup.keep(i)
+        source_of = dict(zip(table.column("doc_id").to_pylist(), sources.tolist()))
         for src in dict.fromkeys(sources.tolist()):
             c = counts.setdefault(src, _zero())
             mine = sources == src
             c["docs_read"] += int(np.count_nonzero(mine))
             c["docs_kept"] += int(np.count_nonzero(keep & mine))
-        path = work.chunk_file(work.tokens, i, "npz")
+        path = work.chunk_file(work.tokens, index, "npz")
         if not path.is_file():
             continue
         with np.load(path) as z:
             for s in SPLITS:
-                rows, lens = z[f"{s}_rows"], z[f"{s}_lens"].astype(np.int64)
-                if not rows.size:
+                rec = SplitTokens.load(z, s, tokens=False)
+                if not rec.doc_ids:
                     continue
+                lens = rec.lens.astype(np.int64)
                 starts = offset[s] + np.concatenate([[0], np.cumsum(lens)[:-1]])
                 offset[s] += int(lens.sum())
                 first, last = starts // size, (starts + lens - 1) // size
                 cap = manifest.splits[s].num_samples - 1      # the tail past it was dropped
-                src_of = sources[rows]
+                src_of = np.asarray([source_of[d] for d in rec.doc_ids], dtype=object)
                 for src in dict.fromkeys(src_of.tolist()):
                     m = src_of == src
                     counts[src]["tokens"] += int(lens[m].sum())

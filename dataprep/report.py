@@ -82,8 +82,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                          "tail_tokens_dropped": tails[s]} for s, sp in manifest.splits.items()},
         },
         "bad_records": bad,
-        "inputs": per_file_counts(work, dedup, [f["file"] for f in manifest.config["inputs"]],
-                                  manifest),
+        "inputs": per_file_counts(work, _chunk_keeps(work, dedup, docs),
+                                  [f["file"] for f in manifest.config["inputs"]], manifest),
         "skipped_files": skipped_files(bad),
         "token_length_histogram": hist,
         "token_rank_frequency": plots.token_rank_frequency(work, dedup.num_chunks,
@@ -253,3 +253,13 @@ def summary(r: dict) -> str:
         f"({st['tokenize']['bytes_per_token']} bytes/token)",
         f"shards: {len(r['shards'])}, output: {r['output']}",
     ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()])
+
+
+def _chunk_keeps(work, dedup, docs: list[dict]):
+    """(chunk index, keep mask) of every stage-1 chunk in input order: the local engine holds the
+    masks in its DedupResult, the Ray engine wrote one file per chunk (ray_engine.tasks_units)."""
+    for position, marker in enumerate(docs):
+        if dedup.keep_mask is not None:
+            yield marker["index"], dedup.keep(position)
+        else:
+            yield marker["index"], np.load(work.root / "ray" / "keep" / f"{marker['index']}.npy")

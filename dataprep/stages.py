@@ -1,13 +1,18 @@
-"""The expensive, order-free work of a build, run over chunks of documents in worker processes.
+"""The expensive, order-free work of a build, run over chunks of documents in worker processes
+(stage numbers as in build.py).
 
 - `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
   about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
-- `clean_chunk` (worker): every document of a chunk through `process_document` (normalise, quality
-  filters, language, decontamination, PII, quality classifier), then the exact key and MinHash
-  signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker NNNNN.json.
-- `tokenize_chunk` (worker): encodes the kept documents of a chunk with sentencepiece
+- `clean_chunk` (worker, stage 1): every document of a chunk through `process_document` (normalise,
+  quality filters, language, decontamination, PII, quality classifier), its split, then the exact
+  key and MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
+  NNNNN.json.
+- `tokenize_chunk` (worker, stage 4): encodes the kept documents of a chunk with sentencepiece
   (one document at a time, one thread: the parallelism is across processes), appends EOS to each, and
-  writes .build/tokens/NNNNN.npz (flat token ids, document lengths and rows, per split), then its marker.
+  writes .build/tokens/NNNNN.npz (a SplitTokens per split: flat token ids, document lengths and
+  doc ids), then its marker.
+- A document's split is computed once, by `clean_chunk` (the `split` column of its chunk file); every
+  later stage reads it from there, and stage 5 takes the doc ids from the tokens file.
 
 Workers skip a chunk whose marker already exists (a resumed build), so the main process can hand every
 chunk to the pool in order and consume the results in order with `Pool.imap`.
@@ -32,7 +37,7 @@ from dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
 from dataprep.langid import identify, language_reason
 from dataprep.pii import PiiConfig, redact
 from dataprep.quality import load_model
-from dataprep.readers import BadRecord, InputFile, read_file
+from dataprep.readers import BadRecord, Document, InputFile, read_file
 from dataprep.workdir import atomic_write_json, read_json, tmp_path
 
 SPLITS = ("train", "valid")
@@ -64,7 +69,7 @@ def init_worker(setup: WorkerSetup) -> None:
 @dataclass
 class ChunkTask:
     index: int
-    docs: list            # (doc_id, source, raw text)
+    docs: list[Document]  # as read, in input order
     bad: list             # (file, line, reason, detail) met while reading this chunk
     files_done: int       # input files finished while reading this chunk (progress only)
     stop: str = ""        # "strict" (a bad record) or "error" (a reader failure): `bad[-1]` fails
@@ -84,7 +89,7 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
                         yield ChunkTask(index, [], bad, files_done, stop="strict")
                         return
                     continue
-                docs.append((item.doc_id, item.source, item.text))
+                docs.append(item)
                 size += len(item.text)
                 if size >= chunk_bytes:
                     yield ChunkTask(index, docs, bad, files_done)
@@ -105,7 +110,7 @@ DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("rea
                          ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string()),
                          ("language", pa.string()), ("language_score", pa.float64()),
                          ("quality", pa.float64()), ("pii", pa.int32()),
-                         ("decontam", pa.string())])
+                         ("decontam", pa.string()), ("split", pa.string())])
 # reasons of the document stages after the quality filters, in check order
 STAGE_REASONS = ("language", "language_score", "decontam", "pii", "quality")
 
@@ -147,18 +152,25 @@ def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
 
 def clean_chunk(task: ChunkTask) -> dict:
     """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
+    return clean_chunk_table(task)[0]
+
+
+def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
+    """clean_chunk, and the chunk's table as written (None for a stop or a chunk done earlier), so
+    that a caller in the same process goes on without reading the file back."""
     if task.stop:
-        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}
+        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}, None
     marker_path = Path(_setup.docs_dir) / f"{task.index:05d}.json"
     if marker_path.is_file():
-        return {**read_json(marker_path), "reused": True}
+        return {**read_json(marker_path), "reused": True}, None
     t0 = time.process_time()
     rows = {name: [] for name in DOCS_SCHEMA.names}
     filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
     kept_texts = []
     stats = {"languages": {}, "pii": {}, "pii_docs": 0, "decontam": [], "decontam_cut": 0}
     index = decontam_index(_setup.decontam)
-    for doc_id, source, text in task.docs:
+    for doc in task.docs:
+        doc_id, text = doc.doc_id, doc.text
         clean, reason, attrs = process_document(text, _setup)
         nbytes = utf8_len(clean)
         _count(stats, doc_id, clean, reason, attrs, _setup.decontam.action, index)
@@ -169,20 +181,22 @@ def clean_chunk(task: ChunkTask) -> dict:
             clean = ""
         else:
             kept_texts.append(clean)
-        for name, value in (("doc_id", doc_id), ("source", source), ("reason", reason),
+        for name, value in (("doc_id", doc_id), ("source", doc.source), ("reason", reason),
                             ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
                             ("key", exact_key(clean) if not reason else None), ("text", clean),
                             ("language", attrs["language"]),
                             ("language_score", attrs["language_score"]),
                             ("quality", attrs["quality"]), ("pii", sum(attrs["pii"].values())),
-                            ("decontam", ",".join(index.item_ids[i] for i in attrs["decontam"]))):
+                            ("decontam", ",".join(index.item_ids[i] for i in attrs["decontam"])),
+                            ("split", split_of(doc_id, _setup.valid_fraction, _setup.split_seed))):
             rows[name].append(value)
     sigs = signatures(kept_texts, _setup.dedup) if kept_texts else None
     it = iter(sigs) if sigs is not None else iter(())
     rows["sig"] = [None if r else next(it).tobytes() for r in rows["reason"]]
     path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
     tmp = tmp_path(path)
-    pq.write_table(pa.table(rows, schema=DOCS_SCHEMA), tmp, compression="zstd")
+    table = pa.table(rows, schema=DOCS_SCHEMA)
+    pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
     marker = {
         "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
@@ -193,7 +207,7 @@ def clean_chunk(task: ChunkTask) -> dict:
         "sig_dtype": str(sigs.dtype) if sigs is not None else "", **stats,
     }
     atomic_write_json(marker_path, marker)
-    return marker
+    return marker, table
 
 
 def decontam_index(cfg: DecontamConfig):
@@ -230,10 +244,9 @@ def aggregate_bad(bad: list) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------- workers: stage 3
-
 def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
-    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction."""
+    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction. Called once
+    per document, by stage 1, which stores it in the chunk's `split` column for every later stage."""
     return "valid" if unit_hash(f"split:{seed}:{doc_id}") < valid_fraction else "train"
 
 
@@ -242,29 +255,57 @@ def unit_hash(s: str) -> float:
     return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
 
 
+# ------------------------------------------------------------------------------- workers: stage 4
+
+@dataclass
+class SplitTokens:
+    """The kept documents of one split of one chunk, in input order, tokenized: what stage 5 packs
+    and writes to the provenance, with no need to go back to the stage-1 chunk file."""
+    tokens: np.ndarray      # int32, flat, EOS after every document
+    lens: np.ndarray        # int32, tokens per document, EOS included
+    doc_ids: list[str]
+
+    def arrays(self, split: str) -> dict:
+        """The .npz arrays of this split; the ids as UTF-8 bytes and end offsets (numpy's str
+        arrays would drop a trailing NUL of an id)."""
+        raw = [d.encode("utf-8") for d in self.doc_ids]
+        ends = np.cumsum([len(r) for r in raw], dtype=np.int64)
+        return {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
+                f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
+
+    @classmethod
+    def load(cls, z, split: str, tokens: bool = True) -> "SplitTokens":
+        """The split's record from an open tokens .npz (np.load); `tokens=False` leaves the token
+        ids unread (None), for a reader that needs only the lengths and ids."""
+        raw, ends = z[f"{split}_ids"].tobytes(), z[f"{split}_id_ends"].tolist()
+        ids = [raw[a:b].decode("utf-8") for a, b in zip([0] + ends[:-1], ends)]
+        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids)
+
+
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
-    """Stage 3 for one chunk: `task` is (index, packed keep mask, tokenizer model path)."""
+    """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
+    .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
     index, keep_bits, model = task
     marker_path = Path(_setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():
         return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
     sp = _processor(model)
-    table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet", columns=["doc_id", "text"])
+    table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet",
+                          columns=["doc_id", "split", "text"])
     keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
     rows = np.flatnonzero(keep)
     doc_ids = table.column("doc_id").to_pylist()
+    splits = table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
     arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
     for split in SPLITS:
-        mine = [int(r) for r in rows
-                if split_of(doc_ids[r], _setup.valid_fraction, _setup.split_seed) == split]
+        mine = [int(r) for r in rows if splits[r] == split]
         chunk_texts = [texts[r] for r in mine]
         # one document at a time, straight to int32: a chunk's ids as Python ints take ~35 B a token
         ids = [np.asarray(sp.encode(t), np.int32) for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
-        arrays.update({f"{split}_tokens": tokens, f"{split}_lens": lens,
-                       f"{split}_rows": np.asarray(mine, np.int32)})
+        arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine]).arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)

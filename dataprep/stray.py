@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dataprep.dedup_pass import ATTRIBUTES_FILE, DUPLICATES_FILE
+
 _TEMP = re.compile(r"^\..+\.tmp\d*")
 
 # what a build writes besides the manifest's tokenizer and shards
-FIXED = {"manifest.json", "report.json", "report.md", "dedup/duplicates.parquet"}
+FIXED = {"manifest.json", "report.json", "report.md", DUPLICATES_FILE, ATTRIBUTES_FILE}
 PATTERNS = (re.compile(r"^provenance/[A-Za-z0-9_-]+\.parquet$"), re.compile(r"^report_[a-z_]+\.png$"))
 
 

@@ -1,12 +1,16 @@
 """The build's work directory, DIR/.build/: what makes a killed build resumable.
 
-Layout:
-  .build/build.json            the resolved config of the build that owns this work dir
-  .build/docs/NNNNN.parquet    stage 1 output per chunk (cleaned text, filter verdict, exact key, MinHash)
+Layout (stage numbers as in build.py):
+  .build/build.json            which build owns this work dir: its resolved config and chunking
+  .build/docs/NNNNN.parquet    stage 1 (docs) output per chunk (cleaned text, filter verdict, split,
+                               exact key, MinHash)
   .build/docs/NNNNN.json       its completion marker with the chunk's counts (written last)
-  .build/tokens/NNNNN.npz      stage 3 output per chunk (token ids per split), marker NNNNN.json
-  .build/tokenizer.model       the trained tokenizer, marker tokenizer.json
-  .build/out/                  the dataset being assembled; moved into DIR at the end
+  .build/dedup.json            stage 2 (dedup) result, keep mask in dedup_keep.npy
+  .build/tokenizer.json        stage 3 (tokenizer) marker; the model is out/tokenizer.model
+  .build/tokens/NNNNN.npz      stage 4 (tokenize) output per chunk: token ids, lengths and doc ids
+                               per split (stages.SplitTokens), marker NNNNN.json
+  .build/out/                  the dataset being assembled by stage 5 (pack+write); moved into DIR
+                               by stage 6 (finish)
 
 Every file is written under a temporary name and renamed into place, and a chunk counts as done only
 once its marker exists, so a SIGKILL at any moment leaves either nothing or a complete output. Stages
@@ -23,7 +27,10 @@ from mspretrain.files import atomic_write_bytes, atomic_write_json  # noqa: F401
 from mspretrain.files import tmp_sibling as tmp_path  # noqa: F401
 
 WORK_DIR = ".build"
-LOCK_FILE = "build.json"
+# Which build this work dir belongs to: its resolved config and chunking (build.work_owner). A
+# rerun resumes the work dir only when its own description equals this file. Not a lock: nothing
+# stops two processes from using the same work dir at once.
+OWNER_FILE = "build.json"
 
 
 def read_json(path: Path):
@@ -39,17 +46,21 @@ class WorkDir:
         self.staging = self.root / "out"
 
     @property
-    def lock(self) -> Path:
-        return self.root / LOCK_FILE
+    def owner_file(self) -> Path:
+        """.build/build.json: the description of the build that owns this work dir."""
+        return self.root / OWNER_FILE
 
     def exists(self) -> bool:
-        return self.lock.is_file()
+        return self.owner_file.is_file()
 
-    def create(self, lock: dict) -> None:
-        """Claim the work dir for the build described by `lock` (its config, chunk size)."""
+    def owner(self) -> dict:
+        return read_json(self.owner_file)
+
+    def create(self, owner: dict) -> None:
+        """Claim the work dir for the build described by `owner` (its config, chunk size)."""
         for d in (self.root, self.docs, self.tokens, self.staging):
             d.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.lock, lock)
+        atomic_write_json(self.owner_file, owner)
 
     def chunk_file(self, stage_dir: Path, index: int, ext: str) -> Path:
         return stage_dir / f"{index:05d}.{ext}"

@@ -184,6 +184,7 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
         net = _NETS[id(model)] = TokenLogProbs(model)
     with Loader(eval_source(cfg), split=split, global_batch_size=B, seed=cfg.seed, num_workers=0) as ld:
         nb = capped_batches(cfg, ld.num_samples, B, split)
+        eod = ld.tokenizer.eos_id if cfg.train.eod_mask_loss else -1
         roots = [Path(s["dir"]) for s in ld.sources]
         counters = [_byte_counter(r) for r in roots]
         name = f"{tag}-{split}-{ld.fingerprint[:12]}-{nb}x{B}.jsonl"
@@ -198,7 +199,12 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
                 batch = next(ld)
                 ids = batch["input_ids"]
                 sources = batch.get("source", np.zeros(B, np.int32))
-                nats = -net(Tensor(ids)).asnumpy().astype(np.float64).sum(-1)
+                logp = net(Tensor(ids)).asnumpy().astype(np.float64)
+                if eod >= 0:        # train.eod_mask_loss: the loss leaves out predictions from EOS
+                    keep = ids[:, :-1] != eod
+                    nats, tokens = -(logp * keep).sum(-1), keep.sum(-1)
+                else:
+                    nats, tokens = -logp.sum(-1), np.full(B, ids.shape[1] - 1)
                 starts = _starts(roots, split, sources, batch["sample_id"], counters)
                 for j in range(B):
                     if k * B + j in results.records:
@@ -208,7 +214,7 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
                     nbytes = (c.count(ids[j, 1:], [s - 1 for s in starts.get((src, sid), []) if s >= 1])
                               if c else None)
                     results.add({"i": k * B + j, "source": src, "sample_id": sid, "nats": float(nats[j]),
-                                 "tokens": int(ids.shape[1] - 1), "bytes": nbytes})
+                                 "tokens": int(tokens[j]), "bytes": nbytes})
         finally:
             results.close()
         summary = summarize([results.records[i] for i in range(nb * B)], ld.sources)

@@ -292,7 +292,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
     """`train import`: write step 0 of run cfg.run.dir (weights from `hf_dir`, fresh optimizer state),
     so that `train launch --resume auto` continues pretraining from it. Returns the checkpoint dir."""
     from train import checkpoint as ckpt
-    from train import distributed, runinfo, trainer
+    from train import distributed, parallel, runinfo, trainer
     from train.step import check_precision
 
     hf_dir = Path(hf_dir)
@@ -303,7 +303,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
         raise trainer.ResumeError(f"{run_dir} already has checkpoints; import into a new run dir. "
                                   f"Nothing was changed.")
     check_tokenizer(hf_dir, cfg.data.path)
-    dist = distributed.setup(cfg)
+    dist = distributed.setup(cfg, parallel.validate)
     trainer.check_loop_config(cfg)
     check_precision(cfg)
     import mindspore as ms
@@ -312,7 +312,8 @@ def import_run(cfg: Config, hf_dir) -> Path:
     ms.set_seed(cfg.seed)
     with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
                 seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size, num_workers=0) as loader:
-        session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist)
+        session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
+                                        loader.tokenizer.eos_id)
         check_hf_config(hf_dir, session.args)
         weights = to_llama_weights(read_hf_weights(hf_dir), session.args, str(hf_dir))
         runinfo.set_weights(session.model, weights, str(hf_dir))

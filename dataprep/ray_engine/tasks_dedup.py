@@ -1,4 +1,4 @@
-"""Ray engine tasks of the dedup stages: reduce sides of the shuffles, connected components, and the
+"""Ray engine tasks of stage 2 (dedup): reduce sides of the shuffles, connected components, and the
 replay of the local keep rule (dedup_pass.DedupPass, unchanged) over each partition's groups.
 
 Why replaying gives the local result: the local pass drops a document when its exact key equals a
@@ -136,8 +136,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
         t = t.sort_by("order")
         cfg = ctx.cfg
         texts = t.column("text").to_pylist()
-        dp = DedupPass(cfg.dedup, cfg.pack.valid_fraction, cfg.pack.split_seed, strict=False,
-                       texts=lambda chunk: texts)
+        dp = DedupPass(cfg.dedup, strict=False, texts=lambda chunk: texts)
         dp.consume(t, np.dtype(sig_dtype or "uint32"))
         dropped = np.flatnonzero(~dp.masks[-1])
         if len(dropped) != len(dp.rows["doc_id"]):   # every group member is kept or dropped

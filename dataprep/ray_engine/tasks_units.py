@@ -20,7 +20,7 @@ from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk
                                         text_key64, unit_files, unit_range, write_parquet)
 from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
-from dataprep.stages import clean_chunk, read_chunks, split_of, tokenize_chunk
+from dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from dataprep.workdir import tmp_path
 
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
@@ -50,12 +50,13 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
     for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
                             cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict):
         task.index = chunk_index(u, task.index)
-        m = clean_chunk(task)
+        m, table = clean_chunk_table(task)
         if "stop" in m:   # strict mode or a reader failure: the driver fails the build
             return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
         hooks.reached(ctx.hooks, "docs")
-        table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
-                              columns=["doc_id", "source", "reason", "key", "sig"])
+        if table is None:   # written by an earlier try of this task: read it back once
+            table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
+                                  columns=["doc_id", "source", "reason", "key", "sig"])
         n = table.num_rows
         order = np.arange(rows, rows + n, dtype=np.int64) + (u << UNIT_BITS)
         ids = table.column("doc_id").to_pylist()
@@ -159,7 +160,6 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
         for kind, nbytes in zip(drops.column("kind").to_pylist(), drops.column("bytes").to_pylist()):
             res[kind][0] += 1
             res[kind][1] += nbytes
-    vf, seed = ctx.cfg.pack.valid_fraction, ctx.cfg.pack.split_seed
     base = lo
     attributes = []
     for c in chunks:
@@ -167,8 +167,8 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
                               columns=DedupPass.COLUMNS)
         keep = np.zeros(table.num_rows, bool)
         fate = []
-        for r, (doc_id, reason, nbytes) in enumerate(zip(*(table.column(n).to_pylist() for n in
-                                                           ("doc_id", "reason", "bytes_clean")))):
+        for r, (split, reason, nbytes) in enumerate(zip(*(table.column(n).to_pylist() for n in
+                                                          ("split", "reason", "bytes_clean")))):
             o = base + r
             fate.append(reason or ("duplicate_doc_id" if o in dup_set else dropped.get(o, "kept")))
             if fate[-1] != "kept":
@@ -176,7 +176,7 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
             keep[r] = True
             res["kept_docs"] += 1
             res["kept_bytes"] += nbytes
-            if split_of(doc_id, vf, seed) == "train":
+            if split == "train":
                 res["train_bytes"] += nbytes
         base += table.num_rows
         attributes.append(attributes_table(table, fate))
@@ -206,7 +206,7 @@ def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dic
     with open(tmp, "w", encoding="utf-8") as f:
         for c in chunks:
             n, b = write_chunk_sample(f, ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                                      keep_mask(ctx, c["index"]), ctx.cfg, fraction)
+                                      keep_mask(ctx, c["index"]), fraction)
             docs, nbytes = docs + n, nbytes + b
     os.replace(tmp, path)
     return finish(marker, {"unit": unit, "sample_docs": docs, "sample_bytes": nbytes})

@@ -1,4 +1,4 @@
-"""Ray engine tasks of the write stage: one task per shard over a fixed range of global samples, and
+"""Ray engine tasks of stage 5 (write): one task per shard over a fixed range of global samples, and
 one provenance task per split. Sample k of a split is tokens [k*L, (k+1)*L) of the split's stream
 (every chunk's tokens in input order); the driver turns per-chunk token counts into the spans each
 shard reads, so a shard's bytes do not depend on which task or node writes it."""
@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from dataprep import report as reporting
 from dataprep.pack import PROVENANCE_DIR, ProvenanceStream
 from dataprep.ray_engine import hooks
 from dataprep.ray_engine.layout import Ctx, done, finish
 from dataprep.shards import ShardWriter
+from dataprep.stages import SplitTokens
 
 
 def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
@@ -52,12 +52,11 @@ def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
     bins = np.zeros(0, np.int64)
     for index in chunks:
         with np.load(work.chunk_file(work.tokens, index, "npz")) as z:
-            lens, rows = z[f"{split}_lens"], z[f"{split}_rows"]
+            part = SplitTokens.load(z, split, tokens=False)
+        lens = part.lens
         if not len(lens):
             continue
-        ids = pq.read_table(work.chunk_file(work.docs, index, "parquet"),
-                            columns=["doc_id"]).column("doc_id").to_pylist()
-        stream.add(lens, [ids[r] for r in rows])
+        stream.add(lens, part.doc_ids)
         b = reporting.length_bins(lens - 1)
         bins = np.pad(bins, (0, max(0, len(b) - len(bins))))
         bins[:len(b)] += b

@@ -10,6 +10,7 @@ import pytest
 import sentencepiece as spm
 
 from dataprep_helpers import dataset_bytes, run_build, tree_snapshot
+from dataprep.build import WORK_LAYOUT
 from dataprep.clean import normalize
 from dataprep.inspection import read_sample
 from dataprep.readers import Document, list_inputs, read_file
@@ -122,7 +123,8 @@ def test_out_holding_a_different_dataset_is_refused_and_untouched(corpus, refere
 
 def test_unfinished_build_with_another_config_is_refused_and_untouched(corpus, tmp_path, capsys):
     out = tmp_path / "data"
-    WorkDir(out).create({"config": {"pack": {"seq_length": 7}}, "chunk_bytes": 1})
+    WorkDir(out).create({"config": {"pack": {"seq_length": 7}}, "chunk_bytes": 1,
+                         "layout": WORK_LAYOUT})
     (out / ".build" / "docs" / "00000.json").write_text("{}")
     before = tree_snapshot(out)
     assert run_build([corpus], out) == 1
@@ -210,3 +212,23 @@ def test_pyarrow_uses_malloc_in_build_processes_unless_told_otherwise():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[-2:] == ["True", "system"]
+
+
+def test_unfinished_build_of_another_work_layout_is_refused_and_untouched(tmp_path, capsys):
+    """A build stopped under an older dataprep (its intermediate files laid out differently) is not
+    resumed half-way: the rerun names the layouts and touches nothing."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "bad.jsonl").write_text('{"text": "fine"}\nnot json\n')
+    out = tmp_path / "data"
+    assert run_build([src], out, "--strict") == 1          # stops in stage 1: the work dir stays
+    owner = json.loads((out / ".build" / "build.json").read_text())
+    assert owner["layout"] == WORK_LAYOUT
+    owner["layout"] = WORK_LAYOUT - 1
+    (out / ".build" / "build.json").write_text(json.dumps(owner))
+    capsys.readouterr()
+    before = tree_snapshot(out)
+    assert run_build([src], out, "--strict") == 1
+    err = capsys.readouterr().err
+    assert f"work dir layout {WORK_LAYOUT - 1}, this version's is {WORK_LAYOUT}" in err
+    assert tree_snapshot(out) == before

@@ -1,4 +1,6 @@
 """Quality filters: each rejects a crafted bad document, real English and Chinese text passes."""
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -184,3 +186,15 @@ def test_most_common_ngram_matches_counter_ties_and_wide_ids():
             grams = list(zip(*(ids[i:].tolist() for i in range(n))))
             gram, count = Counter(grams).most_common(1)[0]
             assert most_common_ngram(ids.astype(np.int64), n) == (grams.index(gram), count)
+
+
+def test_import_builds_no_character_tables():
+    """The per-code-point tables are built on the first non-ASCII text, not at import: importing
+    dataprep (the CLI, every worker) pays nothing for them; ASCII text never needs them."""
+    code = ("import dataprep.filters as f, dataprep.build\n"
+            "assert f._bmp_class.cache_info().currsize == 0 and f._is_cjk.cache_info().currsize == 0\n"
+            "f.quality_reason('plain ascii text ' * 40, f.FilterConfig())\n"
+            "assert f._bmp_class.cache_info().currsize == 0\n"
+            "f.quality_reason('中文的句子，' * 40, f.FilterConfig())\n"
+            "assert f._bmp_class.cache_info().currsize == 1 and f._is_cjk.cache_info().currsize == 1\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

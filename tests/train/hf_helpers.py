@@ -25,7 +25,9 @@ def build_spm_dataset(out: Path, *extra: str) -> Path:
 
 def train_cmd(command: str, run_dir: Path, data: Path, *sets: str) -> list[str]:
     cmd = [sys.executable, "-m", "train", command, "--config", str(TINY), "--set", f"data.path={data}",
-           f"run.dir={run_dir}", "data.num_workers=0", "eval.every_steps=0"]
+           f"run.dir={run_dir}", "data.num_workers=0", "eval.every_steps=0",
+           # a Hugging Face Llama attends across packed documents: compare like with like
+           "model.document_mask=false", "model.reset_position_ids=false", "train.eod_mask_loss=false"]
     for s in sets:
         cmd += ["--set", s]
     return cmd
