@@ -46,10 +46,10 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     if ckpt_dir is None:
         raise ckpt.CheckpointError(f"{cfg.run.dir} has no checkpoint yet (no checkpoints/latest); "
                                    f"pass --checkpoint DIR")
-    check_run_dataset(ckpt_dir, cfg)
     from train.data_check import check_against_checkpoint, check_dataset
-    check_against_checkpoint(check_dataset(cfg.data.path, (cfg.data.valid_split,), verify_data),
-                             ckpt.read_state(ckpt_dir), ckpt_dir)
+    manifest = check_dataset(cfg.data.path, (cfg.data.valid_split,), verify_data)   # intact?
+    check_run_dataset(ckpt_dir, cfg)                                   # the run's tokenizer, seq_length
+    check_against_checkpoint(manifest, ckpt.read_state(ckpt_dir), ckpt_dir)
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
