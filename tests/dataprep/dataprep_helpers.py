@@ -22,9 +22,11 @@ def run_build(inputs, out, *extra: str) -> int:
 
 
 def dataset_bytes(root: Path) -> dict[str, bytes]:
-    """Every file of a dataset dir except report.* (which holds timings), by relative path."""
+    """Every file of a dataset dir except the report (report.json/md hold timings; report_*.png are
+    its pictures), by relative path."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in ("report.json", "report.md")}
+            if p.is_file() and p.name not in ("report.json", "report.md")
+            and not (p.name.startswith("report_") and p.suffix == ".png")}
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

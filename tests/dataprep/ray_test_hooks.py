@@ -4,7 +4,7 @@
   kill:POINT:FLAG        the first task to reach POINT creates FLAG and SIGKILLs its own worker
                          process (once: the retry finds FLAG and runs normally)
   hold:POINT:FLAG:NODE   a task reaching POINT on node NODE (hex id) creates FLAG and sleeps until
-                         the node is gone
+                         the node is gone; on any other node it only waits 2 s
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def reached(point: str, spec: str) -> None:
     elif kind == "hold":
         import ray
         if ray.get_runtime_context().get_node_id() != rest[0]:
+            time.sleep(2)     # slow the other node down, so the scheduler sends work to this one
             return
         flag.write_text(str(os.getpid()))
         while True:

@@ -53,7 +53,7 @@ def test_a_node_lost_mid_build_is_survived(cluster, corpus, reference, tmp_path,
     thread.start()
     deadline = time.monotonic() + 120
     while not flag.exists():
-        assert thread.is_alive(), "the build finished without a task on the second node"
+        assert thread.is_alive(), f"the build finished without a task on the second node: {result}"
         assert time.monotonic() < deadline, "no docs task reached the second node"
         time.sleep(0.05)
     cluster.remove_node(worker)   # the node dies with the task it was running
