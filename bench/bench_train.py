@@ -1,7 +1,7 @@
 """Trainer throughput on CPU against a hand-written MindSpore step: tokens/s, peak RSS, MFU, data wait.
 
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
-        [--repeat 2]   (the issue's size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
+        [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
 The reference, run in the same invocation on the same model (train/model.py's Llama and CausalLMLoss,
 same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dataprep.decontam import DecontamError, read_items
+
 MAGIC = b"mspretrain-quality-v1\n"
 _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
@@ -137,19 +139,12 @@ def read_texts(path: str, text_field: str = "text") -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise QualityModelError(f"{path} not found")
-    raw = p.read_text(encoding="utf-8")
     if p.suffix in (".jsonl", ".json"):
-        out = []
-        for line_no, line in enumerate(raw.splitlines(), 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise QualityModelError(f"{path}:{line_no}: not JSON ({e.msg})") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
-                    raise QualityModelError(f"{path}:{line_no}: no string field {text_field!r}")
-                out.append(rec[text_field])
-        return out
+        try:
+            return [text for _, text in read_items(path, text_field)]
+        except DecontamError as e:      # the same JSON-lines reader, the same file:line messages
+            raise QualityModelError(str(e)) from None
+    raw = p.read_text(encoding="utf-8")
     return [para.strip() for para in raw.split("\n\n") if para.strip()]
 
 
