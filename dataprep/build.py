@@ -61,7 +61,8 @@ from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
 from dataprep.stray import remove_temps
 from dataprep.vocab_fit import train_fitted
 from dataprep.workers import WorkerDied, WorkerPool
-from dataprep.workdir import WorkDir, atomic_write_json, tmp_path
+from dataprep.workdir import WorkDir
+from mspretrain.files import atomic_open, atomic_write_json
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
 
@@ -337,13 +338,11 @@ def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
     """Kept train documents whose hash falls under sample_bytes / train bytes, one line a sentence."""
     p = sample_fraction(cfg, dedup.train_bytes)
     docs = nbytes = 0
-    tmp = tmp_path(path)
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
                       disable=not cfg.run.progress, leave=False):
             n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i), p)
             docs, nbytes = docs + n, nbytes + b
-    os.replace(tmp, path)
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
 
 

@@ -13,13 +13,14 @@ each matched run of windows and keeps the rest; `drop` removes the whole documen
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from mspretrain.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
 _UNIT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+")
@@ -139,17 +140,10 @@ def read_items(path: str, text_field: str = "text") -> list[tuple[str, str]]:
     if not p.is_file():
         raise DecontamError(f"decontam.files: {path} not found")
     items = []
-    with open(p, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DecontamError(f"{path}:{line_no}: not JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
-                raise DecontamError(f"{path}:{line_no}: no string field {text_field!r}")
-            items.append((f"{p.name}:{line_no}", rec[text_field]))
+    for line_no, rec in read_json_lines(p, DecontamError):
+        if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
+            raise DecontamError(f"{path}:{line_no}: no string field {text_field!r}")
+        items.append((f"{p.name}:{line_no}", rec[text_field]))
     return items
 
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dataprep.dedup import DedupConfig, NearDedup
-from dataprep.workdir import atomic_write_json, tmp_path
+from mspretrain.files import atomic_open, atomic_path, atomic_write_json
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
 ATTRIBUTES_FILE = "documents/attributes.parquet"
@@ -70,10 +70,8 @@ class DedupResult:
 
     def save(self, root: Path) -> None:
         mask_path = root / "dedup_keep.npy"
-        tmp = tmp_path(mask_path)
-        with open(tmp, "wb") as f:
+        with atomic_open(mask_path) as f:
             np.save(f, self.keep_mask)
-        tmp.replace(mask_path)
         d = asdict(self)
         d.pop("keep_mask")
         atomic_write_json(root / "dedup.json", d)   # the stage's marker: written last
@@ -199,16 +197,14 @@ class DedupPass:
     def write_duplicates(self, staging: Path) -> None:
         path = staging / DUPLICATES_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_path(path)
-        pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
         path = staging / ATTRIBUTES_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_path(path)
         table = (pa.concat_tables(self.attributes) if self.attributes
                  else ATTRIBUTES_SCHEMA.empty_table())
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
 
 
 def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:

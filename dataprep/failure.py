@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataprep.workdir import atomic_write_bytes, atomic_write_json, read_json
+from dataprep.workdir import read_json
+from mspretrain.files import atomic_write_bytes, atomic_write_json
 
 REPORT_FILES = ("report.json", "report.md")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.decontam import DecontamError, read_items
+from mspretrain.files import atomic_write_bytes
 
 MAGIC = b"mspretrain-quality-v1\n"
 _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
@@ -55,9 +56,7 @@ class QualityModel:
                   "max_chars": self.max_chars, "bias": self.bias}
         data = MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + \
             self.weights.astype("<f4").tobytes()
-        tmp = Path(f"{path}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "QualityModel":

@@ -16,7 +16,7 @@ from dataprep.filters import FILTER_NAMES
 from dataprep.stages import STAGE_REASONS
 from dataprep import plots
 from dataprep.per_file import per_file_counts
-from dataprep.workdir import atomic_write_bytes, atomic_write_json
+from mspretrain.files import atomic_write_bytes, atomic_write_json
 
 
 def length_histogram(doc_tokens: np.ndarray) -> dict:

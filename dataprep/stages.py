@@ -38,7 +38,8 @@ from dataprep.langid import identify, language_reason
 from dataprep.pii import PiiConfig, redact
 from dataprep.quality import load_model
 from dataprep.readers import BadRecord, Document, InputFile, read_file
-from dataprep.workdir import atomic_write_json, read_json, tmp_path
+from dataprep.workdir import read_json
+from mspretrain.files import atomic_open, atomic_path, atomic_write_json
 
 SPLITS = ("train", "valid")
 
@@ -194,10 +195,9 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     it = iter(sigs) if sigs is not None else iter(())
     rows["sig"] = [None if r else next(it).tobytes() for r in rows["reason"]]
     path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
-    tmp = tmp_path(path)
     table = pa.table(rows, schema=DOCS_SCHEMA)
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     marker = {
         "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
         "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
@@ -310,10 +310,8 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)
     path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
-    tmp = tmp_path(path)
-    with open(tmp, "wb") as f:
+    with atomic_open(path) as f:
         np.savez(f, **arrays)
-    os.replace(tmp, path)
     marker["cpu_s"] = round(time.process_time() - t0, 4)
     atomic_write_json(marker_path, marker)
     return marker

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from loader.manifest import TokenizerInfo, sha256_file
-from mspretrain.files import atomic_open
+from mspretrain.files import atomic_open, publish
 
 
 class TokenizerError(RuntimeError):
@@ -42,7 +42,7 @@ def train_tokenizer(sample_file: Path, model_path: Path, cfg) -> None:
         raise TokenizerError(f"sentencepiece training failed (tokenizer.vocab_size="
                              f"{cfg.vocab_size}): {str(e).splitlines()[-1]}") from None
     _strip_paths(Path(f"{prefix}.model"))
-    os.replace(f"{prefix}.model", model_path)
+    publish(f"{prefix}.model", model_path)
     Path(f"{prefix}.vocab").unlink(missing_ok=True)
 
 

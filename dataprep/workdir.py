@@ -23,8 +23,7 @@ import json
 import shutil
 from pathlib import Path
 
-from mspretrain.files import atomic_write_bytes, atomic_write_json  # noqa: F401 (the stages' writers)
-from mspretrain.files import tmp_sibling as tmp_path  # noqa: F401
+from mspretrain.files import atomic_write_json
 
 WORK_DIR = ".build"
 # Which build this work dir belongs to: its resolved config and chunking (build.work_owner). A

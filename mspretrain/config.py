@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import re
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -123,10 +124,41 @@ def _assign(raw: dict, key: str, value) -> None:
 
 def validate(cls: type[T], raw: dict) -> T:
     """Build the dataclass tree `cls` from a mapping; the first problem becomes a ConfigError."""
+    _refuse_bools(cls, raw, "")
     try:
         return _adapter(cls).validate_python(raw)
     except pydantic.ValidationError as e:
         raise ConfigError(_describe(cls, e.errors()[0])) from None
+
+
+def _refuse_bools(cls: type, raw, prefix: str) -> None:
+    """`steps: true` is a slip, not 1: pydantic's lax mode would take a bool for a number."""
+    if not dataclasses.is_dataclass(cls) or not isinstance(raw, dict):
+        return
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for key, value in raw.items():
+        tp = hints.get(key)
+        if tp is None:
+            continue
+        if isinstance(value, bool) and not _accepts_bool(tp):
+            raise ConfigError(f"{prefix}{key}: expected {_type_name(tp)}, got {value!r}")
+        _refuse_bools(tp, value, f"{prefix}{key}.")
+
+
+def _accepts_bool(tp) -> bool:
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if tp is bool or tp is Any:
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_accepts_bool(a) for a in typing.get_args(tp))
+    return False
+
+
+def _type_name(tp) -> str:
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
 _ADAPTERS: dict[type, pydantic.TypeAdapter] = {}

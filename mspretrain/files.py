@@ -27,21 +27,32 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def publish(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Make a finished temporary file durable and give it its final name (then fsync the directory)."""
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(Path(path).parent)
+
+
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb", **kw):
-    """`with atomic_open(p, "w") as f: ...`: `p` appears complete when the block ends, or not at all."""
+def atomic_path(path: str | os.PathLike):
+    """`with atomic_path(p) as tmp: library.write(..., tmp)`: for writers that want a file name (parquet,
+    safetensors); `p` appears complete when the block ends, or not at all."""
     path = Path(path)
     tmp = tmp_sibling(path)
     try:
-        with open(tmp, mode, **kw) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield tmp
+        publish(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_path(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb", **kw):
+    """`with atomic_open(p, "w") as f: ...`: `p` appears complete when the block ends, or not at all."""
+    with atomic_path(path) as tmp, open(tmp, mode, **kw) as f:
+        yield f
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -46,12 +46,18 @@ def test_numbers_follow_the_same_rules_in_both(value, expected):
     assert load_build_config(sets=[f"tokenizer.vocab_size={value}"]).tokenizer.vocab_size == expected
 
 
-@pytest.mark.parametrize("value", ["2.5", "1e30", "many", "[1, 2]"])
+@pytest.mark.parametrize("value", ["2.5", "1e30", "many", "[1, 2]", "true"])
 def test_non_integers_are_refused_in_both(value):
     with pytest.raises(ConfigError, match="train.steps: expected int"):
         load_config(None, [f"train.steps={value}"])
     with pytest.raises(ConfigError, match="tokenizer.vocab_size: expected int"):
         load_build_config(sets=[f"tokenizer.vocab_size={value}"])
+
+
+def test_a_bool_is_refused_for_a_number_but_taken_for_a_flag(tmp_path):
+    with pytest.raises(ConfigError, match="optim.lr: expected float, got False"):
+        load_config(None, ["optim.lr=false"])
+    assert load_build_config(sets=["run.progress=false"]).run.progress is False
 
 
 def test_sizes_and_tuples_are_typed_fields(tmp_path):

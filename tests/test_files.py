@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mspretrain.files import atomic_open, atomic_write_json, atomic_write_text
+from mspretrain.files import atomic_open, atomic_path, atomic_write_json, atomic_write_text
 
 
 def test_replaces_whole_files(tmp_path):
@@ -33,3 +33,18 @@ def test_binary_writers_such_as_numpy_and_json_dump_work(tmp_path):
     with atomic_open(path, "w", encoding="utf-8") as f:
         json.dump([1, 2], f)
     assert json.loads(path.read_text()) == [1, 2]
+
+
+def test_writers_that_want_a_name_get_the_temporary_and_it_is_renamed(tmp_path):
+    path = tmp_path / "table.parquet"
+    with atomic_path(path) as tmp:
+        assert tmp.parent == tmp_path and tmp != path
+        tmp.write_bytes(b"PAR1")
+        assert not path.exists()        # nothing under the final name until the block ends
+    assert path.read_bytes() == b"PAR1"
+    with pytest.raises(ValueError):
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"torn")
+            raise ValueError("the writer failed")
+    assert path.read_bytes() == b"PAR1"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.parquet"]

@@ -1,7 +1,6 @@
 """The shared pieces: the manifest contract and the rolling shard writer."""
 import json
 
-import numpy as np
 import pytest
 
 from dataprep.shards import ShardWriter, shard_capacity

@@ -3,8 +3,9 @@
 
 Quick (always, milliseconds): the manifest loads; every shard of the splits in use and its .db index
 exist, their sizes add up to what the manifest records, and each data file starts with a readable
-MindRecord header. With a checkpoint: the dataset's tokenizer (sha256 and vocabulary size) and
-sequence length are those the checkpoint was trained on (recorded in its state.json). Full
+MindRecord header. With a checkpoint: the dataset's identity (tokenizer sha256, vocabulary size,
+sequence length) is the one the checkpoint was trained on (`identity`, recorded in its state.json and
+in RUN/run.json). Full
 (`--verify-data`): the sha256 of every shard, index and the tokenizer file, as `dataprep verify` does.
 """
 from __future__ import annotations
@@ -21,10 +22,30 @@ class DataCheckError(RuntimeError):
 
 
 def identity(manifest_or_loader) -> dict:
-    """What a checkpoint records about its dataset: the tokenizer and the sequence length."""
+    """What the weights of a run depend on in its dataset: the tokenizer and the sequence length. The
+    one record of it, kept in every checkpoint's state.json and in RUN/run.json."""
     tok = manifest_or_loader.tokenizer
     return {"tokenizer_sha256": tok.sha256, "vocab_size": tok.vocab_size,
             "seq_length": manifest_or_loader.seq_length}
+
+
+def check_identity(manifest, saved: dict, where) -> None:
+    """The dataset of `manifest` has the tokenizer and sequence length of the `saved` identity (read
+    from `where`); otherwise DataCheckError naming both and the fix."""
+    mine = identity(manifest)
+    if mine["seq_length"] != saved["seq_length"]:
+        raise DataCheckError(
+            f"{manifest.root}: seq_length {mine['seq_length']}, but the checkpoint was trained with "
+            f"seq_length {saved['seq_length']} ({where}); use a dataset built with --seq-length "
+            f"{saved['seq_length']}")
+    if (mine["tokenizer_sha256"], mine["vocab_size"]) != (saved["tokenizer_sha256"], saved["vocab_size"]):
+        tok = manifest.tokenizer
+        raise DataCheckError(
+            f"{manifest.root}: tokenizer {tok.file or tok.type} (sha256 {tok.sha256[:12]}, vocab "
+            f"{tok.vocab_size}) is not the one the checkpoint was trained with (sha256 "
+            f"{saved['tokenizer_sha256'][:12]}, vocab {saved['vocab_size']}, {where}): its token ids "
+            f"mean other text. Use a dataset built with the checkpoint's tokenizer "
+            f"(dataprep build --tokenizer MODEL).")
 
 
 def check_dataset(path: str, splits: tuple[str, ...], full: bool = False):
@@ -48,20 +69,6 @@ def check_dataset(path: str, splits: tuple[str, ...], full: bool = False):
         raise DataCheckError(f"dataset {root} is damaged: " + "; ".join(faults[:5])
                              + (f" (and {len(faults) - 5} more)" if len(faults) > 5 else "") + hint)
     return m
-
-
-def check_against_checkpoint(manifest, state: dict, ckpt_dir) -> None:
-    """The dataset's tokenizer and sequence length are the checkpoint's (when it recorded them)."""
-    saved = state.get("dataset")
-    if not saved:
-        return
-    mine = identity(manifest)
-    diff = [f"{k} {saved.get(k)!r} (checkpoint) != {mine[k]!r} (dataset)"
-            for k in ("tokenizer_sha256", "vocab_size", "seq_length") if saved.get(k) != mine[k]]
-    if diff:
-        raise DataCheckError(f"{manifest.root} does not fit checkpoint {ckpt_dir}: " + "; ".join(diff)
-                             + ". Use a dataset built with the checkpoint's tokenizer "
-                               "(dataprep build --tokenizer MODEL) and sequence length.")
 
 
 def _shard_faults(root: Path, shard, full: bool) -> list[str]:

@@ -46,10 +46,9 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     if ckpt_dir is None:
         raise ckpt.CheckpointError(f"{cfg.run.dir} has no checkpoint yet (no checkpoints/latest); "
                                    f"pass --checkpoint DIR")
-    from train.data_check import check_against_checkpoint, check_dataset
-    manifest = check_dataset(cfg.data.path, (cfg.data.valid_split,), verify_data)   # intact?
-    check_run_dataset(ckpt_dir, cfg)                                   # the run's tokenizer, seq_length
-    check_against_checkpoint(manifest, ckpt.read_state(ckpt_dir), ckpt_dir)
+    from train.data_check import check_dataset
+    check_dataset(cfg.data.path, (cfg.data.valid_split,), verify_data)   # intact?
+    check_fits_checkpoint(ckpt_dir, cfg)                                 # its tokenizer, seq_length
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
@@ -72,15 +71,22 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     return 0
 
 
-def check_run_dataset(ckpt_dir: Path, cfg: Config) -> None:
+def check_fits_checkpoint(ckpt_dir: Path, cfg: Config) -> None:
     """Refuse a dataset (or blend source) whose tokenizer or seq_length differ from those the
-    checkpoint was trained with (RUN/run.json, where the run has one)."""
+    checkpoint was trained with: its state.json's dataset identity, else the run's RUN/run.json."""
+    from loader.manifest import load_manifest
+    from train import checkpoint as ckpt
     from train import runinfo
+    from train.data_check import check_identity
 
-    run_dir = Path(ckpt_dir).resolve().parent.parent
-    if not (run_dir / runinfo.RUN_INFO).is_file():
-        print(f"[eval] {run_dir} has no {runinfo.RUN_INFO}: the dataset's tokenizer and seq_length are not "
-              f"checked against the checkpoint's", file=sys.stderr)
+    ckpt_dir = Path(ckpt_dir).resolve()
+    run_dir = ckpt_dir.parent.parent
+    saved, where = ckpt.read_state(ckpt_dir).get("dataset"), ckpt_dir / ckpt.STATE_FILE
+    if not saved and (run_dir / runinfo.RUN_INFO).is_file():
+        saved, where = runinfo.read_run(run_dir)["dataset"], run_dir / runinfo.RUN_INFO
+    if not saved or "tokenizer_sha256" not in saved:
+        print(f"[eval] neither {where.name} of {ckpt_dir} nor its run records the dataset's identity: "
+              f"the tokenizer and seq_length are not checked", file=sys.stderr)
         return
     for path in [cfg.data.path, *cfg.eval.blend]:
-        runinfo.check_dataset(run_dir, path)
+        check_identity(load_manifest(path), saved, where)

@@ -29,6 +29,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
+from mspretrain.jsonl import read_json_lines
 from train.model import ModelArgs, rotary_tables
 
 
@@ -270,21 +271,14 @@ class Generator:
 def load_prompts(path) -> list[dict]:
     """A jsonl file of {"text": ...} or {"tokens": [ids]} lines; errors name the line."""
     prompts = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{n}: invalid JSON ({e})") from None
-            if not isinstance(rec, dict) or not (isinstance(rec.get("text"), str) or
-                                                 isinstance(rec.get("tokens"), list)):
-                raise InputError(f"{path}:{n}: expected {{\"text\": str}} or {{\"tokens\": [ids]}}")
-            if "tokens" in rec and not all(isinstance(t, int) and not isinstance(t, bool)
-                                           for t in rec["tokens"]):
-                raise InputError(f"{path}:{n}: field 'tokens' must be a list of integers")
-            prompts.append(rec)
+    for n, rec in read_json_lines(path, InputError):
+        if not isinstance(rec, dict) or not (isinstance(rec.get("text"), str) or
+                                             isinstance(rec.get("tokens"), list)):
+            raise InputError(f"{path}:{n}: expected {{\"text\": str}} or {{\"tokens\": [ids]}}")
+        if "tokens" in rec and not all(isinstance(t, int) and not isinstance(t, bool)
+                                       for t in rec["tokens"]):
+            raise InputError(f"{path}:{n}: field 'tokens' must be a list of integers")
+        prompts.append(rec)
     return prompts
 
 

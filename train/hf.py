@@ -16,12 +16,12 @@ EOS; ids unk 0 / bos 1 / eos 2 / pad 3 are the model's own).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 
+from mspretrain.files import atomic_path
 from train.config import Config, ConfigError
 
 WEIGHTS_FILE = "model.safetensors"
@@ -129,9 +129,8 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str) ->
         arr = np.ascontiguousarray(arr)
         arrays[name] = arr      # kept alive while serialize_file reads the pointers
         specs[name] = TensorSpec(dtype=st, shape=list(arr.shape), data_ptr=arr.ctypes.data, data_len=arr.nbytes)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    serialize_file(specs, str(tmp), {"format": "pt"})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        serialize_file(specs, str(tmp), {"format": "pt"})
 
 
 def _to_bf16_bits(x: np.ndarray) -> np.ndarray:

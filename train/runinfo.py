@@ -9,14 +9,14 @@ Also here: reading a checkpoint's model weights into a fresh `Llama`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 
 from mspretrain.config import validate
-from train.config import Config, ConfigError
+from mspretrain.files import atomic_open, atomic_write_text
+from train.config import Config
 
 RUN_INFO = "run.json"
 RUN_TOKENIZER = "tokenizer.model"
@@ -30,14 +30,15 @@ class RunInfoError(RuntimeError):
 
 
 def dataset_info(data_path) -> dict:
-    """The dataset facts a checkpoint depends on: seq_length and the tokenizer (and, for reference,
-    the fingerprint and where it was)."""
+    """The run's dataset: its identity (data_check.identity, as in every state.json), and for
+    reference where it was, its fingerprint and its tokenizer's description."""
     from dataclasses import asdict
     from loader.manifest import load_manifest
+    from train.data_check import identity
 
     m = load_manifest(data_path)
-    return {"path": str(Path(data_path).resolve()), "fingerprint": m.fingerprint,
-            "seq_length": m.seq_length, "tokenizer": asdict(m.tokenizer)}
+    return {**identity(m), "path": str(Path(data_path).resolve()), "fingerprint": m.fingerprint,
+            "tokenizer": asdict(m.tokenizer)}
 
 
 def record_run(cfg: Config) -> None:
@@ -51,9 +52,7 @@ def record_run(cfg: Config) -> None:
         src = Path(cfg.data.path) / tok["file"]
         if src.is_file():
             _atomic_copy(src, run_dir / RUN_TOKENIZER)
-    tmp = run_dir / f".{RUN_INFO}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, run_dir / RUN_INFO)
+    atomic_write_text(run_dir / RUN_INFO, json.dumps(info, indent=1, sort_keys=True) + "\n")
 
 
 def read_run(run_dir) -> dict:
@@ -74,23 +73,6 @@ def run_config(run_dir) -> Config:
 def run_tokenizer(run_dir) -> Path | None:
     path = Path(run_dir) / RUN_TOKENIZER
     return path if path.is_file() else None
-
-
-def check_dataset(run_dir, data_path) -> None:
-    """Refuse to evaluate a run's checkpoint on a dataset with another tokenizer or seq_length."""
-    saved = read_run(run_dir)["dataset"]
-    now = dataset_info(data_path)
-    where = Path(run_dir) / RUN_INFO
-    if now["seq_length"] != saved["seq_length"]:
-        raise ConfigError(f"{data_path}: seq_length {now['seq_length']}, but the checkpoint was trained "
-                          f"with seq_length {saved['seq_length']} ({where}); evaluate on a dataset built "
-                          f"with --seq-length {saved['seq_length']}")
-    a, b = now["tokenizer"], saved["tokenizer"]
-    if (a["sha256"], a["vocab_size"]) != (b["sha256"], b["vocab_size"]):
-        raise ConfigError(f"{data_path}: tokenizer {a['file'] or a['type']} (sha256 {a['sha256'][:12]}, vocab "
-                          f"{a['vocab_size']}) is not the one the checkpoint was trained with (sha256 "
-                          f"{b['sha256'][:12]}, vocab {b['vocab_size']}, {where}); its token ids mean "
-                          f"other text")
 
 
 def checkpoint_dir(run_dir, step: int | None = None) -> Path:
@@ -198,6 +180,5 @@ def set_weights(model, weights: dict[str, np.ndarray], where: str) -> None:
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with atomic_open(dst) as f, open(src, "rb") as f_src:
+        shutil.copyfileobj(f_src, f)

@@ -3,7 +3,6 @@ uses: order keys, partitioning hashes, atomic parquet writes, task markers."""
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import pyarrow.parquet as pq
 from dataprep.config import BuildConfig
 from dataprep.readers import InputFile
 from dataprep.stages import init_worker
-from dataprep.workdir import WorkDir, atomic_write_json, read_json, tmp_path
+from dataprep.workdir import WorkDir, read_json
+from mspretrain.files import atomic_path, atomic_write_json
 
 UNIT_BITS = 40               # order key = (unit << UNIT_BITS) | row within the unit
 CHUNK_STRIDE = 1_000_000     # chunk c of unit u is the work dir's chunk u * CHUNK_STRIDE + c
@@ -89,9 +89,8 @@ def bytes_key64(keys: list[bytes]) -> np.ndarray:
 def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     """Write atomically: a retried task overwrites its own file, a killed one leaves no file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(path)
-    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
 
 
 def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:

@@ -4,14 +4,13 @@ Files are written under temporary names and renamed only when the whole unit is 
 killed task never leaves a partial partition behind."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataprep.workdir import tmp_path
+from mspretrain.files import publish, tmp_sibling
 
 
 def part_file(stage_dir: Path, unit: int, part: int) -> Path:
@@ -28,7 +27,7 @@ class PartitionedWriter:
     def __init__(self, stage_dir: Path, unit: int, partitions: int, schema: pa.Schema):
         stage_dir.mkdir(parents=True, exist_ok=True)
         self.paths = [part_file(stage_dir, unit, p) for p in range(partitions)]
-        self.tmps = [tmp_path(p) for p in self.paths]
+        self.tmps = [tmp_sibling(p) for p in self.paths]
         self.schema = schema
         self.writers = [pq.ParquetWriter(t, schema, compression="zstd") for t in self.tmps]
 
@@ -48,4 +47,4 @@ class PartitionedWriter:
         for w in self.writers:
             w.close()
         for t, p in zip(self.tmps, self.paths):
-            os.replace(t, p)
+            publish(t, p)

@@ -13,6 +13,8 @@ Memory per task: a partition's rows (ids, exact, cells, groups: 1/partitions of 
 the components task holds the edges (only documents that share a cell or a key with another)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,7 +24,7 @@ from dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_
 from dataprep.ray_engine.layout import (Ctx, done, finish, read_parquets, unit_files,
                                         write_by_unit, write_parquet)
 from dataprep.ray_engine.shuffle import part_files
-from dataprep.workdir import tmp_path
+from mspretrain.files import atomic_path
 
 EDGES_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
 DROPS_SCHEMA = pa.schema([("order", pa.int64()), ("doc_id", pa.string()),
@@ -32,15 +34,32 @@ DUPIDS_SCHEMA = pa.schema([("order", pa.int64()), ("source", pa.string()), ("doc
 PARQUET_ROW_GROUP = 1 << 20   # pyarrow's default: duplicates.parquet's row groups as written locally
 
 
+def per_partition(stage: str):
+    """A reduce task of `stage` over one partition, run once: a retried or resumed call returns the
+    marker that the completed run wrote."""
+    def wrap(task):
+        @functools.wraps(task)
+        def run(ctx: Ctx, part: int, *args):
+            marker = ctx.marker(stage, f"{part:04d}")
+            if (m := done(marker)) is not None:
+                return m
+            return finish(marker, task(ctx, part, *args))
+        return run
+    return wrap
+
+
+def _in_order(ctx: Ctx, stage: str, units: int, part: int) -> pa.Table | None:
+    """This partition's rows of a shuffle stage, in input order (None when it got none)."""
+    t = read_parquets(part_files(ctx.stage_dir(stage), units, part))
+    return None if t is None else t.sort_by("order")
+
+
+@per_partition("ids")
 def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
     """Documents whose doc_id an earlier document (in input order) already has."""
-    marker = ctx.marker("ids", f"{part:04d}")
-    if (m := done(marker)) is not None:
-        return m
-    t = read_parquets(part_files(ctx.stage_dir("ids"), units, part))
+    t = _in_order(ctx, "ids", units, part)
     rows = {n: [] for n in DUPIDS_SCHEMA.names}
     if t is not None:
-        t = t.sort_by("order")
         seen: set[str] = set()
         for doc_id, order, source in zip(*(t.column(n).to_pylist()
                                            for n in ("doc_id", "order", "source"))):
@@ -51,18 +70,15 @@ def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
             else:
                 seen.add(doc_id)
     write_by_unit(ctx.stage_dir("dupids"), part, pa.table(rows, schema=DUPIDS_SCHEMA))
-    return finish(marker, {"part": part, "duplicate_ids": len(rows["order"])})
+    return {"part": part, "duplicate_ids": len(rows["order"])}
 
 
+@per_partition("exact")
 def exact_reduce(ctx: Ctx, part: int, units: int) -> dict:
     """Edges from the first document of every exact key to each later one with that key."""
-    marker = ctx.marker("exact", f"{part:04d}")
-    if (m := done(marker)) is not None:
-        return m
-    t = read_parquets(part_files(ctx.stage_dir("exact"), units, part))
+    t = _in_order(ctx, "exact", units, part)
     a, b = [], []
     if t is not None:
-        t = t.sort_by("order")
         first: dict[bytes, int] = {}
         for key, order in zip(t.column("key").to_pylist(), t.column("order").to_pylist()):
             if key in first:
@@ -72,14 +88,12 @@ def exact_reduce(ctx: Ctx, part: int, units: int) -> dict:
                 first[key] = order
     write_parquet(ctx.stage_dir("edges") / f"exact-p{part:04d}.parquet",
                   pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
-    return finish(marker, {"part": part, "edges": len(a)})
+    return {"part": part, "edges": len(a)}
 
 
+@per_partition("cells")
 def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
     """Edges from the first document of every LSH cell shared by several to each other one."""
-    marker = ctx.marker("cells", f"{part:04d}")
-    if (m := done(marker)) is not None:
-        return m
     t = read_parquets(part_files(ctx.stage_dir("cells"), units, part))
     a = b = np.zeros(0, np.int64)
     if t is not None:
@@ -95,7 +109,7 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
             a, b = pairs[:, 0], pairs[:, 1]
     write_parquet(ctx.stage_dir("edges") / f"cells-p{part:04d}.parquet",
                   pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
-    return finish(marker, {"part": part, "edges": int(len(a))})
+    return {"part": part, "edges": int(len(a))}
 
 
 def components(ctx: Ctx) -> dict:
@@ -119,21 +133,17 @@ def components(ctx: Ctx) -> dict:
         _, first = np.unique(comp, return_index=True)   # nodes ascend: first = smallest order
         labels = nodes[first][comp]
     path = ctx.stage_dir("labels") / "all.parquet"
-    tmp = tmp_path(path)
-    pq.write_table(pa.table({"order": nodes, "label": labels}), tmp, row_group_size=1 << 16)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table({"order": nodes, "label": labels}), tmp, row_group_size=1 << 16)
     return finish(marker, {"docs": int(len(nodes)), "components": int(n_comp)})
 
 
+@per_partition("replay")
 def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
     """The local keep rule over this partition's groups, in input order; writes the drops."""
-    marker = ctx.marker("replay", f"{part:04d}")
-    if (m := done(marker)) is not None:
-        return m
-    t = read_parquets(part_files(ctx.stage_dir("groups"), units, part))
+    t = _in_order(ctx, "groups", units, part)
     out = {n: [] for n in DROPS_SCHEMA.names}
     if t is not None:
-        t = t.sort_by("order")
         cfg = ctx.cfg
         texts = t.column("text").to_pylist()
         dp = DedupPass(cfg.dedup, strict=False, texts=lambda chunk: texts)
@@ -145,8 +155,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
         out = {**dp.rows, "order": t.column("order").take(pa.array(dropped)),
                "bytes": t.column("bytes_clean").take(pa.array(dropped))}
     write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
-    return finish(marker, {"part": part, "docs": t.num_rows if t is not None else 0,
-                           "drops": len(out["doc_id"])})
+    return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"])}
 
 
 def write_duplicates(ctx: Ctx, units: int) -> dict:
@@ -171,24 +180,21 @@ def _write_in_order(ctx: Ctx, name: str, file: str, schema: pa.Schema, units: in
         return m
     path = ctx.work.staging / file
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(path)
-    writer = pq.ParquetWriter(tmp, schema, compression="zstd")
-    pending, rows, total = [], 0, 0
-    for u in range(units):
-        t = unit_rows(u)
-        if t is None:
-            continue
-        pending.append(t.select(schema.names).cast(schema))
-        rows += t.num_rows
-        while rows >= PARQUET_ROW_GROUP:
-            merged = pa.concat_tables(pending)
-            writer.write_table(merged.slice(0, PARQUET_ROW_GROUP))
-            pending, rows = [merged.slice(PARQUET_ROW_GROUP)], rows - PARQUET_ROW_GROUP
-            total += PARQUET_ROW_GROUP
-    if rows or total == 0:
-        merged = pa.concat_tables(pending) if pending else schema.empty_table()
-        writer.write_table(merged)
-        total += rows
-    writer.close()
-    tmp.replace(path)
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        pending, rows, total = [], 0, 0
+        for u in range(units):
+            t = unit_rows(u)
+            if t is None:
+                continue
+            pending.append(t.select(schema.names).cast(schema))
+            rows += t.num_rows
+            while rows >= PARQUET_ROW_GROUP:
+                merged = pa.concat_tables(pending)
+                writer.write_table(merged.slice(0, PARQUET_ROW_GROUP))
+                pending, rows = [merged.slice(PARQUET_ROW_GROUP)], rows - PARQUET_ROW_GROUP
+                total += PARQUET_ROW_GROUP
+        if rows or total == 0:
+            merged = pa.concat_tables(pending) if pending else schema.empty_table()
+            writer.write_table(merged)
+            total += rows
     return finish(marker, {"rows": total})

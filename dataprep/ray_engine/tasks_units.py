@@ -4,7 +4,6 @@ every per-document step is the local one. Each task returns a small marker dict 
 a task whose marker exists returns it at once (a resumed build)."""
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -21,7 +20,7 @@ from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk
 from dataprep.ray_engine.shuffle import PartitionedWriter
 from dataprep.readers import InputFile, split_jsonl
 from dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
-from dataprep.workdir import tmp_path
+from mspretrain.files import atomic_open, atomic_write_json
 
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
 EXACT_SCHEMA = pa.schema([("key", pa.binary()), ("order", pa.int64())])
@@ -181,10 +180,8 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
         base += table.num_rows
         attributes.append(attributes_table(table, fate))
         path = keep_dir / f"{c['index']}.npy"
-        tmp = tmp_path(path)
-        with open(tmp, "wb") as f:
+        with atomic_open(path) as f:
             np.save(f, keep)
-        os.replace(tmp, path)
     write_parquet(ctx.stage_dir("attributes") / f"{unit:06d}.parquet",
                   pa.concat_tables(attributes) if attributes else ATTRIBUTES_SCHEMA.empty_table())
     return finish(marker, res)
@@ -201,32 +198,27 @@ def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dic
     if (m := done(marker)) is not None:
         return m
     path = ctx.stage_dir("sample") / f"u{unit:06d}.txt"
-    tmp = tmp_path(path)
     docs = nbytes = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         for c in chunks:
             n, b = write_chunk_sample(f, ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
                                       keep_mask(ctx, c["index"]), fraction)
             docs, nbytes = docs + n, nbytes + b
-    os.replace(tmp, path)
     return finish(marker, {"unit": unit, "sample_docs": docs, "sample_bytes": nbytes})
 
 
 def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     """Concatenate the sample pieces in unit order (the local sample file, byte for byte) and train."""
     from dataprep.tokenizer import TokenizerError, train_tokenizer
-    from dataprep.workdir import atomic_write_json
     work = ctx.work
     marker = work.root / "tokenizer.json"
     if marker.is_file():
         return {"reused": True}
     sample = work.root / "tokenizer_sample.txt"
-    tmp = tmp_path(sample)
-    with open(tmp, "wb") as out:
+    with atomic_open(sample) as out:
         for u in range(units):
             with open(ctx.ray_dir / "sample" / f"u{u:06d}.txt", "rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
-    os.replace(tmp, sample)
     hooks.reached(ctx.hooks, "tokenizer")
     try:
         train_tokenizer(sample, work.staging / "tokenizer.model", ctx.cfg.tokenizer)

@@ -2,6 +2,9 @@
 its own conftest.py, and `from conftest import ...` would pick whichever was imported last)."""
 from __future__ import annotations
 
+import gzip
+import json
+import shutil
 from pathlib import Path
 
 from dataprep.cli import main as dataprep_main
@@ -32,3 +35,15 @@ def dataset_bytes(root: Path) -> dict[str, bytes]:
 def tree_snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
+
+
+def write_messy_corpus(root: Path, corpus: Path, good: str, lines: list[bytes], gz_docs: int) -> Path:
+    """A corpus with bad input: the demo's en.txt, a.jsonl made of `lines`, an empty b-empty.txt and
+    c-cut.jsonl.gz, `gz_docs` records of `good` gzipped and cut in half (a truncated stream)."""
+    shutil.copyfile(corpus / "en.txt", root / "en.txt")
+    (root / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (root / "b-empty.txt").write_bytes(b"")
+    whole = gzip.compress("".join(json.dumps({"id": f"gz-{i}", "text": good.format(n=100 + i)})
+                                  + "\n" for i in range(gz_docs)).encode(), mtime=0)
+    (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    return root

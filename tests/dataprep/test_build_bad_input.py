@@ -2,14 +2,12 @@
 the build goes on; with --strict the first one fails the build, naming file and line."""
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 
 import pyarrow.parquet as pq
 import pytest
 
-from dataprep_helpers import run_build
+from dataprep_helpers import run_build, write_messy_corpus
 
 GOOD = ("Debian keeps a record of every file installed by each program, so removing software later "
         "leaves your computer exactly as it was before. Entry {n}.")
@@ -17,20 +15,13 @@ GOOD = ("Debian keeps a record of every file installed by each program, so remov
 
 @pytest.fixture(scope="module")
 def messy(corpus, tmp_path_factory):
-    root = tmp_path_factory.mktemp("messy")
-    shutil.copyfile(corpus / "en.txt", root / "en.txt")
     lines = [json.dumps({"id": "good-1", "text": GOOD.format(n=1)}).encode(),
              b'{"id": "broken", "text": "no closing brace"',                    # line 2
              json.dumps({"id": "no-text", "body": "x"}).encode(),               # line 3
              json.dumps({"id": "num", "text": 42}).encode(),                    # line 4
              b'{"id": "latin1", "text": "caf\xe9"}',                            # line 5
              json.dumps({"id": "good-2", "text": GOOD.format(n=2)}).encode()]
-    (root / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    (root / "b-empty.txt").write_bytes(b"")
-    whole = gzip.compress("".join(json.dumps({"id": f"gz-{i}", "text": GOOD.format(n=100 + i)})
-                                  + "\n" for i in range(3000)).encode(), mtime=0)
-    (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
-    return root
+    return write_messy_corpus(tmp_path_factory.mktemp("messy"), corpus, GOOD, lines, 3000)
 
 
 def test_bad_records_are_counted_per_file_and_reason_and_the_build_goes_on(messy, tmp_path):

@@ -4,7 +4,6 @@ stores it in the chunk file, stage 4 takes it from there and writes the doc ids 
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sentencepiece as spm

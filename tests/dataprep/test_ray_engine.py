@@ -18,7 +18,8 @@ import ray  # noqa: E402
 from dataprep.cli import main as dataprep_main  # noqa: E402
 from dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
-from dataprep_helpers import DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build  # noqa: E402
+from dataprep_helpers import (DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build,  # noqa: E402
+                              write_messy_corpus)
 
 DEMO_CONFIG = REPO / "configs" / "dataprep-demo.yaml"
 
@@ -124,9 +125,6 @@ def test_driver_sigkilled_then_rerun_resumes_from_completed_stages(ray_address, 
 @pytest.fixture(scope="module")
 def messy(corpus, tmp_path_factory):
     """Bad records of several kinds, a duplicated doc id, and an id reused inside one file."""
-    import gzip
-    root = tmp_path_factory.mktemp("messy-ray")
-    (root / "en.txt").write_text((corpus / "en.txt").read_text())
     good = "Debian keeps a record of every file installed by each program, entry {n}."
     lines = [json.dumps({"id": "good-1", "text": good.format(n=1)}).encode(),
              b'{"id": "broken", "text": "no closing brace"',
@@ -134,11 +132,7 @@ def messy(corpus, tmp_path_factory):
              b'{"id": "latin1", "text": "caf\xe9"}',
              json.dumps({"id": "good-1", "text": good.format(n=3)}).encode(),
              json.dumps({"id": "good-2", "text": good.format(n=2)}).encode()]
-    (root / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    (root / "b-empty.txt").write_bytes(b"")
-    whole = gzip.compress("".join(json.dumps({"id": f"gz-{i}", "text": good.format(n=100 + i)})
-                                  + "\n" for i in range(2000)).encode(), mtime=0)
-    (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    root = write_messy_corpus(tmp_path_factory.mktemp("messy-ray"), corpus, good, lines, 2000)
     (root / "d.jsonl").write_text(json.dumps({"id": "good-2", "text": good.format(n=9)}) + "\n")
     # a larger plain jsonl file, cut into several work units, with bad lines and doc ids by line
     en = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 40][:300]
