@@ -14,25 +14,20 @@ Resumable per sample: each sample's numbers are appended to RUN/eval/<checkpoint
 soon as its batch is computed (each generation's tokens likewise). A killed eval, run again, keeps the
 complete lines, recomputes from the first batch that is not complete (batches keep their composition,
 so every sample's numbers are bitwise those of an uninterrupted run) and gives the same totals.
-
-Test hook: TRAIN_TEST_EVAL_KILL=N makes the eval SIGKILL itself after writing N sample lines and half
-of the next one.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
-import signal
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from train import hooks
 from train.config import Config, ConfigError
 
-KILL_HOOK_ENV = "TRAIN_TEST_EVAL_KILL"
 LN2 = math.log(2.0)
 
 
@@ -133,11 +128,7 @@ class ResultsFile:
 
     def add(self, rec: dict) -> None:
         line = json.dumps(rec, sort_keys=True) + "\n"
-        kill = os.environ.get(KILL_HOOK_ENV)
-        if kill and len(self.records) >= int(kill):
-            self._f.write(line[: len(line) // 2])
-            self._f.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
+        hooks.load().eval_record(self._f, len(self.records), line)
         self._f.write(line)
         self._f.flush()
         self.records[rec["i"]] = rec

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from hf_helpers import CORPUS, jsonl, train_cmd
+from train_test_hooks import env as hooks_env
 from trainer_harness import run
 
 
@@ -83,7 +84,7 @@ def test_eval_suite_resumes_after_sigkill_with_the_same_totals(spm_run, spm_data
     import shutil
     other = tmp_path / "run"
     shutil.copytree(spm_run, other, ignore=shutil.ignore_patterns("eval"))
-    p = run(eval_cmd(other, spm_data, *sets), env={"TRAIN_TEST_EVAL_KILL": "10"})
+    p = run(eval_cmd(other, spm_data, *sets), env=hooks_env(TRAIN_TEST_EVAL_KILL="10"))
     assert p.returncode == -9, p.stderr[-2000:]
     partial = list((other / "eval").glob("*-valid-*.jsonl"))
     assert len(partial) == 1 and not partial[0].read_text().endswith("}\n")    # a torn line

@@ -21,6 +21,7 @@ MODULE = "train_test_hooks"
 TRACE_ENV = "TRAIN_TRACE_DIR"
 FAULT_ENV = "TRAIN_TRACE_FAULT"
 KILL_ENV = "TRAIN_TEST_CKPT_KILL"
+EVAL_KILL_ENV = "TRAIN_TEST_EVAL_KILL"     # N: SIGKILL `train eval` after N result lines and half of one
 
 
 def env(**values: str) -> dict:
@@ -36,10 +37,19 @@ def install(hooks) -> None:
         hooks.wrap_step = lambda step, dist, model: TracedStep(step, dist, model, trace, fault)
     if os.environ.get(KILL_ENV):
         hooks.checkpoint_phase = kill_at
+    if os.environ.get(EVAL_KILL_ENV):
+        hooks.eval_record = kill_eval_after
 
 
 def kill_at(phase: str, step: int) -> None:
     if os.environ.get(KILL_ENV, "") == f"{phase}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_eval_after(f, written: int, line: str) -> None:
+    if written >= int(os.environ[EVAL_KILL_ENV]):
+        f.write(line[: len(line) // 2])     # a torn line, as a kill mid-write leaves
+        f.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
 
