@@ -280,7 +280,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
                         cfg.run.chunk_bytes, cfg.run.strict)
-    dedup = DedupPass(cfg.dedup, cfg.run.strict,
+    dedup = DedupPass(cfg.dedup,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
                                                         columns=["text"]).column("text").to_pylist())
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
@@ -302,14 +302,14 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
             table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
                                   columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
-            try:
-                dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
-            except DuplicateIdError as e:
-                raise BuildError(str(e)) from None
+            dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
             if packing:
                 settled.append((marker["index"], dedup.masks[-1]))
             bar.update(marker["files_done"])
-    result = dedup.finish()
+    try:
+        result = dedup.finish(cfg.run.strict)
+    except DuplicateIdError as e:
+        raise BuildError(str(e)) from None
     if result.kept_docs == 0:
         run["docs_read"] = result.docs_seen
         raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))

@@ -41,7 +41,12 @@ DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.strin
 
 
 class DuplicateIdError(ValueError):
-    pass
+    """--strict and a doc_id seen twice."""
+
+
+def duplicate_id_message(duplicate: list) -> str:
+    source, doc_id = duplicate
+    return f"{source}: doc_id {doc_id!r} appears twice (--strict)"
 
 
 @dataclass
@@ -87,15 +92,13 @@ class DedupPass:
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
                "language_score", "quality", "pii", "decontam", "split"]
 
-    def __init__(self, cfg: DedupConfig, strict: bool,
-                 texts: Callable[[int], list] | None = None):
+    def __init__(self, cfg: DedupConfig, texts: Callable[[int], list] | None = None):
         """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
         near-threshold pairs exactly (without it, the signature estimate decides alone)."""
         self.texts = texts
         self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None)
         self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
         self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
-        self.strict = strict
         self.seen_ids: set[str] = set()
         self.exact_keys: dict[bytes, str] = {}
         self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
@@ -176,8 +179,6 @@ class DedupPass:
         if doc_id not in self.seen_ids:
             self.seen_ids.add(doc_id)
             return True
-        if self.strict:
-            raise DuplicateIdError(f"{source}: doc_id {doc_id!r} appears twice (--strict)")
         self.result.duplicate_ids.append([source, doc_id])
         return False
 
@@ -189,7 +190,12 @@ class DedupPass:
         if split == "train":
             r.train_bytes += nbytes
 
-    def finish(self) -> DedupResult:
+    def finish(self, strict: bool = False) -> DedupResult:
+        """The result; with `strict`, DuplicateIdError on the first repeated doc_id. Both engines raise it
+        only once every chunk is read, so a bad record anywhere is named first, as the Ray engine must
+        (it reads all units before it sees ids)."""
+        if strict and self.result.duplicate_ids:
+            raise DuplicateIdError(duplicate_id_message(self.result.duplicate_ids[0]))
         self.result.keep_mask = (np.concatenate(self.masks) if self.masks
                                  else np.zeros(0, bool))
         return self.result

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dataprep.config import BuildConfig
-from dataprep.dedup_pass import DedupResult
+from dataprep.dedup_pass import DedupResult, duplicate_id_message
 from dataprep.ray_engine import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile, file_format
@@ -212,8 +212,7 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
             getattr(result, kind)[1] += s[kind][1]
         result.duplicate_ids += s["duplicate_ids"]
     if ctx.cfg.run.strict and result.duplicate_ids:
-        source, doc_id = result.duplicate_ids[0]
-        raise BuildError(f"{source}: doc_id {doc_id!r} appears twice (--strict)")
+        raise BuildError(duplicate_id_message(result.duplicate_ids[0]))
     if result.kept_docs == 0:
         raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
                              f"read); see the filter thresholds in the config")

@@ -146,7 +146,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
     if t is not None:
         cfg = ctx.cfg
         texts = t.column("text").to_pylist()
-        dp = DedupPass(cfg.dedup, strict=False, texts=lambda chunk: texts)
+        dp = DedupPass(cfg.dedup, texts=lambda chunk: texts)
         dp.consume(t, np.dtype(sig_dtype or "uint32"))
         dropped = np.flatnonzero(~dp.masks[-1])
         if len(dropped) != len(dp.rows["doc_id"]):   # every group member is kept or dropped

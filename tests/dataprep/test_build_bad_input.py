@@ -51,3 +51,19 @@ def test_strict_fails_on_the_first_bad_record_naming_file_and_line(messy, tmp_pa
     err = capsys.readouterr().err
     assert "a.jsonl:2: invalid_json" in err
     assert not (out / "manifest.json").exists()
+
+
+def test_strict_names_a_bad_record_before_a_repeated_id_and_else_the_id(tmp_path, capsys):
+    """Ids are compared only once every document is read (the Ray engine can do no better), so a bad
+    record anywhere is the fault --strict names; without one, the first repeated doc_id."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rec = lambda i, n: json.dumps({"id": i, "text": GOOD.format(n=n)})   # noqa: E731
+    (src / "a.jsonl").write_text(rec("x", 1) + "\n" + rec("x", 2) + "\n")          # the id repeats
+    (src / "b.jsonl").write_text("\n".join(rec(f"b{n}", n) for n in range(3, 200))
+                                 + '\n{"id": "late", "text": \n')                # a bad last line
+    assert run_build([src], tmp_path / "both", "--strict") == 1
+    assert "b.jsonl:198: invalid_json" in capsys.readouterr().err
+    (src / "b.jsonl").write_text("\n".join(rec(f"b{n}", n) for n in range(3, 200)) + "\n")
+    assert run_build([src], tmp_path / "ids", "--strict") == 1
+    assert "a.jsonl: doc_id 'x' appears twice (--strict)" in capsys.readouterr().err
