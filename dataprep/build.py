@@ -55,9 +55,11 @@ from dataprep.dedup import describe
 from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
 from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
-from dataprep.stages import (SPLITS, SplitTokens, WorkerSetup, clean_chunk, init_worker,
-                             read_chunks, tokenize_chunk, unit_hash)
+from dataprep.errors import BuildError, NoDatasetError
+from dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
+                             tokenize_chunk, worker_setup)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
+from dataprep.tokenizer_sample import sample_fraction, write_chunk_sample
 from dataprep.stray import remove_temps
 from dataprep.vocab_fit import train_fitted
 from dataprep.workers import WorkerDied, WorkerPool
@@ -65,16 +67,6 @@ from dataprep.workdir import WorkDir
 from mspretrain.files import atomic_open, atomic_write_json
 from loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
-
-
-class BuildError(RuntimeError):
-    """A build that cannot go on; the message says why and names the file, line or key."""
-
-
-class NoDatasetError(BuildError):
-    """These inputs and this config cannot make a dataset, however often the build is rerun (empty
-    after filtering, too little text for one sample, a vocabulary the text cannot fill): the work
-    dir is removed, so a rerun with a changed config is not refused as a different build."""
 
 
 @dataclass
@@ -239,12 +231,6 @@ def _unpublish(out: Path, work: WorkDir) -> None:
             os.replace(entry, work.staging / entry.name)
 
 
-def worker_setup(cfg: BuildConfig, work: WorkDir) -> WorkerSetup:
-    """What every process running the chunk functions (stages.py) needs; both engines use it."""
-    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam)
-
-
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
     setup = worker_setup(cfg, work)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
@@ -344,28 +330,6 @@ def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
             n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i), p)
             docs, nbytes = docs + n, nbytes + b
     return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
-
-
-def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:
-    """The share of kept train documents that goes into the tokenizer's training sample."""
-    return min(1.0, cfg.tokenizer.sample_bytes / max(1, train_bytes))
-
-
-def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, p: float) -> tuple[int, int]:
-    """Append a chunk's share of the tokenizer sample to `f`, one line a sentence: its kept train
-    documents whose hash falls under p. Returns (documents, bytes) written."""
-    table = pq.read_table(docs_file, columns=["doc_id", "split", "text"])
-    ids, splits = table.column("doc_id").to_pylist(), table.column("split").to_pylist()
-    texts = table.column("text").to_pylist()
-    docs = nbytes = 0
-    for r in np.flatnonzero(keep):
-        doc_id = ids[r]
-        if splits[r] == "train" and unit_hash(f"tokenizer:{doc_id}") < p:
-            lines = [s for s in texts[r].split("\n") if s.strip()]
-            f.write("\n".join(lines) + "\n")
-            docs += 1
-            nbytes += len(texts[r].encode("utf-8"))
-    return docs, nbytes
 
 
 def _tokenize_and_write(pool, cfg: BuildConfig, dedup: DedupResult, packing: "PackStage"):

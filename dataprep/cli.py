@@ -95,7 +95,8 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 
 
 def _build(args) -> int:
-    from dataprep.build import BuildError, build
+    from dataprep.build import build
+    from dataprep.errors import BuildError
     from dataprep.report import summary
     from mspretrain.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()

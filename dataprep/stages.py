@@ -332,3 +332,10 @@ def _processor(model: str):
         import sentencepiece as spm
         _sp_cache[model] = spm.SentencePieceProcessor(model_file=model)
     return _sp_cache[model]
+
+
+def worker_setup(cfg, work) -> WorkerSetup:
+    """What every process running the chunk functions needs, from the build config and its work dir
+    (dataprep.config.BuildConfig, dataprep.workdir.WorkDir); both engines use it."""
+    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
+                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam)

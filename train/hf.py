@@ -291,7 +291,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
     """`train import`: write step 0 of run cfg.run.dir (weights from `hf_dir`, fresh optimizer state),
     so that `train launch --resume auto` continues pretraining from it. Returns the checkpoint dir."""
     from train import checkpoint as ckpt
-    from train import distributed, parallel, runinfo, trainer
+    from train import distributed, parallel, resume_policy, runinfo, trainer
     from train.step import check_precision
 
     hf_dir = Path(hf_dir)
@@ -299,7 +299,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
         raise ConfigError("data.path is empty: set it to the dataset to continue on (--set data.path=DIR)")
     run_dir = Path(cfg.run.dir)
     if ckpt.list_checkpoints(run_dir) or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
-        raise trainer.ResumeError(f"{run_dir} already has checkpoints; import into a new run dir. "
+        raise resume_policy.ResumeError(f"{run_dir} already has checkpoints; import into a new run dir. "
                                   f"Nothing was changed.")
     check_tokenizer(hf_dir, cfg.data.path)
     dist = distributed.setup(cfg, parallel.validate)

@@ -25,6 +25,10 @@ SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers",
         "parallel.data_parallel")    # elastic resume: the loader continues the same sample stream
 
 
+class ResumeError(RuntimeError):
+    """The run dir and the resume request disagree; the message says what to pass."""
+
+
 def config_record(cfg) -> dict:
     """The flat config a checkpoint records: {"a.b": value}."""
     return _flat(cfg.to_dict())
@@ -48,7 +52,6 @@ def check_resume(state: dict, cfg, loader_fingerprint: str, data_path: str, ckpt
                  force: bool, out=None) -> None:
     """Raise ResumeError for changes that need --force; print the changes that are allowed and,
     with --force, everything it overrides."""
-    from train.trainer import ResumeError
     out = out or (lambda s: print(s, flush=True))
     saved = state.get("config")
     problems, notes = [], []
@@ -84,7 +87,6 @@ def check_resume(state: dict, cfg, loader_fingerprint: str, data_path: str, ckpt
 
 def check_fresh_start(run_dir: Path) -> None:
     """No --resume: refuse a run dir whose metrics.jsonl an earlier run wrote (it would be cut)."""
-    from train.trainer import ResumeError
     metrics = Path(run_dir) / "metrics.jsonl"
     if metrics.is_file() and metrics.stat().st_size > 0:
         raise ResumeError(f"{run_dir} already has {metrics.name} from an earlier run (no checkpoint "

@@ -27,10 +27,6 @@ EXIT_BAD_STEPS = 3
 STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
 
 
-class ResumeError(RuntimeError):
-    """The run dir and the resume request disagree; the message says what to pass."""
-
-
 @dataclass
 class Session:
     """Everything built for one process: model, loss, optimizer and the train step."""
@@ -84,7 +80,7 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
     if resume is None:
         existing = ckpt.list_checkpoints(run_dir)
         if existing or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
-            raise ResumeError(f"{run_dir} already has checkpoints (newest: "
+            raise resume_policy.ResumeError(f"{run_dir} already has checkpoints (newest: "
                               f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
                               f"it, or set run.dir to a new directory. Nothing was changed.")
         resume_policy.check_fresh_start(run_dir)
@@ -93,7 +89,7 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
         return ckpt.latest_checkpoint(run_dir)
     path = Path(resume)
     if not (path / ckpt.STATE_FILE).is_file():
-        raise ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
+        raise resume_policy.ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
     return path
 
 
@@ -113,7 +109,7 @@ def check_state_version(state: dict, ckpt_dir) -> None:
     version than this trainer's is refused."""
     version = state.get("format_version", 0)
     if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
-        raise ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
+        raise resume_policy.ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
                           f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
 
 

@@ -16,11 +16,13 @@ from tqdm import tqdm
 
 from dataprep.config import BuildConfig
 from dataprep.dedup_pass import DedupResult, duplicate_id_message
+from dataprep.errors import BuildError, NoDatasetError
 from dataprep.ray_engine import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile, file_format
 from dataprep.shards import shard_capacity
 from dataprep.stages import SPLITS
+from dataprep.tokenizer_sample import sample_fraction
 from dataprep.workdir import WorkDir
 from loader.manifest import ShardInfo, SplitInfo
 
@@ -50,7 +52,6 @@ class Stages:
         try:
             results = ray.get(refs)
         except RayTaskError as e:
-            from dataprep.build import BuildError
             raise BuildError(f"stage {name}: {e.cause!r}") from None
         self.seconds[name] = round(self.seconds.get(name, 0) + time.perf_counter() - t0, 3)
         self.cpu[name] = round(self.cpu.get(name, 0) + sum(r["task_cpu_s"] for r in results), 3)
@@ -118,7 +119,6 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
 def _connect(cfg: BuildConfig) -> bool:
     """Join cfg.run.ray_address, or start a local instance bound to 127.0.0.1. True if this call
     connected (and so must disconnect)."""
-    from dataprep.build import BuildError
     if not cfg.run.ray_address:
         # a one-machine instance listens on 127.0.0.1 only: Ray's switch for that is read when
         # ray is first imported (it then takes the loopback address as the node's address)
@@ -147,7 +147,6 @@ def _connect(cfg: BuildConfig) -> bool:
 def _check_reachable(address: str) -> None:
     """Fail in seconds on a HOST:PORT nobody listens on (ray.init would retry for minutes)."""
     import socket
-    from dataprep.build import BuildError
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or address.startswith("ray://"):
         return
@@ -174,7 +173,6 @@ def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
 
 
 def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
-    from dataprep.build import BuildError
     units = stages.run("docs", tasks_units.docs_unit,
                        [(ctx, Unit(i, f)) for i, f in enumerate(_plan(stages, ctx, files))])
     for m in units:   # the first stop in input order, as the local build reports it
@@ -186,7 +184,6 @@ def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
 
 
 def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
-    from dataprep.build import BuildError, NoDatasetError
     U, P = len(units), ctx.partitions
     parts = [(ctx, p, U) for p in range(P)]
     stages.run("ids", tasks_dedup.ids_reduce, parts)
@@ -237,7 +234,6 @@ def _components(stages: Stages, ctx: Ctx, edges: int) -> list[str]:
 
 
 def _tokenizer_stage(stages: Stages, ctx: Ctx, units: list[dict], dedup: DedupResult) -> Path:
-    from dataprep.build import NoDatasetError, sample_fraction
     from dataprep.tokenizer import TokenizerError, copy_tokenizer
     work, cfg = ctx.work, ctx.cfg
     model = work.staging / "tokenizer.model"

@@ -46,7 +46,7 @@ class Ctx:
 
     def setup_worker(self) -> None:
         """The local engine's per-process setup, so its chunk functions run unchanged here."""
-        from dataprep.build import worker_setup
+        from dataprep.stages import worker_setup
         init_worker(worker_setup(self.cfg, self.work))
 
 

@@ -193,7 +193,7 @@ def keep_mask(ctx: Ctx, index: int) -> np.ndarray:
 
 def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dict:
     """The unit's piece of the tokenizer training sample (ray/sample/uNNNNNN.txt)."""
-    from dataprep.build import write_chunk_sample
+    from dataprep.tokenizer_sample import write_chunk_sample
     marker = ctx.marker("sample", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m

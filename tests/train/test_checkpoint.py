@@ -115,7 +115,8 @@ def test_compare_runs(tmp_path):
 
 
 def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
-    from train.trainer import STATE_FORMAT_VERSION, ResumeError, check_state_version
+    from train.resume_policy import ResumeError
+    from train.trainer import STATE_FORMAT_VERSION, check_state_version
 
     check_state_version({"step": 3}, tmp_path)                          # written before versions: 0
     check_state_version({"format_version": STATE_FORMAT_VERSION}, tmp_path)
