@@ -15,15 +15,14 @@ FILES = {"doc_lengths": "report_doc_lengths.png", "tokens": "report_tokens.png"}
 _POINTS = 200
 
 
-def token_rank_frequency(work, num_chunks: int, vocab_size: int) -> list[int]:
-    """Token counts sorted by rank, sampled at up to _POINTS log-spaced ranks: [[rank, count], ...]."""
+def token_rank_frequency(work, vocab_size: int) -> list[int]:
+    """Token counts sorted by rank, sampled at up to _POINTS log-spaced ranks: [[rank, count], ...].
+    Every tokenized chunk counts, whatever its index (the Ray engine numbers chunks by unit)."""
     counts = np.zeros(vocab_size, np.int64)
-    for i in range(num_chunks):
-        path = work.chunk_file(work.tokens, i, "npz")
-        if path.is_file():
-            with np.load(path) as z:
-                for s in ("train", "valid"):
-                    counts += np.bincount(z[f"{s}_tokens"], minlength=vocab_size)[:vocab_size]
+    for path in sorted(work.tokens.glob("[0-9]*.npz")):
+        with np.load(path) as z:
+            for s in ("train", "valid"):
+                counts += np.bincount(z[f"{s}_tokens"], minlength=vocab_size)[:vocab_size]
     ranked = np.sort(counts[counts > 0])[::-1]
     if ranked.size == 0:
         return []

@@ -61,7 +61,11 @@ def test_demo_corpus_gives_the_local_bytes_for_any_partitioning(ray_address, dem
     assert dataset_bytes(out) == dataset_bytes(demo_local)   # manifest, shards, .db, provenance, dups
     rep, local = _report(out), _report(demo_local)
     assert rep["stages"] == local["stages"] and rep["bad_records"] == local["bad_records"]
-    assert rep["token_length_histogram"] == local["token_length_histogram"]
+    for key in ("token_length_histogram", "token_rank_frequency", "inputs", "languages", "pii",
+                "decontam"):
+        assert rep[key] == local[key], key
+    for picture in local["plots"]:     # the same data draws the same pixels
+        assert (out / picture).read_bytes() == (demo_local / picture).read_bytes(), picture
     assert rep["ray"]["partitions"] == partitions and rep["ray"]["cpus"] == 2
     assert rep["ray"]["tasks"]["replay"] == partitions
     if union_find:
