@@ -352,8 +352,8 @@ class PackStage:
             shutil.rmtree(work.staging / sub, ignore_errors=True)
         self.work, self.run, self.model = work, run, str(model)
         self.info = tokenizer_info(model)
-        self.packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length,
-                                       cfg.shards.max_shard_bytes) for s in SPLITS}
+        self.packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length, cfg.shards.max_shard_bytes,
+                                       quality=bool(cfg.filters.quality.model)) for s in SPLITS}
         self.next = 0   # the next chunk to pack
 
     def task(self, index: int, keep: np.ndarray) -> tuple:
@@ -372,7 +372,7 @@ class PackStage:
                 if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
                     raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
                                      f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
-                self.packers[s].add(part.tokens, part.lens, part.doc_ids)
+                self.packers[s].add(part.tokens, part.lens, part.doc_ids, part.quality)
         self.next += 1
 
     def close(self):

@@ -11,8 +11,9 @@ appear in the provenance.
 
 Provenance (provenance/<split>.parquet), one row per piece of a document inside a sample:
   sample_id, doc_id, doc_offset (first token of the piece within the document, EOS counted last),
-  sample_offset (where the piece starts in the sample), length. Row groups hold a fixed number of rows,
-  so the file does not depend on how the build was chunked.
+  sample_offset (where the piece starts in the sample), length; with a quality classifier
+  (filters.quality.model) also quality, the document's score, so samples can be re-filtered later.
+  Row groups hold a fixed number of rows, so the file does not depend on how the build was chunked.
 """
 from __future__ import annotations
 
@@ -29,13 +30,19 @@ PROVENANCE_DIR = "provenance"
 PROVENANCE_SCHEMA = pa.schema([("sample_id", pa.int64()), ("doc_id", pa.string()),
                                ("doc_offset", pa.int32()), ("sample_offset", pa.int32()),
                                ("length", pa.int32())])
+QUALITY_FIELD = pa.field("quality", pa.float64())
 ROW_GROUP = 1 << 16
 
 
+def provenance_schema(quality: bool) -> pa.Schema:
+    return PROVENANCE_SCHEMA.append(QUALITY_FIELD) if quality else PROVENANCE_SCHEMA
+
+
 class ProvenanceWriter:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, quality: bool = False):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(path, PROVENANCE_SCHEMA, compression="zstd")
+        self.schema = provenance_schema(quality)
+        self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self._cols: list[dict] = []
         self._rows = 0
 
@@ -54,9 +61,9 @@ class ProvenanceWriter:
 
     def _flush(self, n: int) -> None:
         merged = {k: np.concatenate([c[k] for c in self._cols]) if k != "doc_id"
-                  else [d for c in self._cols for d in c[k]] for k in PROVENANCE_SCHEMA.names}
+                  else [d for c in self._cols for d in c[k]] for k in self.schema.names}
         head = {k: v[:n] for k, v in merged.items()}
-        self._writer.write_table(pa.table(head, schema=PROVENANCE_SCHEMA), row_group_size=n)
+        self._writer.write_table(pa.table(head, schema=self.schema), row_group_size=n)
         rest = {k: v[n:] for k, v in merged.items()}
         self._rows -= n
         self._cols = [rest] if self._rows else []
@@ -66,16 +73,22 @@ class ProvenanceStream:
     """The provenance of one split's token stream, fed document lengths in input order: rows of
     whole samples are written, those of the partial last sample held back (and dropped at close)."""
 
-    def __init__(self, path: Path, seq_length: int):
+    def __init__(self, path: Path, seq_length: int, quality: bool = False):
         self.L = seq_length + 1
-        self.writer = ProvenanceWriter(path)
+        self.writer = ProvenanceWriter(path, quality)
         self._pending: dict | None = None     # provenance rows of the partial sample
         self.stream = 0                       # tokens appended so far
 
-    def add(self, lens: np.ndarray, doc_ids: list[str]) -> None:
+    def add(self, lens: np.ndarray, doc_ids: list[str], quality: np.ndarray | None = None) -> None:
+        """Documents appended to the stream: their lengths (EOS included), ids and, when the stream
+        has the column, quality scores."""
         if not len(lens):
             return
         pieces = self._pieces(lens, doc_ids)
+        if "quality" in self.writer.schema.names:
+            pieces["quality"] = np.asarray(quality, np.float64)[pieces.pop("_doc")]
+        else:
+            pieces.pop("_doc")
         self.stream += int(lens.astype(np.int64).sum())
         done = self.stream // self.L
         if self._pending is not None:
@@ -99,7 +112,7 @@ class ProvenanceStream:
         sample = first[doc] + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
         lo = np.maximum(starts[doc], sample * self.L)
         hi = np.minimum(ends[doc], (sample + 1) * self.L)
-        return {"sample_id": sample.astype(np.int64), "doc_id": [doc_ids[i] for i in doc],
+        return {"_doc": doc, "sample_id": sample.astype(np.int64), "doc_id": [doc_ids[i] for i in doc],
                 "doc_offset": (lo - starts[doc]).astype(np.int32),
                 "sample_offset": (lo - sample * self.L).astype(np.int32),
                 "length": (hi - lo).astype(np.int32)}
@@ -108,19 +121,22 @@ class ProvenanceStream:
 class SplitPacker:
     """Packs one split's documents, chunk by chunk in input order, into shards and provenance."""
 
-    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int):
+    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int,
+                 quality: bool = False):
         self.split, self.L = split, seq_length + 1
         self.writer = ShardWriter(root, split, seq_length, max_shard_bytes)
-        self.provenance = ProvenanceStream(root / PROVENANCE_DIR / f"{split}.parquet", seq_length)
+        self.provenance = ProvenanceStream(root / PROVENANCE_DIR / f"{split}.parquet", seq_length,
+                                           quality)
         self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
         self.samples = 0
         self.docs = 0
         self.doc_tokens: list[np.ndarray] = []  # per-document lengths, for the report's histogram
 
-    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str]) -> None:
+    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str],
+            quality: np.ndarray | None = None) -> None:
         if not len(lens):
             return
-        self.provenance.add(lens, doc_ids)
+        self.provenance.add(lens, doc_ids, quality)
         self.docs += len(lens)
         self.doc_tokens.append(lens - 1)
         buf = np.concatenate([self._carry, tokens])

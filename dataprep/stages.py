@@ -264,14 +264,18 @@ class SplitTokens:
     tokens: np.ndarray      # int32, flat, EOS after every document
     lens: np.ndarray        # int32, tokens per document, EOS included
     doc_ids: list[str]
+    quality: np.ndarray | None = None   # float64 classifier scores, with filters.quality.model
 
     def arrays(self, split: str) -> dict:
         """The .npz arrays of this split; the ids as UTF-8 bytes and end offsets (numpy's str
         arrays would drop a trailing NUL of an id)."""
         raw = [d.encode("utf-8") for d in self.doc_ids]
         ends = np.cumsum([len(r) for r in raw], dtype=np.int64)
-        return {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
-                f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
+        out = {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
+               f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
+        if self.quality is not None:
+            out[f"{split}_quality"] = self.quality
+        return out
 
     @classmethod
     def load(cls, z, split: str, tokens: bool = True) -> "SplitTokens":
@@ -279,7 +283,8 @@ class SplitTokens:
         ids unread (None), for a reader that needs only the lengths and ids."""
         raw, ends = z[f"{split}_ids"].tobytes(), z[f"{split}_id_ends"].tolist()
         ids = [raw[a:b].decode("utf-8") for a, b in zip([0] + ends[:-1], ends)]
-        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids)
+        quality = z[f"{split}_quality"] if f"{split}_quality" in z.files else None
+        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids, quality)
 
 
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
@@ -291,13 +296,15 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
     sp = _processor(model)
+    scored = bool(_setup.filters.quality.model)
     table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet",
-                          columns=["doc_id", "split", "text"])
+                          columns=["doc_id", "split", "text"] + ["quality"] * scored)
     keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
     rows = np.flatnonzero(keep)
     doc_ids = table.column("doc_id").to_pylist()
     splits = table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
+    quality = table.column("quality").to_numpy(zero_copy_only=False) if scored else None
     arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
     for split in SPLITS:
         mine = [int(r) for r in rows if splits[r] == split]
@@ -305,7 +312,8 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         # one document at a time, straight to int32: a chunk's ids as Python ints take ~35 B a token
         ids = [np.asarray(sp.encode(t), np.int32) for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
-        arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine]).arrays(split))
+        arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
+                                  quality[mine].astype(np.float64) if scored else None).arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)

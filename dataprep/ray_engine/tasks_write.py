@@ -48,7 +48,7 @@ def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
         return m
     work = ctx.work
     stream = ProvenanceStream(work.staging / PROVENANCE_DIR / f"{split}.parquet",
-                              ctx.cfg.pack.seq_length)
+                              ctx.cfg.pack.seq_length, quality=bool(ctx.cfg.filters.quality.model))
     bins = np.zeros(0, np.int64)
     for index in chunks:
         with np.load(work.chunk_file(work.tokens, index, "npz")) as z:
@@ -56,7 +56,7 @@ def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
         lens = part.lens
         if not len(lens):
             continue
-        stream.add(lens, part.doc_ids)
+        stream.add(lens, part.doc_ids, part.quality)
         b = reporting.length_bins(lens - 1)
         bins = np.pad(bins, (0, max(0, len(b) - len(bins))))
         bins[:len(b)] += b

@@ -53,7 +53,9 @@ def test_provenance_rebuilds_every_token_of_a_sample_from_its_documents(corpus, 
     """Re-read and re-encode the documents provenance names; the sample's tokens must be theirs."""
     m = load_manifest(reference)
     sp = spm.SentencePieceProcessor(model_file=str(reference / "tokenizer.model"))
-    prov = pq.read_table(reference / "provenance" / "train.parquet").to_pylist()
+    prov = pq.read_table(reference / "provenance" / "train.parquet")
+    assert prov.schema.names == ["sample_id", "doc_id", "doc_offset", "sample_offset", "length"]
+    prov = prov.to_pylist()     # (no quality column without a quality classifier)
     texts = {d.doc_id: normalize(d.text) for inp in list_inputs([corpus])
              for d in read_file(inp, text_unit="paragraph") if isinstance(d, Document)}
     split = m.split("train")

@@ -90,3 +90,8 @@ def test_build_drops_low_scores_and_records_every_score(data, tmp_path):
     assert dropped_bad >= 0.8 * len(bad[1::2]) and dropped_good <= 0.1 * len(good[1::2])
     m = json.loads((out / "manifest.json").read_text())
     assert m["config"]["filters"]["quality"]["model"].startswith("sha256:")
+    # every piece of a sample carries its document's score: samples can be re-filtered later
+    pieces = [r for s in ("train", "valid")
+              for r in pq.read_table(out / "provenance" / f"{s}.parquet").to_pylist()]
+    assert pieces and all(r["quality"] == attrs[r["doc_id"]]["quality"] >= 0.5 for r in pieces)
+    assert len({r["doc_id"] for r in pieces}) > 10

@@ -12,6 +12,7 @@ import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 127.0.0.1 only
 
+import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 import ray  # noqa: E402
 
@@ -199,3 +200,27 @@ def test_an_unreachable_cluster_is_a_clear_error(corpus, tmp_path, capsys):
     assert run_build([corpus], out, "--engine", "ray", "--ray-address", "127.0.0.1:1") == 1
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_every_document_stage_gives_the_local_bytes(ray_address, corpus, tmp_path):
+    """Quality classifier (its score in the provenance), decontamination by cut, PII and language
+    ID on: the Ray build equals the local one byte for byte."""
+    from dataprep.quality import train
+    paras = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 200]
+    junk = ["".join(chr(0x41 + (i * 7 + k * 13) % 50) for k in range(300)) for i in range(40)]
+    model = tmp_path / "q.bin"
+    train(paras[::3], junk, steps=60).save(model)
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text("".join(json.dumps({"text": " ".join(paras[k].split()[5:45])}) + "\n"
+                             for k in (5, 15, 25, 35)))
+    sets = ["--set", f"filters.quality.model={model}", "--set", "filters.quality.threshold=0.2",
+            "--set", "decontam.action=cut", "--decontaminate", str(evals)]
+    local, distributed = tmp_path / "local", tmp_path / "ray"
+    assert run_build([corpus], local, *sets) == 0
+    assert run_build([corpus], distributed, *sets, "--engine", "ray",
+                     "--set", "run.ray_partitions=3") == 0
+    assert dataset_bytes(distributed) == dataset_bytes(local)
+    rep = _report(local)
+    assert rep["decontam"]["docs_cut"] >= 1 and rep["decontam"]["matches"]
+    assert "quality" in pq.read_table(local / "provenance" / "train.parquet").schema.names
