@@ -25,6 +25,11 @@ class InputConfig:
     text_field: str = "text"       # jsonl / parquet field holding the document text
     id_field: str = "id"           # field that becomes the doc_id where present
     text_unit: str = "file"        # plain text: one document per "file" or per blank-line "paragraph"
+    # a record (jsonl line, paragraph, text file, parquet value) over this many bytes is never held:
+    # it is a bad record `record_too_long` (counted; --strict fails naming file:line).
+    # The default is far above filters.max_chars (1M characters <= 4 MB of UTF-8), which drops such
+    # a document anyway, and bounds what one record costs a worker (a few copies of it).
+    max_record_bytes: Size = 16 << 20
 
 
 @dataclass
@@ -109,6 +114,10 @@ def validate(cfg: BuildConfig) -> None:
         raise ConfigError(f"shards.max_shard_bytes: {cfg.shards.max_shard_bytes} bytes cannot hold "
                           f"one sample of {cfg.pack.seq_length + 1} tokens next to MindRecord's "
                           f"header, pages and index; raise it")
+    cap = cfg.input.max_record_bytes
+    if cap < cfg.filters.max_chars:
+        raise ConfigError(f"input.max_record_bytes: {cap} bytes would skip records that "
+                          f"filters.max_chars = {cfg.filters.max_chars} keeps; raise it")
     if cfg.tokenizer.model and not Path(cfg.tokenizer.model).is_file():
         raise ConfigError(f"tokenizer.model: {cfg.tokenizer.model} not found")
     for f in cfg.decontam.files:
@@ -122,6 +131,10 @@ def manifest_config(cfg: BuildConfig) -> dict:
     """The resolved config as the manifest records it: everything but the runtime-only `run`."""
     d = as_dict(cfg)
     d.pop("run")
+    # the default record cap is recorded only when changed: datasets built before the key existed
+    # keep their fingerprint (records under the cap read as they always did)
+    if cfg.input.max_record_bytes == InputConfig.max_record_bytes:
+        d["input"].pop("max_record_bytes")
     # files that change the output are recorded by content, like the inputs
     d["decontam"]["files"] = [{"file": Path(f).name, "sha256": sha256_file(f)} for f in cfg.decontam.files]
     if cfg.filters.quality.model:
