@@ -69,6 +69,9 @@ class RunConfig:
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
     ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
     ray_unit_bytes: Size = 256 << 20   # engine ray: uncompressed jsonl files are cut into work units
+    # engine local: kept documents whose near-dedup signatures and LSH entries stay in memory
+    # (~2 KB each); beyond, the index is frozen into segments in DIR/.build (same results)
+    dedup_memory_docs: int = 1 << 15
 
 
 @dataclass
@@ -106,6 +109,7 @@ def validate(cfg: BuildConfig) -> None:
         (cfg.run.engine in ("local", "ray"), "run.engine", "local or ray"),
         (cfg.run.ray_partitions >= 1, "run.ray_partitions", ">= 1"),
         (cfg.run.ray_cpus >= 0, "run.ray_cpus", ">= 0"),
+        (cfg.run.dedup_memory_docs >= 1, "run.dedup_memory_docs", ">= 1"),
     ]
     for ok, key, want in checks:
         if not ok:
