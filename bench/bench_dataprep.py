@@ -15,6 +15,11 @@ peak memory per input MB can be read off; then --mb again with each of --workers
 With --tokenizer and fewer workers than cores, the build tokenizes and packs during stage 1 (the main
 process, while it waits on the workers), so 'tokenize+write' times only the chunks left after it.
 
+    .venv/bin/python bench/bench_dataprep.py --memory 16 64 256 [--dedup-memory-docs N]
+
+prints the peak RSS of the main process, of the worker and of the tree for one-worker builds at each
+input size, and its growth per input MB between sizes (the memory bound per worker).
+
     .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2]
 
 compares `--engine ray` (a local Ray instance the build starts, limited to N CPUs with
@@ -152,7 +157,7 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -
             "--tokenizer", str(model), "--workers", str(workers), "--no-progress", *extra]
     t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = [0, 0]
+    peak = [0, 0, 0]
     stop = threading.Event()
     threading.Thread(target=_sample_rss, args=(proc.pid, peak, stop), daemon=True).start()
     stdout, stderr = proc.communicate()
@@ -162,7 +167,7 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -
         raise SystemExit(f"build failed: {stderr.decode()[-2000:]}")
     report = json.loads((out / "report.json").read_text())
     return {"wall": wall, "cpu": _children_cpu() - c0, "peak_rss": peak[0], "driver_rss": peak[1],
-            "report": report}
+            "worker_rss": peak[2], "report": report}
 
 
 def _children_cpu() -> float:
@@ -180,9 +185,12 @@ def _sample_rss(pid: int, peak: list, stop: threading.Event) -> None:
             rss = 0
             for p in procs:
                 try:
-                    rss += p.memory_info().rss
+                    one = p.memory_info().rss
                 except psutil.Error:
-                    pass
+                    continue
+                rss += one
+                if p.pid != pid:
+                    peak[2] = max(peak[2], one)
             peak[0] = max(peak[0], rss)
             try:
                 peak[1] = max(peak[1], root.memory_info().rss)
@@ -200,8 +208,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-dataprep"))
     ap.add_argument("--engine", choices=("local", "ray"), default="local")
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="--engine ray: CPU counts")
+    ap.add_argument("--memory", type=int, nargs="+", metavar="MB",
+                    help="only the memory benchmark: one-worker builds at these input sizes")
+    ap.add_argument("--dedup-memory-docs", type=int, help="--memory: run.dedup_memory_docs")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.memory:
+        return bench_memory(args)
     if args.engine == "ray":
         return bench_ray(args)
     sizes = [args.mb // 4, args.mb // 2, args.mb]
@@ -246,6 +259,33 @@ def main() -> None:
           f"document {largest_doc_mb(corpora[sizes[0]]):.1f} MB in the {sizes[0]} MB corpus, "
           f"{largest_doc_mb(corpora[args.mb]):.1f} MB in the {args.mb} MB one (filtered as too_long "
           f"or not, a long document's copies add to the peak: read the growth with that in mind)")
+
+
+def bench_memory(args) -> None:
+    """Peak RSS of one-worker builds against input size: the main process, the worker, the tree.
+    The main process's floor is MindSpore's import (the MindRecord writer), ~0.4 GB; per-record
+    copies are bounded by input.max_record_bytes, the near-dedup index by run.dedup_memory_docs."""
+    corpora = {mb: make_corpus(args.work / f"corpus-{mb}", mb) for mb in sorted(args.memory)}
+    model = train_model(load_texts(corpora[min(corpora)]), args.work)
+    extra = (("--set", f"run.dedup_memory_docs={args.dedup_memory_docs}")
+             if args.dedup_memory_docs else ())
+    print(f"peak RSS, one worker (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          f"cores){'  ' + ' '.join(extra) if extra else ''}")
+    print(f"{'input':>8} {'docs':>7} {'kept':>7} {'main':>7} {'worker':>7} {'tree':>7} "
+          f"{'largest doc':>11} {'wall':>6}")
+    rows = []
+    for mb, corpus in corpora.items():
+        r = run_build(corpus, args.work / "out", model, 1, *extra)
+        rep = r["report"]
+        size = rep["stages"]["read"]["bytes"] / 1e6
+        rows.append((size, r))
+        print(f"{size:7.1f}M {rep['stages']['read']['docs']:7d} {rep['stages']['dedup']['docs_out']:7d} "
+              f"{r['driver_rss'] / 2**20:6.0f}M {r['worker_rss'] / 2**20:6.0f}M "
+              f"{r['peak_rss'] / 2**20:6.0f}M {largest_doc_mb(corpus):10.1f}M {r['wall']:5.0f}s")
+    for (s0, r0), (s1, r1) in zip(rows, rows[1:]):
+        per = {k: (r1[k] - r0[k]) / 2**20 / (s1 - s0) for k in ("driver_rss", "worker_rss", "peak_rss")}
+        print(f"growth {s0:.0f} -> {s1:.0f} MB, MB per input MB: main {per['driver_rss']:.3f}, "
+              f"worker {per['worker_rss']:.3f}, tree {per['peak_rss']:.3f}")
 
 
 def bench_ray(args) -> None:
