@@ -65,7 +65,8 @@ class RunConfig:
     progress: bool = True
     engine: str = "local"          # local (worker processes) | ray (Ray core tasks, docs/scale-out.md)
     ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
-    ray_partitions: int = 16       # engine ray: shuffle partitions of the dedup stages
+    ray_partitions: int = 0        # engine ray: shuffle partitions of the dedup stages (0: one per
+                                   # GiB of input, 2 to 256: from the inputs, never the cluster)
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
     ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
     ray_unit_bytes: Size = 256 << 20   # engine ray: uncompressed jsonl files are cut into work units
@@ -107,7 +108,7 @@ def validate(cfg: BuildConfig) -> None:
         (0 < cfg.dedup.threshold <= 1, "dedup.threshold", "in (0, 1]"),
         (cfg.run.workers >= 1, "run.workers", ">= 1"),
         (cfg.run.engine in ("local", "ray"), "run.engine", "local or ray"),
-        (cfg.run.ray_partitions >= 1, "run.ray_partitions", ">= 1"),
+        (cfg.run.ray_partitions >= 0, "run.ray_partitions", ">= 0 (0: from the input size)"),
         (cfg.run.ray_cpus >= 0, "run.ray_cpus", ">= 0"),
         (cfg.run.dedup_memory_docs >= 1, "run.dedup_memory_docs", ">= 1"),
     ]

@@ -131,7 +131,7 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                  run: dict):
     """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
     import ray
-    ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, hooks.from_env())
+    ctx = Ctx(str(work.out), cfg, partitions_for(cfg, files), hooks.from_env())
     times = run["time_s"]
     t0 = time.perf_counter()
     units = _docs_stage(stages, ctx, files)
@@ -154,6 +154,16 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                   "tasks": stages.tasks, "tasks_reused": stages.reused,
                   "stage_s": stages.seconds, "task_cpu_s": stages.cpu}
     return dedup, splits, tails, hist
+
+
+def partitions_for(cfg: BuildConfig, files: list[InputFile]) -> int:
+    """run.ray_partitions, or where it is 0, one per GiB of input (2 to 256): enough reduce tasks to
+    spread and few small shuffle files on a small corpus, ~16 at 16 GiB. From the inputs alone, so a
+    rerun on another cluster resumes the same partitioning (the bytes never depend on it)."""
+    if cfg.run.ray_partitions:
+        return cfg.run.ray_partitions
+    size = sum(f.path.stat().st_size for f in files)
+    return min(256, max(2, -(-size // (1 << 30))))
 
 
 def _connect(cfg: BuildConfig) -> bool:
