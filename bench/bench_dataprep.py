@@ -321,7 +321,6 @@ def bench_ray(args) -> None:
                   f"times)")
             runs.setdefault(("local", cpus, mb), []).append(
                 _one(corpora[mb], args, model, ref, "local", cpus, None))
-    med = {k: statistics.median(r["mbps"] for r in v) for k, v in runs.items()}
     lo, hi = args.cpus[0], args.cpus[-1]
     pairs = [a["mbps"] / b["mbps"] for a, b in zip(runs[("ray", hi, mb)], runs[("ray", lo, mb)])]
     print(f"ray {hi} CPUs / {lo} CPU: {statistics.median(pairs):.2f} median of {len(pairs)} "
