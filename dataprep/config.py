@@ -27,8 +27,9 @@ class InputConfig:
     text_unit: str = "file"        # plain text: one document per "file" or per blank-line "paragraph"
     # a record (jsonl line, paragraph, text file, parquet value) over this many bytes is never held:
     # it is a bad record `record_too_long` (counted; --strict fails naming file:line).
-    # The default is far above filters.max_chars (1M characters <= 4 MB of UTF-8), which drops such
-    # a document anyway, and bounds what one record costs a worker (a few copies of it).
+    # The default keeps every record the default filters.max_chars (1M characters) can keep, even
+    # as JSON with every character \u-escaped (<= 12 bytes each), and bounds what one record costs
+    # a process (a few copies of it); a lower cap (>= max_chars) trades those records for memory.
     max_record_bytes: Size = 16 << 20
 
 
