@@ -15,10 +15,16 @@ peak memory per input MB can be read off; then --mb again with each of --workers
 With --tokenizer and fewer workers than cores, the build tokenizes and packs during stage 1 (the main
 process, while it waits on the workers), so 'tokenize+write' times only the chunks left after it.
 
+    .venv/bin/python bench/bench_dataprep.py --memory 16 64 256 [--dedup-memory-docs N]
+
+prints the peak RSS of the main process, of the worker and of the tree for one-worker builds at each
+input size, and its growth per input MB between sizes (the memory bound per worker).
+
     .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2]
 
-compares `--engine ray` (a local Ray instance the build starts, limited to N CPUs with
-run.ray_cpus, work units of --mb / 16 MB; its ~5 s start-up is part of the wall time) with itself at 1 CPU and with the local
+compares `--engine ray` (joining a local Ray instance of N CPUs that the benchmark starts, as a build
+joins a running cluster, so Ray's ~5 s start-up is timed apart; work units of --mb / 16 MB) with
+itself at 1 CPU and with the local
 engine at the same number of workers, on the --mb corpus, and prints the driver's peak RSS (the
 `dataprep build` process alone, not the Ray processes it starts) at --mb / 4 and --mb and its growth
 per input MB.
@@ -26,6 +32,7 @@ per input MB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -152,7 +159,7 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -
             "--tokenizer", str(model), "--workers", str(workers), "--no-progress", *extra]
     t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = [0, 0]
+    peak = [0, 0, 0]
     stop = threading.Event()
     threading.Thread(target=_sample_rss, args=(proc.pid, peak, stop), daemon=True).start()
     stdout, stderr = proc.communicate()
@@ -162,7 +169,7 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -
         raise SystemExit(f"build failed: {stderr.decode()[-2000:]}")
     report = json.loads((out / "report.json").read_text())
     return {"wall": wall, "cpu": _children_cpu() - c0, "peak_rss": peak[0], "driver_rss": peak[1],
-            "report": report}
+            "worker_rss": peak[2], "report": report}
 
 
 def _children_cpu() -> float:
@@ -180,9 +187,12 @@ def _sample_rss(pid: int, peak: list, stop: threading.Event) -> None:
             rss = 0
             for p in procs:
                 try:
-                    rss += p.memory_info().rss
+                    one = p.memory_info().rss
                 except psutil.Error:
-                    pass
+                    continue
+                rss += one
+                if p.pid != pid:
+                    peak[2] = max(peak[2], one)
             peak[0] = max(peak[0], rss)
             try:
                 peak[1] = max(peak[1], root.memory_info().rss)
@@ -200,8 +210,14 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-dataprep"))
     ap.add_argument("--engine", choices=("local", "ray"), default="local")
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="--engine ray: CPU counts")
+    ap.add_argument("--reps", type=int, default=1, help="--engine ray: alternating repetitions")
+    ap.add_argument("--memory", type=int, nargs="+", metavar="MB",
+                    help="only the memory benchmark: one-worker builds at these input sizes")
+    ap.add_argument("--dedup-memory-docs", type=int, help="--memory: run.dedup_memory_docs")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.memory:
+        return bench_memory(args)
     if args.engine == "ray":
         return bench_ray(args)
     sizes = [args.mb // 4, args.mb // 2, args.mb]
@@ -248,8 +264,39 @@ def main() -> None:
           f"or not, a long document's copies add to the peak: read the growth with that in mind)")
 
 
+def bench_memory(args) -> None:
+    """Peak RSS of one-worker builds against input size: the main process, the worker, the tree.
+    The main process's floor is MindSpore's import (the MindRecord writer), ~0.4 GB; per-record
+    copies are bounded by input.max_record_bytes, the near-dedup index by run.dedup_memory_docs."""
+    corpora = {mb: make_corpus(args.work / f"corpus-{mb}", mb) for mb in sorted(args.memory)}
+    model = train_model(load_texts(corpora[min(corpora)]), args.work)
+    extra = (("--set", f"run.dedup_memory_docs={args.dedup_memory_docs}")
+             if args.dedup_memory_docs else ())
+    print(f"peak RSS, one worker (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          f"cores){'  ' + ' '.join(extra) if extra else ''}")
+    print(f"{'input':>8} {'docs':>7} {'kept':>7} {'main':>7} {'worker':>7} {'tree':>7} "
+          f"{'largest doc':>11} {'wall':>6}")
+    rows = []
+    for mb, corpus in corpora.items():
+        r = run_build(corpus, args.work / "out", model, 1, *extra)
+        rep = r["report"]
+        size = rep["stages"]["read"]["bytes"] / 1e6
+        rows.append((size, r))
+        print(f"{size:7.1f}M {rep['stages']['read']['docs']:7d} {rep['stages']['dedup']['docs_out']:7d} "
+              f"{r['driver_rss'] / 2**20:6.0f}M {r['worker_rss'] / 2**20:6.0f}M "
+              f"{r['peak_rss'] / 2**20:6.0f}M {largest_doc_mb(corpus):10.1f}M {r['wall']:5.0f}s")
+    for (s0, r0), (s1, r1) in zip(rows, rows[1:]):
+        per = {k: (r1[k] - r0[k]) / 2**20 / (s1 - s0) for k in ("driver_rss", "worker_rss", "peak_rss")}
+        print(f"growth {s0:.0f} -> {s1:.0f} MB, MB per input MB: main {per['driver_rss']:.3f}, "
+              f"worker {per['worker_rss']:.3f}, tree {per['peak_rss']:.3f}")
+
+
 def bench_ray(args) -> None:
-    """--engine ray at each of --cpus against itself at the fewest and the local engine."""
+    """--engine ray at each of --cpus against itself at the fewest and the local engine, --reps
+    times alternating (ray, local at each CPU count), medians. Each Ray build joins an instance this
+    process started with N CPUs (as a build joins a running cluster): Ray's start-up, paid once per
+    cluster, is timed apart and not in the build's wall time."""
+    import statistics
     small, mb = args.mb // 4, args.mb
     corpora = {m: make_corpus(args.work / f"corpus-{m}", m) for m in (small, mb)}
     texts = load_texts(corpora[mb])
@@ -260,44 +307,74 @@ def bench_ray(args) -> None:
           f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores)")
     print(f"{'input':>8} {'engine':>6} {'cpus':>4} {'MB/s':>7} {'ratio':>6} {'driver RSS':>10} "
-          f"{'tree RSS':>9} {'MB/CPU-s':>8}   (ratio = MB/s / reference MB/s; CPU-s: ray = the "
-          f"tasks' CPU time, local = the process tree's)")
-    rows = {}
-    for engine, cpus, corpus in ([("ray", c, corpora[mb]) for c in args.cpus]
-                                 + [("local", c, corpora[mb]) for c in args.cpus]
-                                 + [("ray", args.cpus[0], corpora[small])]):
-        # work units of mb/16: enough of them to keep every CPU busy to the end of a stage
-        extra = ("--engine", "ray", "--set", f"run.ray_cpus={cpus}",
-                 "--set", f"run.ray_unit_bytes={max(1, mb // 16)}MB") if engine == "ray" else ()
-        r = run_build(corpus, args.work / "out", model, cpus, *extra)
-        size = r["report"]["stages"]["read"]["bytes"] / 1e6
-        rows[(engine, cpus, round(size))] = (size, r)
-        rep = r["report"]
-        # CPU seconds: the Ray tasks' own (the report's) plus the driver's share of the tree's;
-        # the local engine's whole process tree
-        cpu = sum(rep["ray"]["task_cpu_s"].values()) if engine == "ray" else r["cpu"]
-        r["work_cpu"] = cpu
-        print(f"{size:7.1f}M {engine:>6} {cpus:4d} {size / r['wall']:7.2f} "
-              f"{size / r['wall'] / ref:6.2f} {r['driver_rss'] / 2**20:8.0f}MB "
-              f"{r['peak_rss'] / 2**20:7.0f}MB {size / cpu:8.2f}   stages s {rep['time_s']}")
-        if engine == "ray":
-            print(f"          task CPU s per stage {rep['ray']['task_cpu_s']}")
-    big = {(e, c): v for (e, c, _), v in rows.items() if v[0] > small * 1.5}
+          f"{'MB/CPU-s':>8} {'load':>5}   (ratio = MB/s / reference MB/s; CPU-s: ray = the tasks' "
+          f"CPU time, local = the process tree's)")
+    runs: dict = {}
+    for rep in range(args.reps):
+        for cpus in args.cpus:
+            sizes = [mb] + ([small] if rep == 0 and cpus == args.cpus[0] else [])
+            with _ray_instance(cpus) as (address, start_s):
+                for m in sizes:
+                    runs.setdefault(("ray", cpus, m), []).append(
+                        _one(corpora[m], args, model, ref, "ray", cpus, address))
+            print(f"          (Ray start-up with {cpus} CPU(s): {start_s:.1f} s, not in the wall "
+                  f"times)")
+            runs.setdefault(("local", cpus, mb), []).append(
+                _one(corpora[mb], args, model, ref, "local", cpus, None))
     lo, hi = args.cpus[0], args.cpus[-1]
-    speed = {k: size / r["wall"] for k, (size, r) in big.items()}
-    print(f"ray {hi} CPUs / {lo} CPU: {speed[('ray', hi)] / speed[('ray', lo)]:.2f}  "
-          f"(target >= 1.6 for 2 / 1)")
+    pairs = [a["mbps"] / b["mbps"] for a, b in zip(runs[("ray", hi, mb)], runs[("ray", lo, mb)])]
+    print(f"ray {hi} CPUs / {lo} CPU: {statistics.median(pairs):.2f} median of {len(pairs)} "
+          f"(pairs {', '.join(f'{p:.2f}' for p in pairs)}; target >= 1.6 for 2 / 1)")
     for c in args.cpus:
-        (sr, rr), (sl, rl) = big[("ray", c)], big[("local", c)]
-        print(f"ray / local at {c} CPU(s): {speed[('ray', c)] / speed[('local', c)]:.2f} wall "
-              f"(target >= 0.8), {(sr / rr['work_cpu']) / (sl / rl['work_cpu']):.2f} in MB per "
-              f"CPU-s (tasks only: no Ray start-up or idle Ray processes)")
-    (s0, r0), (s1, r1) = [v for (e, c, _), v in sorted(rows.items(), key=lambda kv: kv[1][0])
-                          if e == "ray" and c == lo][:2]
-    print(f"driver peak RSS: {r0['driver_rss'] / 2**20:.0f} MB at {s0:.0f} MB, "
-          f"{r1['driver_rss'] / 2**20:.0f} MB at {s1:.0f} MB input: "
-          f"{(r1['driver_rss'] - r0['driver_rss']) / 2**20 / (s1 - s0):.3f} MB per input MB; "
-          f"{r1['driver_rss'] / 2**20 / s1:.2f} MB per input MB overall")
+        rr, rl = runs[("ray", c, mb)], runs[("local", c, mb)]
+        wall = [a["mbps"] / b["mbps"] for a, b in zip(rr, rl)]
+        cpu = [a["mb_cpu"] / b["mb_cpu"] for a, b in zip(rr, rl)]
+        print(f"ray / local at {c} CPU(s): {statistics.median(wall):.2f} wall (target >= 0.8; pairs "
+              f"{', '.join(f'{p:.2f}' for p in wall)}), {statistics.median(cpu):.2f} in MB per CPU-s "
+              f"(tasks only: no idle Ray processes)")
+    r0, r1 = runs[("ray", lo, small)][0], runs[("ray", lo, mb)][0]
+    print(f"driver peak RSS: {r0['driver_rss']:.0f} MB at {r0['size']:.0f} MB, "
+          f"{r1['driver_rss']:.0f} MB at {r1['size']:.0f} MB input: "
+          f"{(r1['driver_rss'] - r0['driver_rss']) / (r1['size'] - r0['size']):.3f} MB per input MB;"
+          f" {r1['driver_rss'] / r1['size']:.2f} MB per input MB overall")
+
+
+def _one(corpus: Path, args, model: Path, ref: float, engine: str, cpus: int,
+         address: str | None) -> dict:
+    """One build of the Ray benchmark, printed as a row."""
+    # work units of mb/16: enough of them to keep every CPU busy to the end of a stage
+    extra = ("--engine", "ray", "--ray-address", address,
+             "--set", f"run.ray_unit_bytes={max(1, args.mb // 16)}MB") if engine == "ray" else ()
+    load = os.getloadavg()[0]
+    r = run_build(corpus, args.work / "out", model, cpus, *extra)
+    rep = r["report"]
+    size = rep["stages"]["read"]["bytes"] / 1e6
+    # CPU seconds: the Ray tasks' own (the report's); the local engine's whole process tree
+    cpu = sum(rep["ray"]["task_cpu_s"].values()) if engine == "ray" else r["cpu"]
+    row = {"size": size, "mbps": size / r["wall"], "mb_cpu": size / cpu,
+           "driver_rss": r["driver_rss"] / 2**20}
+    print(f"{size:7.1f}M {engine:>6} {cpus:4d} {row['mbps']:7.2f} {row['mbps'] / ref:6.2f} "
+          f"{row['driver_rss']:8.0f}MB {row['mb_cpu']:8.2f} {load:5.1f}   stages s {rep['time_s']}")
+    if engine == "ray":
+        ray_rep = rep["ray"]
+        print(f"          partitions {ray_rep['partitions']}, units {ray_rep['units']}; stage wall s "
+              f"{ray_rep['stage_s']}; task CPU s {ray_rep['task_cpu_s']}")
+    return row
+
+
+@contextlib.contextmanager
+def _ray_instance(cpus: int):
+    """A local Ray instance with `cpus` CPUs, on loopback, that the builds join: (address, start-up
+    seconds). Stopped on exit (only the processes this call started)."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # before ray is imported
+    import ray
+    t0 = time.perf_counter()
+    ctx = ray.init(address="local", num_cpus=cpus, _node_ip_address="127.0.0.1",
+                   include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ctx.address_info["gcs_address"], time.perf_counter() - t0
+    finally:
+        ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,12 @@ class InputConfig:
     text_field: str = "text"       # jsonl / parquet field holding the document text
     id_field: str = "id"           # field that becomes the doc_id where present
     text_unit: str = "file"        # plain text: one document per "file" or per blank-line "paragraph"
+    # a record (jsonl line, paragraph, text file, parquet value) over this many bytes is never held:
+    # it is a bad record `record_too_long` (counted; --strict fails naming file:line).
+    # The default keeps every record the default filters.max_chars (1M characters) can keep, even
+    # as JSON with every character \u-escaped (<= 12 bytes each), and bounds what one record costs
+    # a process (a few copies of it); a lower cap (>= max_chars) trades those records for memory.
+    max_record_bytes: Size = 16 << 20
 
 
 @dataclass
@@ -60,10 +66,14 @@ class RunConfig:
     progress: bool = True
     engine: str = "local"          # local (worker processes) | ray (Ray core tasks, docs/scale-out.md)
     ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
-    ray_partitions: int = 16       # engine ray: shuffle partitions of the dedup stages
+    ray_partitions: int = 0        # engine ray: shuffle partitions of the dedup stages (0: one per
+                                   # GiB of input, 2 to 256: from the inputs, never the cluster)
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
     ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
     ray_unit_bytes: Size = 256 << 20   # engine ray: uncompressed jsonl files are cut into work units
+    # engine local: kept documents whose near-dedup signatures and LSH entries stay in memory
+    # (~2 KB each); beyond, the index is frozen into segments in DIR/.build (same results)
+    dedup_memory_docs: int = 1 << 15
 
 
 @dataclass
@@ -99,8 +109,9 @@ def validate(cfg: BuildConfig) -> None:
         (0 < cfg.dedup.threshold <= 1, "dedup.threshold", "in (0, 1]"),
         (cfg.run.workers >= 1, "run.workers", ">= 1"),
         (cfg.run.engine in ("local", "ray"), "run.engine", "local or ray"),
-        (cfg.run.ray_partitions >= 1, "run.ray_partitions", ">= 1"),
+        (cfg.run.ray_partitions >= 0, "run.ray_partitions", ">= 0 (0: from the input size)"),
         (cfg.run.ray_cpus >= 0, "run.ray_cpus", ">= 0"),
+        (cfg.run.dedup_memory_docs >= 1, "run.dedup_memory_docs", ">= 1"),
     ]
     for ok, key, want in checks:
         if not ok:
@@ -109,6 +120,10 @@ def validate(cfg: BuildConfig) -> None:
         raise ConfigError(f"shards.max_shard_bytes: {cfg.shards.max_shard_bytes} bytes cannot hold "
                           f"one sample of {cfg.pack.seq_length + 1} tokens next to MindRecord's "
                           f"header, pages and index; raise it")
+    cap = cfg.input.max_record_bytes
+    if cap < cfg.filters.max_chars:
+        raise ConfigError(f"input.max_record_bytes: {cap} bytes would skip records that "
+                          f"filters.max_chars = {cfg.filters.max_chars} keeps; raise it")
     if cfg.tokenizer.model and not Path(cfg.tokenizer.model).is_file():
         raise ConfigError(f"tokenizer.model: {cfg.tokenizer.model} not found")
     for f in cfg.decontam.files:
@@ -122,6 +137,10 @@ def manifest_config(cfg: BuildConfig) -> dict:
     """The resolved config as the manifest records it: everything but the runtime-only `run`."""
     d = as_dict(cfg)
     d.pop("run")
+    # the default record cap is recorded only when changed: datasets built before the key existed
+    # keep their fingerprint (records under the cap read as they always did)
+    if cfg.input.max_record_bytes == InputConfig.max_record_bytes:
+        d["input"].pop("max_record_bytes")
     # files that change the output are recorded by content, like the inputs
     d["decontam"]["files"] = [{"file": Path(f).name, "sha256": sha256_file(f)} for f in cfg.decontam.files]
     if cfg.filters.quality.model:

@@ -37,6 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -345,6 +346,40 @@ class _BandTable:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes + self.fill.nbytes
 
+    def cells(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every entry as (band << 32 | hash, document number), sorted by cell then number."""
+        used = self.vals >= 0
+        band = (np.nonzero(used)[0] // self.buckets).astype(np.uint64)
+        cells = (band << np.uint64(32)) | self.keys[used].astype(np.uint64)
+        vals = self.vals[used]
+        order = np.lexsort((vals, cells))
+        return cells[order], vals[order]
+
+
+class _Segment:
+    """A frozen part of the index on disk: the sorted cells of its band table (.npy, read whole
+    for a lookup and dropped after it) and the signatures of its documents (rows of one file, read
+    by row). Never held in memory between lookups."""
+
+    def __init__(self, root: Path, k: int, table: _BandTable, sigs: np.ndarray, first: int):
+        self.cells_path, self.sigs_path = root / f"near-{k:04d}-cells.npy", root / f"near-{k:04d}-sigs.npy"
+        cells, vals = table.cells()
+        np.save(self.cells_path, np.rec.fromarrays([cells, vals], names="cell,number"))
+        np.save(self.sigs_path, sigs)
+        self.first, self.count = first, len(sigs)
+
+    def find(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query position, document number) of the entries under each of `cells` (uint64)."""
+        table = np.load(self.cells_path)
+        lo = np.searchsorted(table["cell"], cells, "left")
+        n = np.searchsorted(table["cell"], cells, "right") - lo
+        query = np.repeat(np.arange(len(cells)), n)
+        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
+        return query, table["number"][at]
+
+    def sigs(self, numbers: np.ndarray) -> np.ndarray:
+        return np.load(self.sigs_path, mmap_mode="r")[numbers - self.first]
+
 
 class NearDedup:
     """LSH index of kept documents; `add` in input order keeps the first of every near-duplicate set.
@@ -355,9 +390,16 @@ class NearDedup:
     `add` calls with a few vectorised steps and gives the same results.
     """
 
-    def __init__(self, cfg: DedupConfig, text_of: Callable[[str], str] | None = None):
-        """`text_of(key)`: the text of a kept document, for exact verification (see `_verify`)."""
+    def __init__(self, cfg: DedupConfig, text_of: Callable[[str], str] | None = None,
+                 spill: Path | None = None, hot_docs: int = 1 << 15):
+        """`text_of(key)`: the text of a kept document, for exact verification (see `_verify`).
+        `spill`: a directory where the index is frozen into segments (_Segment) every `hot_docs`
+        kept documents, so that memory holds at most that many signatures and table entries
+        (plus the keys); lookups then also read the segments. The results are the same."""
         self.cfg, self.text_of = cfg, text_of
+        self._spill, self._hot_docs = spill, hot_docs
+        self._segments: list[_Segment] = []
+        self._hot = 0   # number of the first document in memory (the ones before: in segments)
         t, k = cfg.threshold, cfg.num_perm
         self._margin = _VERIFY_SIGMAS * math.sqrt(t * (1 - t) / k) + 1 / k
         self.bands, self.rows = cfg.bands_rows
@@ -382,7 +424,35 @@ class NearDedup:
         return (h >> np.uint64(32)).astype(np.uint32)
 
     def _similarity(self, kept: np.ndarray, sig16: np.ndarray) -> np.ndarray:
-        return np.count_nonzero(self._sigs[kept] == sig16, axis=-1) / self.cfg.num_perm
+        return np.count_nonzero(self._kept_sigs(kept) == sig16, axis=-1) / self.cfg.num_perm
+
+    def _kept_sigs(self, numbers: np.ndarray) -> np.ndarray:
+        """The stored (16-bit) signatures of kept documents `numbers`, from memory or segments."""
+        hot = numbers >= self._hot
+        if hot.all():
+            return self._sigs[numbers - self._hot]
+        out = np.empty((len(numbers), self.cfg.num_perm), np.uint16)
+        out[hot] = self._sigs[numbers[hot] - self._hot]
+        for seg in self._segments:
+            mine = (numbers >= seg.first) & (numbers < seg.first + seg.count)
+            if mine.any():
+                out[mine] = seg.sigs(numbers[mine])
+        return out
+
+    def _find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query row, document number) pairs of every kept document sharing a band cell with
+        [q, bands] hashes, from the table in memory and every segment (with repeats)."""
+        rows, found = self._table.find(hashes)
+        if not self._segments:
+            return rows, found
+        cells = ((np.arange(self.bands, dtype=np.uint64) << np.uint64(32))
+                 | hashes.astype(np.uint64)).reshape(-1)
+        rows, found = [rows], [found]
+        for seg in self._segments:
+            at, numbers = seg.find(cells)
+            rows.append(at // self.bands)
+            found.append(numbers)
+        return np.concatenate(rows), np.concatenate(found)
 
     def _verify(self, sims: np.ndarray, text_a, text_b) -> np.ndarray:
         """Estimates near the threshold replaced by the exact Jaccard similarity of the two texts
@@ -400,7 +470,7 @@ class NearDedup:
         """Kept documents similar to `sig` (and `text`, which turns on exact verification when the
         index has `text_of`) at the threshold or more, best first (ties: the earliest kept first)."""
         sig16 = sig.astype(np.uint16, copy=False)[None, :]
-        _, found = self._table.find(self.band_hashes(sig16))
+        _, found = self._find(self.band_hashes(sig16))
         idx = np.unique(found)
         sims = self._similarity(idx, sig16)
         sims = self._verify(sims, None if text is None else (lambda i: text),
@@ -416,13 +486,35 @@ class NearDedup:
 
     def _index_many(self, keys: list[str], sigs16: np.ndarray, hashes: np.ndarray) -> None:
         n, m = len(self._keys), len(keys)
-        if n + m > len(self._sigs):  # grow by a quarter: little slack, and a small copy peak
-            grown = np.empty((max(n + m, len(self._sigs) * 5 // 4), self.cfg.num_perm), np.uint16)
-            grown[:n] = self._sigs[:n]
+        h = n - self._hot   # documents in memory
+        if h + m > len(self._sigs):  # grow by a quarter: little slack, and a small copy peak
+            grown = np.empty((max(h + m, len(self._sigs) * 5 // 4), self.cfg.num_perm), np.uint16)
+            grown[:h] = self._sigs[:h]
             self._sigs = grown
-        self._sigs[n:n + m] = sigs16
+        self._sigs[h:h + m] = sigs16
         self._keys.extend(keys)
         self._table.insert(hashes, np.arange(n, n + m))
+        if self._spill is not None and h + m >= self._hot_docs:
+            self._freeze()
+
+    def _freeze(self) -> None:
+        """Move the documents in memory into a new segment on disk."""
+        n = len(self._keys)
+        self._spill.mkdir(parents=True, exist_ok=True)
+        self._segments.append(_Segment(self._spill, len(self._segments), self._table,
+                                       self._sigs[:n - self._hot], self._hot))
+        self._hot = n
+        self._table = _BandTable(self.bands)
+        self._sigs = np.empty((1024, self.cfg.num_perm), dtype=np.uint16)
+
+    @property
+    def docs_in_memory(self) -> int:
+        """Kept documents whose signatures and table entries are in memory (not in segments)."""
+        return len(self._keys) - self._hot
+
+    @property
+    def segments(self) -> int:
+        return len(self._segments)
 
     def add(self, key: str, sig: np.ndarray, text: str | None = None) -> tuple[str, float] | None:
         """(kept_key, similarity) if `key` near-duplicates a kept document, else None (and `key`
@@ -499,7 +591,7 @@ class NearDedup:
         """Batch row -> (similarity, document number) of its best verified match among kept docs."""
         if not self._keys:
             return {}
-        rows, found = self._table.find(hashes)
+        rows, found = self._find(hashes)
         if len(rows) == 0:
             return {}
         pairs = np.unique((rows.astype(np.int64) << 32) | found.astype(np.int64))
@@ -507,7 +599,7 @@ class NearDedup:
         sims = np.empty(len(pairs))
         for i in range(0, len(pairs), 4096):  # bounded memory for the comparison
             s = slice(i, i + 4096)
-            sims[s] = np.count_nonzero(self._sigs[numbers[s]] == sig16[rows[s]], axis=1)
+            sims[s] = np.count_nonzero(self._kept_sigs(numbers[s]) == sig16[rows[s]], axis=1)
         sims /= self.cfg.num_perm
         sims = self._verify(sims, text and (lambda i: text(int(rows[i]))),
                             self.text_of and (lambda i: self.text_of(self._keys[numbers[i]])))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -92,11 +93,18 @@ class DedupPass:
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
                "language_score", "quality", "pii", "decontam", "split"]
 
-    def __init__(self, cfg: DedupConfig, texts: Callable[[int], list] | None = None):
+    def __init__(self, cfg: DedupConfig, texts: Callable[[int], list] | None = None,
+                 spill: Path | None = None, hot_docs: int = 1 << 15):
         """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
-        near-threshold pairs exactly (without it, the signature estimate decides alone)."""
+        near-threshold pairs exactly (without it, the signature estimate decides alone).
+        `spill`: a directory for the LSH index's segments (NearDedup): memory then holds the
+        signatures and band entries of at most `hot_docs` kept documents, whatever the corpus;
+        anything in it is from an earlier try of this stage and is removed first."""
         self.texts = texts
-        self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None)
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+        self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None,
+                              spill=spill, hot_docs=hot_docs)
         self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
         self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
         self.seen_ids: set[str] = set()

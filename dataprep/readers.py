@@ -9,6 +9,10 @@ A damaged compressed stream yields every document decoded before the damage (dec
 incremental: only the record the damage hits is lost; zstd decodes whole blocks, so there the block
 it hits), then one `BadRecord(reason="truncated_compressed" | "corrupt_compressed")` naming the
 first line not read whole, then stops.
+A record longer than `max_record_bytes` (a jsonl line, a paragraph, a whole text file, a parquet
+text value; 0: no cap) is never held whole: the reader reads past it in blocks and yields a
+`BadRecord(reason="record_too_long")` naming its first line, so one giant record cannot set the
+memory of a build.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
@@ -130,7 +135,7 @@ def file_format(path: Path) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------- reading
 
 def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
-              text_unit: str = "file") -> Iterator[Document | BadRecord]:
+              text_unit: str = "file", max_record_bytes: int = 0) -> Iterator[Document | BadRecord]:
     """Documents and bad records of one input file, in file order (see the module docstring)."""
     if text_unit not in TEXT_UNITS:
         raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {text_unit!r}")
@@ -145,15 +150,16 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
         if inp.end >= 0:
             if kind != "jsonl" or compression:
                 raise ValueError(f"{inp.rel}: byte ranges are for uncompressed jsonl only")
-            yield from _read_jsonl_range(inp, raw, text_field, id_field)
+            yield from _read_jsonl_range(inp, raw, text_field, id_field, max_record_bytes)
         elif kind != "parquet" and (why := _binary(stream)):
             yield BadRecord(inp.rel, 0, "binary_file", f"{why}; file skipped")
         elif kind == "jsonl":
-            yield from _read_jsonl(inp, stream, text_field, id_field)
+            yield from _read_jsonl(inp, stream, text_field, id_field, max_record_bytes)
         elif kind == "parquet":
-            yield from _read_parquet(inp, stream, compression, text_field, id_field)
+            yield from _read_parquet(inp, stream, compression, text_field, id_field,
+                                     max_record_bytes)
         else:
-            yield from _read_text(inp, stream, text_unit)
+            yield from _read_text(inp, stream, text_unit, max_record_bytes)
 
 
 def _binary(stream: BinaryIO) -> str | None:
@@ -231,6 +237,32 @@ class _StreamRaw(io.RawIOBase):
             data = self._obj.unused_data if self._obj.eof else b""
 
 
+class TooLong(int):
+    """A line `capped_lines` read past: its length in bytes, newline included."""
+
+
+def capped_lines(stream: BinaryIO, cap: int) -> Iterator[bytes | TooLong]:
+    """The lines of a binary stream, as iterating it gives them; with cap > 0, a line of more than
+    `cap` bytes (newline not counted) is read past in blocks, never held whole, and comes as its
+    TooLong length instead."""
+    if cap <= 0:
+        yield from stream
+        return
+    while raw := stream.readline(cap + 1):
+        if len(raw) <= cap or raw.endswith(b"\n"):
+            yield raw
+            continue
+        n = len(raw)
+        while (rest := stream.readline(_CHUNK)) and not rest.endswith(b"\n"):
+            n += len(rest)
+        yield TooLong(n + len(rest))
+
+
+def too_long(rel: str, line: int, nbytes: int, cap: int) -> BadRecord:
+    return BadRecord(rel, line, "record_too_long",
+                     f"{nbytes} bytes, over input.max_record_bytes = {cap}; record skipped")
+
+
 def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
     value = rec.get(id_field)
     if value is None:
@@ -240,13 +272,14 @@ def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
     return str(value)
 
 
-def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str,
-                id_field: str) -> Iterator[Document | BadRecord]:
+def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str, id_field: str,
+                cap: int = 0) -> Iterator[Document | BadRecord]:
     line, records = 0, 0
     try:
-        for raw_line in stream:
+        for raw_line in capped_lines(stream, cap):
             line += 1
-            s = _decode_line(inp.rel, line, raw_line)
+            s = (too_long(inp.rel, line, raw_line, cap) if isinstance(raw_line, TooLong)
+                 else _decode_line(inp.rel, line, raw_line))
             if isinstance(s, BadRecord):
                 records += 1
                 yield s
@@ -262,17 +295,21 @@ def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str,
         yield BadRecord(inp.rel, 0, "empty_file", "no records")
 
 
-def _read_jsonl_range(inp: InputFile, raw: BinaryIO, text_field: str,
-                      id_field: str) -> Iterator[Document | BadRecord]:
+def _read_jsonl_range(inp: InputFile, raw: BinaryIO, text_field: str, id_field: str,
+                      cap: int = 0) -> Iterator[Document | BadRecord]:
     """The records of the lines in [inp.start, inp.end) (both at line starts), numbered as in the
     whole file. A part never reports the file empty: split_jsonl only splits large files."""
     raw.seek(inp.start)
     line, pos = inp.first_line, inp.start
-    for raw_line in raw:
+    for raw_line in capped_lines(raw, cap):
         if pos >= inp.end:
             break
-        pos += len(raw_line)
         line += 1
+        if isinstance(raw_line, TooLong):
+            pos += raw_line
+            yield too_long(inp.rel, line, raw_line, cap)
+            continue
+        pos += len(raw_line)
         s = _decode_line(inp.rel, line, raw_line)
         if isinstance(s, BadRecord):
             yield s
@@ -328,52 +365,73 @@ def _json_record(rel: str, line: int, s: str, text_field: str,
     return Document(doc_id, text, rel)
 
 
-def _read_text(inp: InputFile, stream: BinaryIO,
-               text_unit: str) -> Iterator[Document | BadRecord]:
+def _read_text(inp: InputFile, stream: BinaryIO, text_unit: str,
+               cap: int = 0) -> Iterator[Document | BadRecord]:
     """Whole file (text_unit="file") or blank-line separated paragraphs.
 
     A line that is not UTF-8 gives a BadRecord and is left out of its document.
     """
     if text_unit == "file":
-        yield from _read_whole_text(inp, stream)
+        yield from _read_whole_text(inp, stream, cap)
         return
     parts: list[str] = []
     first, line, produced = 0, 0, False
+    size = 0   # bytes of the paragraph so far; over the cap, its parts are dropped as they come
     try:
-        for raw_line in stream:
+        for raw_line in capped_lines(stream, cap):
             line += 1
-            s = _decode_line(inp.rel, line, raw_line)
-            if isinstance(s, BadRecord):
-                yield s
-                continue
+            if isinstance(raw_line, TooLong):
+                s = "\0"            # a line too long to hold: it is not blank
+            else:
+                s = _decode_line(inp.rel, line, raw_line)
+                if isinstance(s, BadRecord):
+                    yield s
+                    continue
             if not s.strip():
-                if parts:
-                    yield Document(f"{inp.rel}:{first}", "".join(parts), inp.rel)
-                    produced, parts = True, []
+                if size:
+                    yield _paragraph(inp.rel, first, parts, size, cap)
+                    produced, parts, size = True, [], 0
                 continue
-            if not parts:
+            if not size:
                 first = line
-            parts.append(s)
+            size += raw_line if isinstance(raw_line, TooLong) else len(raw_line)
+            if 0 < cap < size:
+                parts = []
+            else:
+                parts.append(s)
     except _Damaged as e:
-        cut = f"; the paragraph from line {first} is cut short" if parts else ""
+        cut = f"; the paragraph from line {first} is cut short" if size else ""
         yield BadRecord(inp.rel, line + 1, e.reason, e.detail + cut)
         return
-    if parts:
-        yield Document(f"{inp.rel}:{first}", "".join(parts), inp.rel)
+    if size:
+        yield _paragraph(inp.rel, first, parts, size, cap)
         produced = True
     if not produced:
         yield BadRecord(inp.rel, 0, "empty_file", "no text")
 
 
-def _read_whole_text(inp: InputFile, stream: BinaryIO) -> Iterator[Document | BadRecord]:
+def _paragraph(rel: str, first: int, parts: list[str], size: int, cap: int) -> Document | BadRecord:
+    if 0 < cap < size:
+        return too_long(rel, first, size, cap)
+    return Document(f"{rel}:{first}", "".join(parts), rel)
+
+
+def _read_whole_text(inp: InputFile, stream: BinaryIO,
+                     cap: int = 0) -> Iterator[Document | BadRecord]:
     """The file as one document, decoded a chunk of whole lines at a time (line by line only in
-    a chunk that is not valid UTF-8)."""
+    a chunk that is not valid UTF-8). A file over the cap is left after the first cap bytes."""
     parts: list[str] = []
-    line = 0
+    line = size = 0
     try:
         while chunk := stream.read(_TEXT_CHUNK):
             if not chunk.endswith(b"\n"):
-                chunk += stream.readline()
+                chunk += stream.readline(cap + 1 if cap > 0 else -1)
+            size += len(chunk)
+            if 0 < cap < size:
+                yield BadRecord(inp.rel, 1, "record_too_long",
+                                f"the file as one document (input.text_unit = file) is over "
+                                f"input.max_record_bytes = {cap}; file skipped")
+                return
             try:
                 parts.append(chunk.decode("utf-8"))
                 line += chunk.count(b"\n")
@@ -413,7 +471,7 @@ def _split_lines(chunk: bytes) -> list[bytes]:
 
 
 def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, text_field: str,
-                  id_field: str) -> Iterator[Document | BadRecord]:
+                  id_field: str, cap: int = 0) -> Iterator[Document | BadRecord]:
     """Rows streamed batch by batch; rows are numbered from 1 (0 means the whole file)."""
     try:
         source = io.BytesIO(stream.read()) if compression else stream
@@ -436,11 +494,19 @@ def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, tex
     row = 0
     try:
         for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
-            texts = batch.column(0).to_pylist()
+            texts = batch.column(0)
+            sizes = pc.binary_length(texts).to_numpy(zero_copy_only=False) if cap > 0 else None
+            if sizes is not None and (sizes > cap).any():   # null sizes are NaN: never over
+                over = sizes > cap
+                texts = pc.if_else(pa.array(over), pa.scalar(None, texts.type), texts)
+            texts = texts.to_pylist()
             ids = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
-            for text, rid in zip(texts, ids):
+            for k, (text, rid) in enumerate(zip(texts, ids)):
                 row += 1
-                yield _parquet_row(inp.rel, row, text, rid, text_field, id_field)
+                if sizes is not None and sizes[k] > cap:
+                    yield too_long(inp.rel, row, int(sizes[k]), cap)
+                else:
+                    yield _parquet_row(inp.rel, row, text, rid, text_field, id_field)
     except (pa.ArrowException, OSError) as e:
         yield BadRecord(inp.rel, row + 1, "unreadable", f"parquet read failed: {e}")
         return

@@ -39,29 +39,68 @@ class Stages:
     cpu: dict = field(default_factory=dict)
 
     def run(self, name: str, fn, calls: list[tuple]) -> list[dict]:
+        return self.collect(self.submit(name, fn, calls))[0]
+
+    def run_many(self, *stages: tuple) -> list[list[dict]]:
+        """Independent stages ((name, fn, calls) each) at once: their tasks share the CPUs, so a
+        stage of few tasks does not leave the others idle. Results per stage, in task order."""
+        return self.collect(*(self.submit(*s) for s in stages))
+
+    def submit(self, name: str, fn, calls: list[tuple]) -> dict:
+        """Start a stage's tasks; `collect` waits for them."""
+        remote = _remote(fn)
+        return {"name": name, "t0": time.perf_counter(),
+                "refs": [remote.remote(fn, *args) for args in calls]}
+
+    def collect(self, *pending: dict) -> list[list[dict]]:
+        """Wait for submitted stages (one progress bar), then account for each."""
         import ray
         from ray.exceptions import RayTaskError
-        t0 = time.perf_counter()
-        remote = ray.remote(num_cpus=1, max_retries=5)(_timed_task)
-        refs = [remote.remote(fn, *args) for args in calls]
-        with tqdm(total=len(refs), desc=name, unit="task", disable=not self.progress) as bar:
-            pending = list(refs)
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
+        stage_of = {ref: p for p in pending for ref in p["refs"]}
+        left = {id(p): len(p["refs"]) for p in pending}
+        ended = {id(p): time.perf_counter() for p in pending if not p["refs"]}
+        with tqdm(total=len(stage_of), desc="+".join(p["name"] for p in pending), unit="task",
+                  disable=not self.progress) as bar:
+            waiting = list(stage_of)
+            while waiting:
+                ready, waiting = ray.wait(waiting, num_returns=1)
+                for ref in ready:
+                    p = stage_of[ref]
+                    left[id(p)] -= 1
+                    if not left[id(p)]:
+                        ended[id(p)] = time.perf_counter()
                 bar.update(len(ready))
-        try:
-            results = ray.get(refs)
-        except RayTaskError as e:
-            raise BuildError(f"stage {name}: {e.cause!r}") from None
-        self.seconds[name] = round(self.seconds.get(name, 0) + time.perf_counter() - t0, 3)
-        self.cpu[name] = round(self.cpu.get(name, 0) + sum(r["task_cpu_s"] for r in results), 3)
-        self.tasks[name] = self.tasks.get(name, 0) + len(results)
-        self.reused[name] = self.reused.get(name, 0) + sum(bool(r.get("reused")) for r in results)
-        return results
+        out = []
+        for p in pending:
+            name = p["name"]
+            try:
+                results = ray.get(p["refs"])
+            except RayTaskError as e:
+                raise BuildError(f"stage {name}: {e.cause!r}") from None
+            self.seconds[name] = round(self.seconds.get(name, 0) + ended[id(p)] - p["t0"], 3)
+            self.cpu[name] = round(self.cpu.get(name, 0) + sum(r["task_cpu_s"] for r in results), 3)
+            self.tasks[name] = self.tasks.get(name, 0) + len(results)
+            self.reused[name] = self.reused.get(name, 0) + sum(bool(r.get("reused")) for r in results)
+            out.append(results)
+        return out
 
     def hash_inputs(self, files: list[InputFile]) -> list[str]:
         """sha256 of every input file, one task per file (the manifest records them)."""
         return [r["sha256"] for r in self.run("hash inputs", _sha256_task, [(f,) for f in files])]
+
+
+_remotes: dict = {}
+
+
+def _remote(fn):
+    """The remote form of _timed_task, made once per connection (each ray.remote exports the
+    function to the cluster again)."""
+    import ray
+    key = ray.get_runtime_context().get_job_id()
+    if key not in _remotes:
+        _remotes.clear()
+        _remotes[key] = ray.remote(num_cpus=1, max_retries=5)(_timed_task)
+    return _remotes[key]
 
 
 def _sha256_task(inp: InputFile) -> dict:
@@ -93,17 +132,19 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                  run: dict):
     """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
     import ray
-    ctx = Ctx(str(work.out), cfg, cfg.run.ray_partitions, hooks.from_env())
+    ctx = Ctx(str(work.out), cfg, partitions_for(cfg, files), hooks.from_env())
     times = run["time_s"]
     t0 = time.perf_counter()
     units = _docs_stage(stages, ctx, files)
     times["docs"] = _lap(t0)
     dedup = _dedup_stages(stages, ctx, units)
     times["dedup"] = _lap(t0) - times["docs"]
+    attributes = _attributes(stages, ctx, units)
     model = _tokenizer_stage(stages, ctx, units, dedup)
     times["tokenizer"] = _lap(t0) - times["docs"] - times["dedup"]
-    tokens = stages.run("tokenize", tasks_units.tokenize_unit,
-                        [(ctx, u["unit"], u["chunks"], str(model)) for u in units])
+    tokens, _ = stages.collect(
+        stages.submit("tokenize", tasks_units.tokenize_unit,
+                      [(ctx, u["unit"], u["chunks"], str(model)) for u in units]), attributes)
     splits, tails, hist = _write_stage(stages, ctx, tokens)
     times["tokenize+write"] = _lap(t0) - sum(times.values())
     run["chunks_reused"] = {"docs": stages.reused.get("docs", 0),
@@ -114,6 +155,16 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                   "tasks": stages.tasks, "tasks_reused": stages.reused,
                   "stage_s": stages.seconds, "task_cpu_s": stages.cpu}
     return dedup, splits, tails, hist
+
+
+def partitions_for(cfg: BuildConfig, files: list[InputFile]) -> int:
+    """run.ray_partitions, or where it is 0, one per GiB of input (2 to 256): enough reduce tasks to
+    spread and few small shuffle files on a small corpus, ~16 at 16 GiB. From the inputs alone, so a
+    rerun on another cluster resumes the same partitioning (the bytes never depend on it)."""
+    if cfg.run.ray_partitions:
+        return cfg.run.ray_partitions
+    size = sum(f.path.stat().st_size for f in files)
+    return min(256, max(2, -(-size // (1 << 30))))
 
 
 def _connect(cfg: BuildConfig) -> bool:
@@ -186,18 +237,18 @@ def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
 def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
     U, P = len(units), ctx.partitions
     parts = [(ctx, p, U) for p in range(P)]
-    stages.run("ids", tasks_dedup.ids_reduce, parts)
-    edges = sum(m["edges"] for m in stages.run("exact", tasks_dedup.exact_reduce, parts)
-                + stages.run("cells", tasks_dedup.cells_reduce, parts))
+    _, exact, cells = stages.run_many(("ids", tasks_dedup.ids_reduce, parts),
+                                      ("exact", tasks_dedup.exact_reduce, parts),
+                                      ("cells", tasks_dedup.cells_reduce, parts))
+    edges = sum(m["edges"] for m in exact + cells)
     label_files = _components(stages, ctx, edges)
     stages.run("groups", tasks_units.group_unit,
                [(ctx, u["unit"], u["chunks"], label_files) for u in units])
     sig_dtype = next((u["sig_dtype"] for u in units if u.get("sig_dtype")), "")
     stages.run("replay", tasks_dedup.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
-    settled = stages.run("settle", tasks_units.settle_unit,
-                         [(ctx, u["unit"], u["chunks"]) for u in units])
-    stages.run("duplicates", tasks_dedup.write_duplicates, [(ctx, U)])
-    stages.run("attributes", tasks_dedup.write_attributes, [(ctx, U)])
+    settled, _ = stages.run_many(
+        ("settle", tasks_units.settle_unit, [(ctx, u["unit"], u["chunks"]) for u in units]),
+        ("duplicates", tasks_dedup.write_duplicates, [(ctx, U)]))
     result = DedupResult(chunk_rows=[c["rows"] for u in units for c in u["chunks"]])
     result.docs_seen = sum(result.chunk_rows)
     for s in settled:
@@ -214,6 +265,12 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
         raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
                              f"read); see the filter thresholds in the config")
     return result
+
+
+def _attributes(stages: Stages, ctx: Ctx, units: list[dict]) -> dict:
+    """documents/attributes.parquet, one task: submitted, so that it runs beside the stages after
+    it (collected before the write stage)."""
+    return stages.submit("attributes", tasks_dedup.write_attributes, [(ctx, len(units))])
 
 
 def _components(stages: Stages, ctx: Ctx, edges: int) -> list[str]:
@@ -279,9 +336,9 @@ def _write_stage(stages: Stages, ctx: Ctx, tokens: list[dict]):
             spans = [(index[k], int(max(lo, starts[k]) - starts[k]), int(min(hi, ends[k]) - starts[k]))
                      for k in ks if ends[k] > starts[k]]
             calls.append((ctx, split, shard, first, count, spans))
-    written = stages.run("write", tasks_write.write_shard, calls)
-    prov = stages.run("provenance", tasks_write.write_provenance,
-                      [(ctx, split, index) for split in SPLITS])
+    written, prov = stages.run_many(
+        ("write", tasks_write.write_shard, calls),
+        ("provenance", tasks_write.write_provenance, [(ctx, split, index) for split in SPLITS]))
     splits = {}
     for split in SPLITS:
         shards = tuple(ShardInfo(**w["shard"]) for w in written if w["split"] == split)

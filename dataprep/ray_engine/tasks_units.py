@@ -47,7 +47,8 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                "cells": PartitionedWriter(ctx.stage_dir("cells"), u, P, CELLS_SCHEMA)}
     chunks, rows, seen_keys, sig_dtype = [], 0, set(), ""
     for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
-                            cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict):
+                            cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
+                            cfg.input.max_record_bytes):
         task.index = chunk_index(u, task.index)
         m, table = clean_chunk_table(task)
         if "stop" in m:   # strict mode or a reader failure: the driver fails the build

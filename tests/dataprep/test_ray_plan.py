@@ -54,3 +54,19 @@ def test_compressed_and_small_files_are_one_unit(tmp_path):
     for p in (small, gz):
         inp = InputFile(p, p.name)
         assert split_jsonl(inp, 10) == [inp]
+
+
+def test_partitions_come_from_the_input_size_unless_given(tmp_path):
+    from dataprep.config import load_build_config
+    from dataprep.ray_engine.driver import partitions_for
+
+    small = tmp_path / "a.jsonl"
+    small.write_bytes(b"x" * 1000)
+    big = tmp_path / "b.jsonl"
+    with open(big, "wb") as f:          # sparse: 5.5 GiB of size, no disk
+        f.truncate(11 << 29)
+    files = [InputFile(small.resolve(), "a.jsonl"), InputFile(big.resolve(), "b.jsonl")]
+    auto = load_build_config()
+    assert partitions_for(auto, files[:1]) == 2          # never fewer than 2 reduce tasks
+    assert partitions_for(auto, files) == 6              # one per started GiB
+    assert partitions_for(load_build_config(sets=["run.ray_partitions=5"]), files) == 5

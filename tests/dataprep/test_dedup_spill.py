@@ -1,0 +1,95 @@
+"""The near-dedup index spilled to disk in segments: memory holds a bounded number of kept
+documents whatever the input, and every answer equals the all-in-memory index's."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from dataprep.clean import normalize
+from dataprep.dedup import DedupConfig, NearDedup, signatures
+from dataprep.dedup_pass import DedupPass
+from dataprep_helpers import dataset_bytes, run_build
+from neardup_eval import edited, load
+
+DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"   # labelled real near-duplicates
+
+
+def _stream():
+    """Real texts, their edited copies (near duplicates at many similarities) and exact repeats."""
+    texts = [normalize(d["text"]) for d in load(DATA)]
+    rng = random.Random(7)
+    stream = texts + [edited(rng.choice(texts), rng.uniform(0, 0.3), rng) for _ in range(300)]
+    return stream + texts[::5]
+
+
+def test_spilled_index_gives_the_answers_of_the_index_in_memory(tmp_path):
+    cfg = DedupConfig()
+    stream = _stream()
+    sigs = signatures(stream, cfg)
+    keys = [f"k{i}" for i in range(len(stream))]
+    text = {k: t for k, t in zip(keys, stream)}
+    whole = NearDedup(cfg, text_of=text.__getitem__)
+    spilled = NearDedup(cfg, text_of=text.__getitem__, spill=tmp_path / "near", hot_docs=50)
+    for i in range(0, len(keys), 37):
+        batch = slice(i, i + 37)
+        rows = stream[batch]
+        want = whole.add_many(keys[batch], sigs[batch], rows.__getitem__)
+        assert spilled.add_many(keys[batch], sigs[batch], rows.__getitem__) == want
+        assert spilled.docs_in_memory < 50 + 37
+    assert sum(r is not None for r in [whole.query(s) for s in sigs[-50:]]) > 0
+    assert spilled.segments >= len(whole) // 87 and len(spilled) == len(whole)
+    assert len(list((tmp_path / "near").glob("*.npy"))) == 2 * spilled.segments
+    assert spilled.docs_in_memory < 87
+    for s in sigs[::9]:   # single queries, through the segments too
+        assert spilled.query(s) == whole.query(s)
+
+
+def _chunk(rng, start: int, n: int, sigs: np.ndarray) -> pa.Table:
+    ids = [f"doc-{start + i}" for i in range(n)]
+    return pa.table({"doc_id": ids, "source": ["a.jsonl"] * n, "reason": [""] * n,
+                     "key": [rng.bytes(16) for _ in range(n)], "sig": [s.tobytes() for s in sigs],
+                     "bytes_clean": [100] * n, "language": ["en"] * n,
+                     "language_score": [0.9] * n, "quality": [None] * n, "pii": [0] * n,
+                     "decontam": [""] * n, "split": ["train"] * n})
+
+
+def test_dedup_pass_holds_a_bounded_index_and_decides_as_without_spilling(tmp_path):
+    cfg = DedupConfig()
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 2**32, size=(400, cfg.num_perm), dtype=np.uint32)
+    copies = base[rng.integers(0, 400, 200)].copy()
+    copies[:, ::10] += 1          # ~90% of entries equal: near duplicates of earlier documents
+    all_sigs = np.concatenate([base, copies])
+    spilled = DedupPass(cfg, spill=tmp_path / "near", hot_docs=64)
+    whole = DedupPass(cfg)
+    for start in range(0, len(all_sigs), 100):
+        table = _chunk(np.random.default_rng(start), start, 100, all_sigs[start:start + 100])
+        spilled.consume(table, np.dtype("uint32"))
+        whole.consume(table, np.dtype("uint32"))
+        assert spilled.near.docs_in_memory < 64 + 100
+    a, b = spilled.finish(), whole.finish()
+    assert a.near == b.near and a.near[0] == 200 and (a.keep_mask == b.keep_mask).all()
+    assert spilled.rows == whole.rows
+    # a segment each time a chunk's kept documents bring memory to 64 or more: the 4 chunks of
+    # distinct documents; the near duplicates after them are never kept
+    assert spilled.near.segments == 4 and len(list((tmp_path / "near").iterdir())) == 8
+    assert spilled.near.docs_in_memory == 0 and len(spilled.near) == 400
+
+
+def test_a_build_whose_index_spills_writes_the_same_bytes(corpus, reference, tmp_path,
+                                                          monkeypatch):
+    segments = []
+    freeze = NearDedup._freeze
+
+    def counted(self):
+        freeze(self)
+        segments.append(self.segments)
+    monkeypatch.setattr(NearDedup, "_freeze", counted)
+    out = tmp_path / "data"
+    assert run_build([corpus], out, "--workers", "1", "--set", "run.dedup_memory_docs=8") == 0
+    assert len(segments) >= 10               # the index really went to disk, many times
+    assert dataset_bytes(out) == dataset_bytes(reference)
+    assert not (out / ".build").exists()
