@@ -58,12 +58,38 @@ def units(text: str) -> list[str]:
 
 
 def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """Polynomial hash of every window of n ids (uint64 arithmetic wraps)."""
+    """A polynomial hash, sum of (id + 1) * M**k over the window, of every window of n ids (uint64
+    arithmetic wraps)."""
+    return _windows(_prefix_sums(ids), n)
+
+
+def _prefix_sums(ids: np.ndarray) -> np.ndarray:
+    """[0, then the running sums of (id + 1) * M**i]: what _windows needs, for any n."""
     v = ids.astype(np.uint64) + np.uint64(1)
-    h = np.zeros(len(ids) - n + 1, np.uint64)
-    for k in range(n):
-        h = h * _MULT + v[k:k + len(h)]
-    return h
+    prefix = np.zeros(len(v) + 1, np.uint64)
+    np.cumsum(v * _powers(len(v))[0][:len(v)], out=prefix[1:])
+    return prefix
+
+
+def _windows(prefix: np.ndarray, n: int) -> np.ndarray:
+    """The window hashes of n ids from their prefix sums: each window's sum divided by M**start
+    (M is odd, so it has an inverse modulo 2**64); two array passes whatever n is."""
+    m = len(prefix) - n
+    return (prefix[n:] - prefix[:m]) * _powers(m)[1][:m]
+
+
+_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(M**i, M**-i modulo 2**64) for i < n at least, grown by doubling and kept."""
+    if len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]), 1024)
+        for k, base in enumerate((int(_MULT), pow(int(_MULT), -1, 1 << 64))):
+            steps = np.full(size, base, np.uint64)
+            steps[0] = 1
+            _POWERS[k] = np.cumprod(steps, dtype=np.uint64)
+    return _POWERS[0], _POWERS[1]
 
 
 def _longest_run(mask: np.ndarray) -> int:
@@ -117,8 +143,11 @@ class EvalIndex:
             get = self.vocab.get
         ids = np.fromiter(map(get, words, repeat(-1)), np.int64, len(words))
         longest = _longest_run(ids >= 0)
-        return any(longest >= n and _hits(_window_hashes(ids, n), self.hashes[n]).any()
-                   for n in self.lengths)
+        usable = [n for n in self.lengths if longest >= n]
+        if not usable:
+            return False
+        prefix = _prefix_sums(ids)
+        return any(_hits(_windows(prefix, n), self.hashes[n]).any() for n in usable)
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
