@@ -266,12 +266,14 @@ def main() -> None:
 
 def write_eval_set(texts: list[str], work: Path, items: int = 200) -> Path:
     """An evaluation set for decontamination: `items` passages of 400 characters taken from every
-    n-th document of the corpus (so some documents do hold one, as a leaked benchmark would)."""
+    n-th document of 2,000 characters or more (so some documents do hold one, as a leaked
+    benchmark would; a passage of a short document would be a few words that match anywhere)."""
     path = work / "eval.jsonl"
-    step = max(1, len(texts) // items)
+    long = [t for t in texts if len(t) >= 2000]
+    step = max(1, len(long) // items)
     with open(path, "w", encoding="utf-8") as f:
-        for t in texts[::step][:items]:
-            f.write(json.dumps({"text": t[len(t) // 3:len(t) // 3 + 400]}, ensure_ascii=False) + "\n")
+        for t in long[::step][:items]:
+            f.write(json.dumps({"text": t[1000:1400]}, ensure_ascii=False) + "\n")
     return path
 
 
