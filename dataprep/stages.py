@@ -308,7 +308,7 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine]).arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
-        marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)
+        marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
     path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
     tmp = tmp_path(path)
     with open(tmp, "wb") as f:
