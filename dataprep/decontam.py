@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +24,16 @@ import numpy as np
 from mspretrain.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
-_UNIT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+")
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_UNIT = re.compile(rf"[{_CJK}]|[^\W_]+")
+# the same units in a text without CJK characters, without the alternation (twice as fast)
+_HAS_CJK = re.compile(f"[{_CJK}]")
+_WORD = re.compile(r"[^\W_]+")
 _MULT = np.uint64(0x9E3779B97F4A7C15)
+# ASCII text: letters and digits lower-cased, everything else a space, so that bytes.split() gives
+# exactly the units _UNIT finds (on ASCII, [^\W_] is [A-Za-z0-9]) at C speed
+_ASCII_UNITS = bytes(c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() and c < 128 else 32
+                     for c in range(256))
 
 
 class DecontamError(ValueError):
@@ -50,12 +59,46 @@ def units(text: str) -> list[str]:
 
 
 def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """Polynomial hash of every window of n ids (uint64 arithmetic wraps)."""
+    """A polynomial hash, sum of (id + 1) * M**k over the window, of every window of n ids (uint64
+    arithmetic wraps)."""
+    return _windows(_prefix_sums(ids), n)
+
+
+def _prefix_sums(ids: np.ndarray) -> np.ndarray:
+    """[0, then the running sums of (id + 1) * M**i]: what _windows needs, for any n."""
     v = ids.astype(np.uint64) + np.uint64(1)
-    h = np.zeros(len(ids) - n + 1, np.uint64)
-    for k in range(n):
-        h = h * _MULT + v[k:k + len(h)]
-    return h
+    prefix = np.zeros(len(v) + 1, np.uint64)
+    np.cumsum(v * _powers(len(v))[0][:len(v)], out=prefix[1:])
+    return prefix
+
+
+def _windows(prefix: np.ndarray, n: int) -> np.ndarray:
+    """The window hashes of n ids from their prefix sums: each window's sum divided by M**start
+    (M is odd, so it has an inverse modulo 2**64); two array passes whatever n is."""
+    m = len(prefix) - n
+    return (prefix[n:] - prefix[:m]) * _powers(m)[1][:m]
+
+
+_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(M**i, M**-i modulo 2**64) for i < n at least, grown by doubling and kept."""
+    if len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]), 1024)
+        for k, base in enumerate((int(_MULT), pow(int(_MULT), -1, 1 << 64))):
+            steps = np.full(size, base, np.uint64)
+            steps[0] = 1
+            _POWERS[k] = np.cumprod(steps, dtype=np.uint64)
+    return _POWERS[0], _POWERS[1]
+
+
+def _longest_run(mask: np.ndarray) -> int:
+    """The length of the longest run of True in `mask`."""
+    if not mask.any():
+        return 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).view(np.int8)))
+    return int((edges[1::2] - edges[::2]).max())
 
 
 def _hits(h: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -82,14 +125,30 @@ class EvalIndex:
             for s in range(len(ids) - n + 1):
                 grams.setdefault(tuple(ids[s:s + n]), number)
         self.grams, self.lengths = grams, set(hashes)
+        self._ascii_vocab: dict[bytes, int] | None = None
         self.hashes = {n: np.unique(np.concatenate(h)) for n, h in hashes.items()}
 
     def _may_match(self, text: str) -> bool:
-        """A fast scan (no match objects, lower-cased once): False when no window can match."""
-        get = self.vocab.get
-        ids = np.array([get(u, -1) for u in _UNIT.findall(text.lower())], np.int64)
-        return any(len(ids) >= n and _hits(_window_hashes(ids, n), self.hashes[n]).any()
-                   for n in self.lengths)
+        """A fast scan (no match objects, lower-cased once): False when no window can match. Only
+        a run of n units that are all in the evaluation vocabulary can be an n-gram of the index,
+        so most documents are ruled out by the longest such run, before any hashing."""
+        if text.isascii():
+            if self._ascii_vocab is None:
+                self._ascii_vocab = {u.encode("ascii"): i for u, i in self.vocab.items()
+                                     if u.isascii()}
+            words = text.encode("ascii").translate(_ASCII_UNITS).split()
+            get = self._ascii_vocab.get
+        else:
+            lower = text.lower()
+            words = (_UNIT if _HAS_CJK.search(lower) else _WORD).findall(lower)
+            get = self.vocab.get
+        ids = np.fromiter(map(get, words, repeat(-1)), np.int64, len(words))
+        longest = _longest_run(ids >= 0)
+        usable = [n for n in self.lengths if longest >= n]
+        if not usable:
+            return False
+        prefix = _prefix_sums(ids)
+        return any(_hits(_windows(prefix, n), self.hashes[n]).any() for n in usable)
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""

@@ -42,15 +42,23 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w-]|\.\w)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|"
                    r"\d{1,3}(?:\.\d{1,3}){3})(?![\w:])")
-_ID = re.compile(r"(?<![\w.-])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
+# The number patterns begin with the character class of their first character and check the
+# character before it with a lookbehind over both ("[1-9](?<![\w.-][1-9])" is "(?<![\w.-])[1-9]"):
+# a pattern that starts with a class lets the regex engine skip to candidate characters at C speed
+# instead of trying the whole pattern at every position (3-5x faster on text with numbers).
+_ID = re.compile(r"[1-9](?<![\w.-][1-9])\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
                  r"\d{3}[\dXx](?![\w-]|\.\w)")
-_CARD = re.compile(r"(?<![\w.-])(?:\d{4}[ -]){2,3}\d{4}(?:\d{1,3})?(?![\w-]|\.\w)|"
-                   r"(?<![\w.-])\d{13,19}(?![\w-]|\.\w)")
+# 13-19 digits, or groups of 4 separated by a space or a hyphen
+_CARD = re.compile(r"\d(?<![\w.-]\d)(?:\d{3}[ -](?:\d{4}[ -]){1,2}\d{4}(?:\d{1,3})?|\d{12,18})"
+                   r"(?![\w-]|\.\w)")
+# after the first character (checked again by a lookbehind on it), in this order: mainland China
+# mobile with +86, without it, +CC international, North American (555) 123-4567 and 555-123-4567
 _PHONE = re.compile(
-    r"(?<![\w.+-])(?:"
-    r"(?:\+86[ -]?)?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"          # mainland China mobile
-    r"|\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"      # +CC international
-    r"|\(\d{3}\) ?\d{3}-\d{4}|\d{3}-\d{3}-\d{4}"                    # North American
+    r"[\d+(](?<![\w.+-][\d+(])(?:"
+    r"(?<=\+)86[ -]?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+    r"|(?<=1)[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+    r"|(?<=\+)\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"
+    r"|(?<=\()\d{3}\) ?\d{3}-\d{4}|(?<=\d)\d{2}-\d{3}-\d{4}"
     r")(?![\w-]|\.\w)")
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
@@ -91,29 +99,80 @@ def _card_ok(s: str) -> bool:
 # cheap scans that rule a kind out for most texts (one pass instead of a pass per pattern)
 _MAYBE_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
 _MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
-# (kind, pattern, validator, a cheap test that the text can hold one at all)
+_IPV6_ANCHOR = re.compile(r":[0-9A-Fa-f]{0,4}:")        # two of the colons of (hex{0,4}:){2,7}
+_SPACE_OR_LF = re.compile("[ \n]")
+
+
+def _at_signs(text: str):
+    i = text.find("@")
+    while i >= 0:
+        yield i
+        i = text.find("@", i + 1)
+
+
+def _ipv6_anchors(text: str):
+    if "::" in text or text.count(":") >= 3:
+        return (m.start() for m in _IPV6_ANCHOR.finditer(text))
+    return ()
+
+
+def _ipv4_anchors(text: str):
+    return (m.start() for m in _MAYBE_IPV4.finditer(text))
+
+
+# (kind, pattern, validator, where to look): where to look is either a function giving trigger
+# positions, each of which any match must share a whitespace-free stretch with (e-mail addresses
+# hold an @, IPv4 addresses a _MAYBE_IPV4 match, IPv6 addresses two colons; none holds a space or
+# a line break), or "numbers" (ID, card and phone numbers, which may hold spaces: the whole text,
+# when it has 7 digits close together).
 _RULES = (
-    ("EMAIL", _EMAIL, None, lambda t: "@" in t),
-    ("IP", _IPV4, None, lambda t: _MAYBE_IPV4.search(t) is not None),
-    ("IP", _IPV6, _ipv6_ok, lambda t: "::" in t or t.count(":") >= 3),
-    ("ID_NUMBER", _ID, id_number_valid, None),
-    ("CARD", _CARD, _card_ok, None),
-    ("PHONE", _PHONE, None, None),
+    ("EMAIL", _EMAIL, None, _at_signs),
+    ("IP", _IPV4, None, _ipv4_anchors),
+    ("IP", _IPV6, _ipv6_ok, _ipv6_anchors),
+    ("ID_NUMBER", _ID, id_number_valid, "numbers"),
+    ("CARD", _CARD, _card_ok, "numbers"),
+    ("PHONE", _PHONE, None, "numbers"),
 )
 
 
 def redact(text: str) -> tuple[str, dict[str, int]]:
-    """(text with every match replaced by `<KIND>`, {kind: matches}) ({} when there is none)."""
+    """(text with every match replaced by `<KIND>`, {kind: matches}) ({} when there is none).
+
+    The same result as `pattern.sub` over the whole text for each kind in turn, but e-mail and IP
+    patterns only search the whitespace-free stretches where a match can be."""
     counts: dict[str, int] = {}
     numbers = _MAYBE_NUMBER.search(text) is not None
-    for kind, pattern, valid, maybe in _RULES:
-        if not (numbers if maybe is None else maybe(text)):
-            continue
-
+    for kind, pattern, valid, where in _RULES:
         def repl(m, kind=kind, valid=valid):
             if valid is not None and not valid(m.group(0)):
                 return m.group(0)
             counts[kind] = counts.get(kind, 0) + 1
             return f"<{kind}>"
-        text = pattern.sub(repl, text)
+        if where == "numbers":
+            if numbers:
+                text = pattern.sub(repl, text)
+        else:
+            text = _sub_in_tokens(pattern, repl, text, where(text))
     return text, counts
+
+
+def _sub_in_tokens(pattern: re.Pattern, repl, text: str, triggers) -> str:
+    """pattern.sub(repl, text) for a pattern whose every match holds no space or line break and
+    holds one of the (increasing) trigger positions: only the stretches between spaces and line
+    breaks around the triggers are searched. The search of a stretch starts at its first character
+    with the text before it still visible to a lookbehind, and ends one character after it, for a
+    lookahead."""
+    out, done, scanned = [], 0, 0
+    for i in triggers:
+        if i < scanned:
+            continue
+        start = max(text.rfind(" ", scanned, i), text.rfind("\n", scanned, i), scanned - 1) + 1
+        end = _SPACE_OR_LF.search(text, i)
+        scanned = end.start() if end else len(text)
+        for m in pattern.finditer(text, start, scanned + 1):
+            out += (text[done:m.start()], repl(m))
+            done = m.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)

@@ -317,7 +317,7 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
                                   quality[mine].astype(np.float64) if scored else None).arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
-        marker["bytes"][split] = sum(len(t.encode("utf-8")) for t in chunk_texts)
+        marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
     path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
     with atomic_open(path) as f:
         np.savez(f, **arrays)

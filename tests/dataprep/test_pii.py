@@ -95,3 +95,94 @@ def test_drop_removes_the_documents_and_keep_keeps_the_strings(corpus, tmp_path)
     assert run_build([root], tmp_path / "keep", "--set", "pii.action=keep") == 0
     text = " ".join(decoded_samples(tmp_path / "keep").split())
     assert "li.lei@example-mail.cn" in text and "<EMAIL>" not in text
+
+
+# The number patterns of dataprep.pii are written first-character-first for speed; these are the
+# plain forms they must agree with, match for match.
+_PLAIN = {
+    "_ID": r"(?<![\w.-])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
+           r"\d{3}[\dXx](?![\w-]|\.\w)",
+    "_CARD": r"(?<![\w.-])(?:\d{4}[ -]){2,3}\d{4}(?:\d{1,3})?(?![\w-]|\.\w)|"
+             r"(?<![\w.-])\d{13,19}(?![\w-]|\.\w)",
+    "_PHONE": r"(?<![\w.+-])(?:(?:\+86[ -]?)?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
+              r"|\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"
+              r"|\(\d{3}\) ?\d{3}-\d{4}|\d{3}-\d{3}-\d{4})(?![\w-]|\.\w)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PLAIN))
+def test_fast_number_patterns_match_exactly_what_the_plain_ones_do(name):
+    import random
+    import re
+
+    from dataprep import pii
+    fast, plain = getattr(pii, name), re.compile(_PLAIN[name])
+    rng = random.Random(name)
+    alphabet = "0123456789" * 4 + "11+86()- .X_a中\n"
+    texts = list(PII) + list(SURVIVORS)
+    seeds = list(PII) + ["110105194912310021", "(415) 555-0132", "415-555-0132"]
+
+    def piece() -> str:   # random characters, or a planted string with one character changed
+        if rng.random() < 0.5:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        s, i = rng.choice(seeds), rng.randrange(20)
+        return s[:i] + rng.choice(["", rng.choice(alphabet)]) + s[i + rng.randint(0, 1):]
+    texts += ["".join(piece() for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    found = 0
+    for text in texts:
+        want = [m.span() for m in plain.finditer(text)]
+        assert [m.span() for m in fast.finditer(text)] == want, text
+        found += bool(want)
+    assert found > 20   # the random texts do hold matches, so the comparison means something
+
+
+def _plain_redact(text: str) -> tuple[str, dict[str, int]]:
+    """redact as `pattern.sub` over the whole text, kind after kind, with the plain patterns."""
+    import re
+
+    from dataprep import pii
+    rules = [("EMAIL", pii._EMAIL, None, "@" in text),
+             ("IP", pii._IPV4, None, re.search(r"\d\.\d{1,3}\.\d{1,3}\.\d", text)),
+             ("IP", pii._IPV6, pii._ipv6_ok, "::" in text or text.count(":") >= 3)]
+    numbers = re.search(r"\d(?:[ ().-]{0,2}\d){6}", text)
+    rules += [("ID_NUMBER", re.compile(_PLAIN["_ID"]), id_number_valid, numbers),
+              ("CARD", re.compile(_PLAIN["_CARD"]), pii._card_ok, numbers),
+              ("PHONE", re.compile(_PLAIN["_PHONE"]), None, numbers)]
+    counts: dict[str, int] = {}
+    for kind, pattern, valid, maybe in rules:
+        if not maybe:
+            continue
+
+        def repl(m, kind=kind, valid=valid):
+            if valid is not None and not valid(m.group(0)):
+                return m.group(0)
+            counts[kind] = counts.get(kind, 0) + 1
+            return f"<{kind}>"
+        text = pattern.sub(repl, text)
+    return text, counts
+
+
+def test_redact_equals_whole_text_substitution():
+    """redact searches only where a match can be; it must give what plain substitution over the
+    whole text gives, on real text and on random mixtures of PII, look-alikes and separators."""
+    import random
+
+    from real_text import man_texts
+    rng = random.Random(5)
+    seeds = list(PII) + SURVIVORS + ["a@b.cd", "x.y@z", "1.2.3.4", "::1", "fe80::1:2", "a::b:c",
+                                     "(415) 555-0132", "110105194912310021", "+1 2 34 56"]
+    alphabet = "0123456789@:.-+() \nabcXx_中"
+
+    def piece() -> str:
+        if rng.random() < 0.4:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        s, i = rng.choice(seeds), rng.randrange(20)
+        return s[:i] + rng.choice(["", rng.choice(alphabet)]) + s[i + rng.randint(0, 1):]
+    texts = ["".join(piece() for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    texts += [t for _, t in man_texts("en", 40, min_chars=300, seed=3)]
+    changed = 0
+    for text in texts:
+        want = _plain_redact(text)
+        assert redact(text) == want, text
+        changed += want[0] != text
+    assert changed > 300
