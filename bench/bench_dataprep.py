@@ -239,11 +239,8 @@ def main() -> None:
     model = train_model(texts, args.work)
     if args.targets_only:
         return bench_targets(args, corpora[args.mb], model, texts)
-    ref, ref_cpu = encode_reference(texts, model)
+    ref, ref_cpu = reference(texts, model, args.mb)
     del texts
-    print(f"reference: sp.encode(list, num_threads=1) on {args.mb} MB: {ref:.2f} MB/s wall, "
-          f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores)")
     print(f"{'input':>8} {'workers':>7} {'docs+dedup':>11} {'tokenize+write':>14} {'end-to-end':>11}"
           f" {'ratio':>6} {'MB/CPU-s':>8} {'cpu ratio':>9} {'peak RSS':>9}\n"
           f"{'':17}(stage and end-to-end figures: input MB/s per worker, wall clock; ratio = "
@@ -347,6 +344,15 @@ def bench_memory(args) -> None:
               f"worker {per['worker_rss']:.3f}, tree {per['peak_rss']:.3f}")
 
 
+def reference(texts: list[str], model: Path, mb: int) -> tuple[float, float]:
+    """The reference of every ratio, measured now and printed: (MB/s wall, MB per CPU-s)."""
+    ref, ref_cpu = encode_reference(texts, model)
+    print(f"reference: sp.encode(list, num_threads=1) on {mb} MB: {ref:.2f} MB/s wall, "
+          f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores)")
+    return ref, ref_cpu
+
+
 def bench_ray(args) -> None:
     """--engine ray at each of --cpus against itself at the fewest and the local engine, --reps
     times alternating (ray, local at each CPU count), medians. Each Ray build joins an instance this
@@ -357,11 +363,8 @@ def bench_ray(args) -> None:
     corpora = {m: make_corpus(args.work / f"corpus-{m}", m) for m in (small, mb)}
     texts = load_texts(corpora[mb])
     model = train_model(texts, args.work)
-    ref, ref_cpu = encode_reference(texts, model)
+    ref, ref_cpu = reference(texts, model, mb)
     del texts
-    print(f"reference: sp.encode(list, num_threads=1) on {mb} MB: {ref:.2f} MB/s wall, "
-          f"{ref_cpu:.2f} MB per CPU-s   (load average now {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores)")
     print(f"{'input':>8} {'engine':>6} {'cpus':>4} {'MB/s':>7} {'ratio':>6} {'driver RSS':>10} "
           f"{'MB/CPU-s':>8} {'load':>5}   (ratio = MB/s / reference MB/s; CPU-s: ray = the tasks' "
           f"CPU time, local = the process tree's)")
