@@ -20,8 +20,8 @@ def model_and_weights(tied: bool, kv_heads: int):
 
 @pytest.mark.parametrize("tied,kv_heads", [(False, 2), (True, 1)])
 def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_heads):
-    from mindspore import Tensor
-    from train.generate import DecodeStep, Prefill
+    from mindspore import Tensor, mutable
+    from train.generate import DecodeStep, Prefill, Weights
 
     args, model, w = model_and_weights(tied, kv_heads)
     tokens = np.random.default_rng(1).integers(0, args.vocab_size, (2, 16)).astype(np.int32)
@@ -29,11 +29,12 @@ def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_he
     prompt = 5
     padded = tokens.copy()
     padded[:, prompt:] = 3                  # what comes after the prompt must not matter
-    logits, kc, vc = Prefill(args, w)(Tensor(padded), Tensor(np.array([prompt - 1] * 2, np.int32)))
+    fused = Weights(args, w)
+    logits, kc, vc = Prefill(args, fused)(Tensor(padded), Tensor(np.array([prompt - 1] * 2, np.int32)))
     assert np.abs(logits.asnumpy() - ref[:, prompt - 1]).max() <= 1e-5
-    step = DecodeStep(args, w)
+    step = DecodeStep(args, fused)
     for pos in range(prompt, 16):
-        logits, kc, vc = step(Tensor(tokens[:, pos]), Tensor(np.array([pos, pos], np.int32)), kc, vc)
+        logits, kc, vc = step(Tensor(tokens[:, pos]), Tensor(np.array([pos, pos], np.int32)), mutable(kc), mutable(vc))
         assert np.abs(logits.asnumpy() - ref[:, pos]).max() <= 1e-5, pos
 
 
