@@ -95,8 +95,12 @@ class _Decoder(nn.Cell):
         self.cos_q, self.sin_q = Tensor(np.tile(cos, (1, self.nh))), Tensor(np.tile(sin, (1, self.nh)))
         self.cos_k, self.sin_k = Tensor(np.tile(cos, (1, self.kvh))), Tensor(np.tile(sin, (1, self.kvh)))
         self.positions = Tensor(np.arange(t, dtype=np.int32))
-        # causal mask of the prefill's grouped layout: rows are (query head within group, position)
-        self.future = Tensor(np.tile(np.triu(np.full((t, t), -1e9, np.float32), 1), (self.rep, 1)))
+        # row p of each: the decode step at position p writes its K/V where `here` is True and
+        # attends to positions <= p (bias 0, else -1e9); one gather each per step
+        self.here_t = Tensor(np.eye(t, dtype=np.bool_).reshape(t, 1, t, 1))
+        self.bias_t = Tensor(np.triu(np.full((t, t), -1e9, np.float32), 1).reshape(t, 1, 1, t))
+        self.t = t
+        self.future = Tensor(np.triu(np.full((t, t), -1e9, np.float32), 1))    # prefill's causal bias
         self.mm = ops.MatMul(transpose_b=True)
         self.qk = ops.BatchMatMul(transpose_b=True)
         self.pv = ops.BatchMatMul()
@@ -121,21 +125,27 @@ class _Decoder(nn.Cell):
         return h + self.dense(self.silu(a) * g, self.w.w2[i])
 
     def prefill(self, tokens, last):
-        """tokens int32 [B, T] right-padded, last int32 [B] -> (logits [B, V] at `last`, caches)."""
+        """tokens int32 [B, L] right-padded (L <= T: a bucket of the prompt lengths, one compile per
+        bucket), last int32 [B] -> (logits [B, V] at `last`, caches of length T)."""
         b, t = tokens.shape
         h = ops.gather(self.w.emb, tokens, 0)
+        cos, sin, future = self.cos_t[:t], self.sin_t[:t], self.future[:t, :t]
         ks, vs = (), ()
         for i in range(self.nl):
             x = self.rms(h)
             q, qr = self.split2(self.dense(x, self.w.wq2[i]))
             k, kr, v = self.split3(self.dense(x, self.w.wkv3[i]))
-            q = q.reshape(b, t, self.nh, self.hd) * self.cos_t + qr.reshape(b, t, self.nh, self.hd) * self.sin_t
-            k = k.reshape(b, t, self.kvh, self.hd) * self.cos_t + kr.reshape(b, t, self.kvh, self.hd) * self.sin_t
+            q = q.reshape(b, t, self.nh, self.hd) * cos + qr.reshape(b, t, self.nh, self.hd) * sin
+            k = k.reshape(b, t, self.kvh, self.hd) * cos + kr.reshape(b, t, self.kvh, self.hd) * sin
             k, v = k.transpose(0, 2, 1, 3), v.reshape(b, t, self.kvh, self.hd).transpose(0, 2, 1, 3)
-            ks, vs = ks + (k,), vs + (v,)
+            if t < self.t:      # the decode steps write positions L .. T-1 before reading them
+                ks, vs = ks + (ops.pad(k, (0, 0, 0, self.t - t)),), vs + (ops.pad(v, (0, 0, 0, self.t - t)),)
+            else:
+                ks, vs = ks + (k,), vs + (v,)
             # the `rep` query heads of a KV head are rows of one matmul against its K (no copies of K/V)
             q = q.transpose(0, 2, 1, 3).reshape(b, self.kvh, self.rep * t, self.hd)
-            o = self.pv(self.softmax(self.qk(q, k) + self.future), v)          # [B, KV, rep*T, D]
+            scores = self.qk(q, k).reshape(b, self.kvh, self.rep, t, t) + future
+            o = self.pv(self.softmax(scores).reshape(b, self.kvh, self.rep * t, t), v)   # [B, KV, rep*L, D]
             o = o.reshape(b, self.nh, t, self.hd).transpose(0, 2, 1, 3).reshape(b, t, self.nh * self.hd)
             h = self.mlp(i, h + self.dense(o, self.w.wo[i]))
         pick = ops.one_hot(last, t, Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)).expand_dims(1)
@@ -149,10 +159,7 @@ class _Decoder(nn.Cell):
         h = ops.gather(self.w.emb, token, 0)                                   # [B, D]
         cq, sq = ops.gather(self.cos_q, pos, 0), ops.gather(self.sin_q, pos, 0)
         ck, sk = ops.gather(self.cos_k, pos, 0), ops.gather(self.sin_k, pos, 0)
-        grid = self.positions.reshape(1, -1)
-        here = (grid == pos.reshape(-1, 1)).reshape(b, 1, -1, 1)                # [B, 1, T, 1]
-        bias = ops.select(grid > pos.reshape(-1, 1), Tensor(-1e9, mstype.float32),
-                          Tensor(0.0, mstype.float32)).reshape(b, 1, 1, -1)     # [B, 1, 1, T]
+        here, bias = ops.gather(self.here_t, pos, 0), ops.gather(self.bias_t, pos, 0)   # [B,1,T,1], [B,1,1,T]
         nk, nv = (), ()
         for i in range(self.nl):
             x = self.rms(h)
@@ -189,7 +196,9 @@ class _Decoder(nn.Cell):
         nxt = ops.select(live, nxt, ops.full_like(nxt, self.pad_id))
         step = live.astype(mstype.int32)
         count = count + step
-        done = ops.logical_or(done, ops.logical_or(ops.logical_and(live, nxt == self.eos_id), count >= limit))
+        done = ops.logical_or(done, count >= limit)
+        if self.eos_id >= 0:                                  # static: no EOS id, no comparison
+            done = ops.logical_or(done, nxt == self.eos_id)   # a finished row's pad is not EOS
         return nxt, pos + step, count, done
 
 
@@ -284,7 +293,9 @@ class Generator:
         n, b, k = len(prompts), self.batch_size, self.steps
         if s.max_new_tokens == 0:
             return [[] for _ in range(n)]
-        tokens = np.full((b, T), self.pad_id, np.int32)
+        # prefill length: the next power of two from 16 that holds every prompt, at most T
+        width = min(T, max(16, 1 << (max(len(p) for p in prompts) - 1).bit_length()))
+        tokens = np.full((b, width), self.pad_id, np.int32)
         for i, p in enumerate(prompts):
             tokens[i, :len(p)] = p
         lens = np.array([len(p) for p in prompts] + [1] * (b - n), np.int32)
