@@ -1,21 +1,31 @@
 """`train generate`: greedy and sampled decoding with a KV cache, in MindSpore GRAPH_MODE.
 
-Two compiled cells over the same weights as train/model.py (the checkpoint's, in fp32):
-- `Prefill(tokens [B, T])`: the full causal forward over the right-padded prompts (T = the model's
-  seq_length, one shape, one compile); returns the logits at each row's last prompt token and the
-  K/V of every position, [layers, B, kv_heads, T, head_dim];
-- `DecodeStep(token [B], pos [B], K, V)`: one new token per row at its own position; writes its K/V
-  into the cache at `pos` (ops.where on a one-hot, exact) and attends to positions <= pos.
-The math is model.py's (RMSNorm in fp32, rotate-half rotary, grouped KV heads, -1e9 masking);
-tests/train/test_generate.py checks the logits against `Llama`'s forward.
+The checkpoint's fp32 weights are fused once for decoding (`Weights`: q with its rotate-half copy in
+one matmul, k, its rotated copy and v in another, the MLP's gate and up in a third; RMSNorm weights
+and the attention scale folded into the matmul that follows them), because at decode sizes a kernel
+launch costs more than its arithmetic. The math is model.py's (RMSNorm in fp32, rotate-half rotary,
+grouped KV heads, -1e9 masking); tests/train/test_generate.py checks the logits against `Llama`'s
+forward and the greedy tokens against its argmax. Two compiled cells run a batch:
+- `Start(tokens [B, L])`: the causal forward over the right-padded prompts (L: the next power of two
+  >= the longest prompt, from 16, at most seq_length; one compile per bucket), the first new token, and
+  K/V caches of length seq_length, a tuple of per-layer [B, kv_heads, T, head_dim];
+- `DecodeChunk`: `steps_per_call` (K, default 8) decode steps in one graph launch, a fixed unrolled
+  loop: each feeds every row's last token at its own position, writes its K/V into the cache
+  (ops.where on a one-hot, exact), attends to positions <= it, chooses the next token in the graph
+  and books it. Finished rows (EOS, max_new_tokens, or the end of the rotary table) are masked: they
+  emit pad and stay put, so the last chunk simply runs past the end. State and caches are graph
+  outputs fed back as inputs (`mutable`: not recompiled per value); the host reads only each chunk's
+  tokens and finished flags.
 
-Decoding runs in numpy over the fp32 logits: greedy (temperature 0) is an argmax; sampling divides
-by the temperature, keeps the smallest set of tokens whose probability reaches top_p and draws with
-numpy's default_rng((seed, prompt index)): the same seed gives the same tokens, whatever the batch. A row stops at EOS, after
-max_new_tokens, or at the model's seq_length (rotary tables and the cache end there).
+Greedy (temperature 0) is an argmax. Sampling divides the logits by the temperature, keeps the most
+probable tokens until their probability reaches top_p and takes the token where the kept mass's
+running sum passes u times the kept mass. u is the n-th draw of numpy's default_rng((seed, prompt
+index)) for a row's n-th new token, drawn on the host and passed in per chunk: the same seed gives
+the same tokens whatever the batch and whatever K.
 
-A prompt given as text is encoded with the run's tokenizer after an EOS: training packs documents back
-to back, each ending in EOS, so EOS is what precedes the start of a document.
+A prompt is one document: it is not masked at an EOS inside it (as in a Hugging Face Llama). A prompt
+given as text is encoded with the run's tokenizer after an EOS: training packs documents back to back,
+each ending in EOS, so EOS is what precedes the start of a document.
 """
 from __future__ import annotations
 
