@@ -104,7 +104,6 @@ class _Decoder(nn.Cell):
         # per-position tables already repeated over the heads, for the decode step's flat layout
         self.cos_q, self.sin_q = Tensor(np.tile(cos, (1, self.nh))), Tensor(np.tile(sin, (1, self.nh)))
         self.cos_k, self.sin_k = Tensor(np.tile(cos, (1, self.kvh))), Tensor(np.tile(sin, (1, self.kvh)))
-        self.positions = Tensor(np.arange(t, dtype=np.int32))
         # row p of each: the decode step at position p writes its K/V where `here` is True and
         # attends to positions <= p (bias 0, else -1e9); one gather each per step
         self.here_t = Tensor(np.eye(t, dtype=np.bool_).reshape(t, 1, t, 1))
@@ -213,7 +212,7 @@ class _Decoder(nn.Cell):
 
 
 class Prefill(_Decoder):
-    """tokens int32 [B, T], last int32 [B] -> (logits [B, V] at `last`, K caches, V caches)."""
+    """tokens int32 [B, L], last int32 [B] -> (logits [B, V] at `last`, K caches, V caches)."""
 
     def construct(self, tokens, last):
         return self.prefill(tokens, last)
@@ -244,10 +243,9 @@ class DecodeChunk(_Decoder):
     row finished, then the state and caches for the next chunk)."""
 
     def construct(self, token, pos, count, done, limit, ks, vs, u, temperature, top_p):
-        t = self.positions.shape[0]
         out = ()
         for j in range(self.steps):
-            logits, ks, vs = self.decode(token, ops.minimum(pos - 1, t - 1), ks, vs)
+            logits, ks, vs = self.decode(token, ops.minimum(pos - 1, self.t - 1), ks, vs)
             nxt = self.choose(logits, u[:, j], temperature, top_p)
             token, pos, count, done = self.advance(nxt, pos, count, done, limit)
             out = out + (token,)
