@@ -1,21 +1,31 @@
 """`train generate`: greedy and sampled decoding with a KV cache, in MindSpore GRAPH_MODE.
 
-Two compiled cells over the same weights as train/model.py (the checkpoint's, in fp32):
-- `Prefill(tokens [B, T])`: the full causal forward over the right-padded prompts (T = the model's
-  seq_length, one shape, one compile); returns the logits at each row's last prompt token and the
-  K/V of every position, [layers, B, kv_heads, T, head_dim];
-- `DecodeStep(token [B], pos [B], K, V)`: one new token per row at its own position; writes its K/V
-  into the cache at `pos` (ops.where on a one-hot, exact) and attends to positions <= pos.
-The math is model.py's (RMSNorm in fp32, rotate-half rotary, grouped KV heads, -1e9 masking);
-tests/train/test_generate.py checks the logits against `Llama`'s forward.
+The checkpoint's fp32 weights are fused once for decoding (`Weights`: q with its rotate-half copy in
+one matmul, k, its rotated copy and v in another, the MLP's gate and up in a third; RMSNorm weights
+and the attention scale folded into the matmul that follows them), because at decode sizes a kernel
+launch costs more than its arithmetic. The math is model.py's (RMSNorm in fp32, rotate-half rotary,
+grouped KV heads, -1e9 masking); tests/train/test_generate.py checks the logits against `Llama`'s
+forward and the greedy tokens against its argmax. Two compiled cells run a batch:
+- `Start(tokens [B, L])`: the causal forward over the right-padded prompts (L: the next power of two
+  >= the longest prompt, from 16, at most seq_length; one compile per bucket), the first new token, and
+  K/V caches of length seq_length, a tuple of per-layer [B, kv_heads, T, head_dim];
+- `DecodeChunk`: `steps_per_call` (K, default 8) decode steps in one graph launch, a fixed unrolled
+  loop: each feeds every row's last token at its own position, writes its K/V into the cache
+  (ops.where on a one-hot, exact), attends to positions <= it, chooses the next token in the graph
+  and books it. Finished rows (EOS, max_new_tokens, or the end of the rotary table) are masked: they
+  emit pad and stay put, so the last chunk simply runs past the end. State and caches are graph
+  outputs fed back as inputs (`mutable`: not recompiled per value); the host reads only each chunk's
+  tokens and finished flags.
 
-Decoding runs in numpy over the fp32 logits: greedy (temperature 0) is an argmax; sampling divides
-by the temperature, keeps the smallest set of tokens whose probability reaches top_p and draws with
-numpy's default_rng((seed, prompt index)): the same seed gives the same tokens, whatever the batch. A row stops at EOS, after
-max_new_tokens, or at the model's seq_length (rotary tables and the cache end there).
+Greedy (temperature 0) is an argmax. Sampling divides the logits by the temperature, keeps the most
+probable tokens until their probability reaches top_p and takes the token where the kept mass's
+running sum passes u times the kept mass. u is the n-th draw of numpy's default_rng((seed, prompt
+index)) for a row's n-th new token, drawn on the host and passed in per chunk: the same seed gives
+the same tokens whatever the batch and whatever K.
 
-A prompt given as text is encoded with the run's tokenizer after an EOS: training packs documents back
-to back, each ending in EOS, so EOS is what precedes the start of a document.
+A prompt is one document: it is not masked at an EOS inside it (as in a Hugging Face Llama). A prompt
+given as text is encoded with the run's tokenizer after an EOS: training packs documents back to back,
+each ending in EOS, so EOS is what precedes the start of a document.
 """
 from __future__ import annotations
 
@@ -26,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, mutable, nn, ops
 from mindspore.common import dtype as mstype
+from mindspore.ops.auto_generate.gen_ops_prim import SiLU   # not re-exported by mindspore.ops in 2.10
 
 from mspretrain.jsonl import read_json_lines
 from train.model import ModelArgs, rotary_tables
@@ -41,146 +52,204 @@ def _param(x: np.ndarray, name: str) -> Parameter:
     return Parameter(Tensor(np.ascontiguousarray(x, dtype=np.float32)), name=name, requires_grad=False)
 
 
-class _Layer(nn.Cell):
-    def __init__(self, w: dict, i: int):
-        super().__init__()
-        p = f"layers.{i}."
-        self.attention_norm = _param(w[p + "attention_norm.weight"], "attention_norm")
-        self.wq = _param(w[p + "attention.wq.weight"], "wq")
-        self.wk = _param(w[p + "attention.wk.weight"], "wk")
-        self.wv = _param(w[p + "attention.wv.weight"], "wv")
-        self.wo = _param(w[p + "attention.wo.weight"], "wo")
-        self.ffn_norm = _param(w[p + "ffn_norm.weight"], "ffn_norm")
-        self.w1 = _param(w[p + "mlp.w1.weight"], "w1")
-        self.w2 = _param(w[p + "mlp.w2.weight"], "w2")
-        self.w3 = _param(w[p + "mlp.w3.weight"], "w3")
+def _rotated_rows(w: np.ndarray, heads: int, hd: int) -> np.ndarray:
+    """Rows r such that x @ r.T == rotate_half(x @ w.T) in every head: [-second half, first half]."""
+    w = w.reshape(heads, hd, -1)
+    return np.concatenate([-w[:, hd // 2:], w[:, :hd // 2]], 1).reshape(heads * hd, -1)
 
 
-class _Base(nn.Cell):
-    """Weights and the shared math of both cells."""
+class Weights(nn.Cell):
+    """The checkpoint's weights, fused for decoding: one matmul for q and its rotated copy, one for k,
+    its rotated copy and v, one for the MLP's gate and up projections. Each RMSNorm weight is folded
+    into the matmul after it and the attention scale into q (a per-column factor: same math, fewer
+    kernels; each kernel launch costs more than its arithmetic at decode sizes)."""
 
     def __init__(self, args: ModelArgs, w: dict):
         super().__init__()
-        self.args = args
-        self.nh, self.kvh, self.hd = args.num_heads, args.kv_heads, args.head_dim
-        self.rep = args.num_heads // args.kv_heads
-        self.eps = args.norm_eps
-        self.scale = 1.0 / math.sqrt(args.head_dim)
+        nh, kvh, hd = args.num_heads, args.kv_heads, args.head_dim
+        scale = np.float32(1.0 / math.sqrt(hd))
         self.emb = _param(w["tok_embeddings.embedding_table"], "emb")
-        self.layers = nn.CellList([_Layer(w, i) for i in range(args.num_layers)])
-        self.norm = _param(w["norm.weight"], "norm")
-        self.tied = args.tie_embeddings
-        self.head = None if self.tied else _param(w["output.weight"], "head")
-        cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
-        self.cos, self.sin = Tensor(cos), Tensor(sin)
+        head = w["tok_embeddings.embedding_table"] if args.tie_embeddings else w["output.weight"]
+        self.head = _param(head * w["norm.weight"], "head")
+        wq2, wkv3, wo, w13, w2 = [], [], [], [], []
+        for i in range(args.num_layers):
+            p = f"layers.{i}."
+            an, fn = w[p + "attention_norm.weight"], w[p + "ffn_norm.weight"]
+            wq, wk = w[p + "attention.wq.weight"] * scale, w[p + "attention.wk.weight"]
+            wq2.append(_param(np.concatenate([wq, _rotated_rows(wq, nh, hd)]) * an, f"wq2.{i}"))
+            wkv3.append(_param(np.concatenate([wk, _rotated_rows(wk, kvh, hd),
+                                               w[p + "attention.wv.weight"]]) * an, f"wkv3.{i}"))
+            wo.append(_param(w[p + "attention.wo.weight"], f"wo.{i}"))
+            w13.append(_param(np.concatenate([w[p + "mlp.w1.weight"], w[p + "mlp.w3.weight"]]) * fn, f"w13.{i}"))
+            w2.append(_param(w[p + "mlp.w2.weight"], f"w2.{i}"))
+        self.wq2, self.wkv3, self.wo = ParameterTuple(wq2), ParameterTuple(wkv3), ParameterTuple(wo)
+        self.w13, self.w2 = ParameterTuple(w13), ParameterTuple(w2)
+
+
+class _Decoder(nn.Cell):
+    """The math shared by the cells below (model.py's: RMSNorm in fp32, rotate-half rotary, grouped KV
+    heads, -1e9 masking), over `Weights`. Caches are tuples of per-layer [B, kv_heads, T, head_dim]."""
+
+    def __init__(self, args: ModelArgs, weights: Weights, steps: int = 1, greedy: bool = True,
+                 eos_id: int = -1, pad_id: int = 0):
+        super().__init__()
+        self.w = weights
+        self.nl, self.nh, self.kvh, self.hd = args.num_layers, args.num_heads, args.kv_heads, args.head_dim
+        self.rep, self.eps, self.vocab = args.num_heads // args.kv_heads, args.norm_eps, args.vocab_size
+        self.steps, self.greedy, self.eos_id, self.pad_id = steps, greedy, eos_id, pad_id
+        t = args.seq_length
+        cos, sin = rotary_tables(t, args.head_dim, args.rope_theta)
+        cos, sin = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)     # [T, D]
+        self.cos_t, self.sin_t = Tensor(cos.reshape(t, 1, -1)), Tensor(sin.reshape(t, 1, -1))
+        # per-position tables already repeated over the heads, for the decode step's flat layout
+        self.cos_q, self.sin_q = Tensor(np.tile(cos, (1, self.nh))), Tensor(np.tile(sin, (1, self.nh)))
+        self.cos_k, self.sin_k = Tensor(np.tile(cos, (1, self.kvh))), Tensor(np.tile(sin, (1, self.kvh)))
+        # row p of each: the decode step at position p writes its K/V where `here` is True and
+        # attends to positions <= p (bias 0, else -1e9); one gather each per step
+        self.here_t = Tensor(np.eye(t, dtype=np.bool_).reshape(t, 1, t, 1))
+        self.bias_t = Tensor(np.triu(np.full((t, t), -1e9, np.float32), 1).reshape(t, 1, 1, t))
+        self.t = t
+        self.future = Tensor(np.triu(np.full((t, t), -1e9, np.float32), 1))    # prefill's causal bias
         self.mm = ops.MatMul(transpose_b=True)
         self.qk = ops.BatchMatMul(transpose_b=True)
         self.pv = ops.BatchMatMul()
         self.softmax = ops.Softmax(-1)
+        self.split2, self.split3 = ops.Split(-1, 2), ops.Split(-1, 3)
+        self.silu = SiLU()
+        self.argmax = ops.Argmax(-1, mstype.int32)
+        self.topk = ops.TopK(sorted=True)
+        self.cumsum = ops.CumSum()
+
+    def rms(self, x):
+        return x * ops.rsqrt(ops.mean(x * x, -1, keep_dims=True) + self.eps)
 
     def dense(self, x, w):
+        if x.ndim == 2:
+            return self.mm(x, w)
         b, s, d = x.shape
         return self.mm(x.reshape(b * s, d), w).reshape(b, s, -1)
 
-    def rms(self, x, w):
-        var = ops.mean(ops.square(x), -1, keep_dims=True)
-        return x * ops.rsqrt(var + self.eps) * w
+    def mlp(self, i, h):
+        a, g = self.split2(self.dense(self.rms(h), self.w.w13[i]))
+        return h + self.dense(self.silu(a) * g, self.w.w2[i])
 
-    def rope(self, x, cos, sin):
-        half = self.hd // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        return ops.concat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+    def prefill(self, tokens, last):
+        """tokens int32 [B, L] right-padded (L <= T: a bucket of the prompt lengths, one compile per
+        bucket), last int32 [B] -> (logits [B, V] at `last`, caches of length T)."""
+        b, t = tokens.shape
+        h = ops.gather(self.w.emb, tokens, 0)
+        cos, sin, future = self.cos_t[:t], self.sin_t[:t], self.future[:t, :t]
+        ks, vs = (), ()
+        for i in range(self.nl):
+            x = self.rms(h)
+            q, qr = self.split2(self.dense(x, self.w.wq2[i]))
+            k, kr, v = self.split3(self.dense(x, self.w.wkv3[i]))
+            q = q.reshape(b, t, self.nh, self.hd) * cos + qr.reshape(b, t, self.nh, self.hd) * sin
+            k = k.reshape(b, t, self.kvh, self.hd) * cos + kr.reshape(b, t, self.kvh, self.hd) * sin
+            k, v = k.transpose(0, 2, 1, 3), v.reshape(b, t, self.kvh, self.hd).transpose(0, 2, 1, 3)
+            if t < self.t:      # the decode steps write positions L .. T-1 before reading them
+                ks, vs = ks + (ops.pad(k, (0, 0, 0, self.t - t)),), vs + (ops.pad(v, (0, 0, 0, self.t - t)),)
+            else:
+                ks, vs = ks + (k,), vs + (v,)
+            # the `rep` query heads of a KV head are rows of one matmul against its K (no copies of K/V)
+            q = q.transpose(0, 2, 1, 3).reshape(b, self.kvh, self.rep * t, self.hd)
+            scores = self.qk(q, k).reshape(b, self.kvh, self.rep, t, t) + future
+            o = self.pv(self.softmax(scores).reshape(b, self.kvh, self.rep * t, t), v)   # [B, KV, rep*L, D]
+            o = o.reshape(b, self.nh, t, self.hd).transpose(0, 2, 1, 3).reshape(b, t, self.nh * self.hd)
+            h = self.mlp(i, h + self.dense(o, self.w.wo[i]))
+        pick = ops.one_hot(last, t, Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)).expand_dims(1)
+        h_last = self.pv(pick, h)[:, 0, :]                                     # [B, D], exact
+        return self.mm(self.rms(h_last), self.w.head), ks, vs
 
-    def heads(self, x, n):
-        b, s, _ = x.shape
-        return x.reshape(b, s, n, self.hd).transpose(0, 2, 1, 3)
+    def decode(self, token, pos, ks, vs):
+        """One new token per row at its own position: writes its K/V at `pos` (ops.where on a one-hot,
+        exact) and attends to positions <= pos. -> (logits [B, V], caches)."""
+        b = token.shape[0]
+        h = ops.gather(self.w.emb, token, 0)                                   # [B, D]
+        cq, sq = ops.gather(self.cos_q, pos, 0), ops.gather(self.sin_q, pos, 0)
+        ck, sk = ops.gather(self.cos_k, pos, 0), ops.gather(self.sin_k, pos, 0)
+        here, bias = ops.gather(self.here_t, pos, 0), ops.gather(self.bias_t, pos, 0)   # [B,1,T,1], [B,1,1,T]
+        nk, nv = (), ()
+        for i in range(self.nl):
+            x = self.rms(h)
+            q, qr = self.split2(self.mm(x, self.w.wq2[i]))
+            k, kr, v = self.split3(self.mm(x, self.w.wkv3[i]))
+            q, k = q * cq + qr * sq, k * ck + kr * sk
+            kc = ops.where(here, k.reshape(b, self.kvh, 1, self.hd), ks[i])
+            vc = ops.where(here, v.reshape(b, self.kvh, 1, self.hd), vs[i])
+            nk, nv = nk + (kc,), nv + (vc,)
+            scores = self.qk(q.reshape(b, self.kvh, self.rep, self.hd), kc) + bias   # [B, KV, rep, T]
+            o = self.pv(self.softmax(scores), vc).reshape(b, self.nh * self.hd)
+            h = self.mlp(i, h + self.mm(o, self.w.wo[i]))
+        return self.mm(self.rms(h), self.w.head), nk, nv
 
-    def attend(self, q, k, v, masked):
-        """q [B,H,Sq,D], k/v [B,KV,Sk,D], masked [.., Sq, Sk] True where not allowed."""
-        if self.rep > 1:
-            b, _, s, hd = k.shape
-            k = ops.tile(k.expand_dims(2), (1, 1, self.rep, 1, 1)).reshape(b, self.nh, s, hd)
-            v = ops.tile(v.expand_dims(2), (1, 1, self.rep, 1, 1)).reshape(b, self.nh, s, hd)
-        scores = self.qk(q, k) * self.scale
-        scores = ops.masked_fill(scores, masked, -1e9)
-        out = self.pv(self.softmax(scores), v)
-        b, _, s, _ = out.shape
-        return out.transpose(0, 2, 1, 3).reshape(b, s, self.nh * self.hd)
+    def choose(self, logits, u, temperature, top_p):
+        """Greedy: argmax. Sampled: softmax(logits / temperature), keep the most probable tokens until
+        their total reaches top_p, and take the token where the kept mass's running sum passes
+        u * (kept mass), u in [0, 1) given per row."""
+        if self.greedy:
+            return self.argmax(logits)
+        probs = self.softmax(logits / temperature)
+        p, idx = self.topk(probs, self.vocab)                                  # descending
+        cum = self.cumsum(p, -1)
+        kept = ops.select((cum - p) < top_p, p, ops.zeros_like(p))             # the first always
+        run = self.cumsum(kept, -1)
+        below = (run < u.reshape(-1, 1) * run[:, -1:]).astype(mstype.int32).sum(-1)
+        n_kept = ((cum - p) < top_p).astype(mstype.int32).sum(-1)
+        at = ops.minimum(below, n_kept - 1)
+        return ops.gather_elements(idx, 1, at.reshape(-1, 1)).reshape(-1).astype(mstype.int32)
 
-    def mlp(self, layer, x):
-        return self.dense(ops.silu(self.dense(x, layer.w1)) * self.dense(x, layer.w3), layer.w2)
+    def advance(self, nxt, pos, count, done, limit):
+        """Book one chosen token per row: finished rows emit pad and stay where they are."""
+        live = ops.logical_not(done)
+        nxt = ops.select(live, nxt, ops.full_like(nxt, self.pad_id))
+        step = live.astype(mstype.int32)
+        count = count + step
+        done = ops.logical_or(done, count >= limit)
+        if self.eos_id >= 0:                                  # static: no EOS id, no comparison
+            done = ops.logical_or(done, nxt == self.eos_id)   # a finished row's pad is not EOS
+        return nxt, pos + step, count, done
 
-    def logits(self, h):
-        if self.tied:
-            return self.dense(self.rms(h, self.norm), self.emb)
-        return self.dense(self.rms(h, self.norm), self.head)
 
-
-class Prefill(_Base):
-    """tokens int32 [B, T], last int32 [B] -> (logits [B, V] at `last`, K, V [L, B, KV, T, D])."""
-
-    def __init__(self, args: ModelArgs, w: dict):
-        super().__init__(args, w)
-        t = args.seq_length
-        self.future = Tensor(np.triu(np.ones((t, t), np.bool_), 1))
+class Prefill(_Decoder):
+    """tokens int32 [B, L], last int32 [B] -> (logits [B, V] at `last`, K caches, V caches)."""
 
     def construct(self, tokens, last):
-        h = ops.gather(self.emb, tokens, 0)
-        ks, vs = [], []
-        for layer in self.layers:
-            x = self.rms(h, layer.attention_norm)
-            q = self.rope(self.heads(self.dense(x, layer.wq), self.nh), self.cos, self.sin)
-            k = self.rope(self.heads(self.dense(x, layer.wk), self.kvh), self.cos, self.sin)
-            v = self.heads(self.dense(x, layer.wv), self.kvh)
-            ks.append(k)
-            vs.append(v)
-            h = h + self.dense(self.attend(q, k, v, self.future), layer.wo)
-            h = h + self.mlp(layer, self.rms(h, layer.ffn_norm))
-        pick = ops.one_hot(last, h.shape[1], Tensor(1.0, mstype.float32),
-                           Tensor(0.0, mstype.float32)).expand_dims(1)          # [B, 1, T]
-        h_last = self.pv(pick, h)                                                # [B, 1, D], exact
-        return self.logits(h_last)[:, 0, :], ops.stack(ks), ops.stack(vs)
+        return self.prefill(tokens, last)
 
 
-class DecodeStep(_Base):
-    """token int32 [B], pos int32 [B], K, V -> (logits [B, V], K, V with position pos written)."""
+class DecodeStep(_Decoder):
+    """token int32 [B], pos int32 [B], K/V caches -> (logits [B, V], caches with position pos written)."""
 
-    def __init__(self, args: ModelArgs, w: dict):
-        super().__init__(args, w)
-        self.positions = Tensor(np.arange(args.seq_length, dtype=np.int32))
+    def construct(self, token, pos, ks, vs):
+        return self.decode(token, pos, ks, vs)
 
-    def construct(self, token, pos, kcache, vcache):
-        b = token.shape[0]
-        h = ops.gather(self.emb, token.reshape(b, 1), 0)                        # [B, 1, D]
-        cos = ops.gather(self.cos, pos, 0).reshape(b, 1, 1, -1)
-        sin = ops.gather(self.sin, pos, 0).reshape(b, 1, 1, -1)
-        here = (self.positions.reshape(1, -1) == pos.reshape(-1, 1)).reshape(b, 1, -1, 1)  # [B,1,T,1]
-        masked = (self.positions.reshape(1, -1) > pos.reshape(-1, 1)).reshape(b, 1, 1, -1)  # [B,1,1,T]
-        ks, vs = [], []
-        i = 0
-        for layer in self.layers:
-            x = self.rms(h, layer.attention_norm)
-            q = self.rope(self.heads(self.dense(x, layer.wq), self.nh), cos, sin)
-            k = self.rope(self.heads(self.dense(x, layer.wk), self.kvh), cos, sin)
-            v = self.heads(self.dense(x, layer.wv), self.kvh)
-            kc = ops.where(here, k, kcache[i])
-            vc = ops.where(here, v, vcache[i])
-            ks.append(kc)
-            vs.append(vc)
-            h = h + self.dense(self.attend_one(q, kc, vc, masked), layer.wo)
-            h = h + self.mlp(layer, self.rms(h, layer.ffn_norm))
-            i += 1
-        return self.logits(h)[:, 0, :], ops.stack(ks), ops.stack(vs)
 
-    def attend_one(self, q, k, v, masked):
-        """One query position: the `rep` query heads of a KV head are rows of one matmul against
-        that head's cache (no tiled copy of K/V). q [B,H,1,D], k/v [B,KV,T,D] -> [B,1,H*D]."""
-        b = q.shape[0]
-        q = q.reshape(b, self.kvh, self.rep, self.hd)                 # head h = kv * rep + r
-        scores = self.qk(q, k) * self.scale                           # [B, KV, rep, T]
-        scores = ops.masked_fill(scores, masked, -1e9)
-        out = self.pv(self.softmax(scores), v)                        # [B, KV, rep, D]
-        return out.reshape(b, 1, self.nh * self.hd)
+class Start(_Decoder):
+    """Prefill and the first token: -> (token, pos, count, done, caches). `active` False marks padding
+    rows; `limit` is each row's most new tokens."""
+
+    def construct(self, tokens, last, active, limit, u, temperature, top_p):
+        logits, ks, vs = self.prefill(tokens, last)
+        nxt = self.choose(logits, u[:, 0], temperature, top_p)
+        zeros = ops.zeros_like(last)
+        nxt, pos, count, done = self.advance(nxt, last + 1, zeros, ops.logical_not(active), limit)
+        return nxt, pos, count, done, ks, vs
+
+
+class DecodeChunk(_Decoder):
+    """`steps` decode steps in one graph launch (a fixed, unrolled loop: one compile): feeds each row's
+    last token at its position, chooses the next, books it. -> (tokens [B, steps] with pad after a
+    row finished, then the state and caches for the next chunk)."""
+
+    def construct(self, token, pos, count, done, limit, ks, vs, u, temperature, top_p):
+        out = ()
+        for j in range(self.steps):
+            logits, ks, vs = self.decode(token, ops.minimum(pos - 1, self.t - 1), ks, vs)
+            nxt = self.choose(logits, u[:, j], temperature, top_p)
+            token, pos, count, done = self.advance(nxt, pos, count, done, limit)
+            out = out + (token,)
+        return ops.stack(out, 1), token, pos, count, done, ks, vs
 
 
 @dataclass
@@ -193,24 +262,34 @@ class Sampling:
 
 class Generator:
     """Batched decoding for a model given by its args and Llama-relative fp32 weights. Every call runs
-    `batch_size` rows (unused rows are padding), so the two cells compile once."""
+    `batch_size` rows (unused rows are padding) and `steps_per_call` decode steps per graph launch, so
+    each cell compiles once (per greedy/sampled mode); state and caches stay graph outputs fed back as
+    inputs, and the host reads only each chunk's tokens and finished flags."""
 
-    def __init__(self, args: ModelArgs, weights: dict, eos_id: int, pad_id: int, batch_size: int = 8):
+    def __init__(self, args: ModelArgs, weights: dict, eos_id: int, pad_id: int, batch_size: int = 8,
+                 steps_per_call: int = 8):
         self.args, self.eos_id, self.pad_id, self.batch_size = args, eos_id, pad_id, batch_size
-        self.prefill = Prefill(args, weights)
-        self.step = DecodeStep(args, weights)
+        self.steps = steps_per_call
+        self.weights = Weights(args, weights)
+        self._cells: dict = {}
+
+    def _cell(self, kind, greedy: bool):
+        key = (kind, greedy)
+        if key not in self._cells:
+            self._cells[key] = kind(self.args, self.weights, self.steps, greedy, self.eos_id, self.pad_id)
+        return self._cells[key]
 
     def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[int]]:
         """The new tokens of each prompt (EOS included when it was produced)."""
+        if s.temperature < 0 or not 0 < s.top_p <= 1 or s.max_new_tokens < 0:
+            raise InputError(f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 0; got "
+                             f"{s.temperature}, {s.top_p}, {s.max_new_tokens}")
         out = []
         for start in range(0, len(prompts), self.batch_size):
             out += self._generate(prompts[start:start + self.batch_size], s, start)
         return out
 
     def _generate(self, prompts: list[list[int]], s: Sampling, first: int) -> list[list[int]]:
-        if s.temperature < 0 or not 0 < s.top_p <= 1 or s.max_new_tokens < 0:
-            raise InputError(f"need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 0; got "
-                             f"{s.temperature}, {s.top_p}, {s.max_new_tokens}")
         T = self.args.seq_length
         for i, p in enumerate(prompts):
             if not 1 <= len(p) <= T:
@@ -219,51 +298,41 @@ class Generator:
             bad = [t for t in p if not 0 <= t < self.args.vocab_size]
             if bad:
                 raise InputError(f"prompt {i}: token id {bad[0]} outside the vocabulary [0, {self.args.vocab_size})")
-        n, b = len(prompts), self.batch_size
-        # one stream per prompt, from (seed, prompt index): a prompt's sample does not depend on
-        # which other prompts share its batch
-        rngs = [np.random.default_rng([s.seed, first + i]) for i in range(b)]
-        tokens = np.full((b, T), self.pad_id, np.int32)
+        n, b, k = len(prompts), self.batch_size, self.steps
+        if s.max_new_tokens == 0:
+            return [[] for _ in range(n)]
+        # prefill length: the next power of two from 16 that holds every prompt, at most T
+        width = min(T, max(16, 1 << (max(len(p) for p in prompts) - 1).bit_length()))
+        tokens = np.full((b, width), self.pad_id, np.int32)
         for i, p in enumerate(prompts):
             tokens[i, :len(p)] = p
-        pos = np.array([len(p) for p in prompts] + [1] * (b - n), np.int32)
-        out: list[list[int]] = [[] for _ in range(b)]
-        done = np.arange(b) >= n           # padding rows are done from the start
-        if s.max_new_tokens == 0:
-            return out[:n]
-        logits, kc, vc = self.prefill(Tensor(tokens), Tensor(pos - 1))
-        while True:
-            nxt = self._choose(logits.asnumpy(), s, rngs, done)
-            for i in range(b):
-                if not done[i]:
-                    out[i].append(int(nxt[i]))
-                    done[i] = (nxt[i] == self.eos_id or len(out[i]) >= s.max_new_tokens
-                               or pos[i] >= T)
-            if done.all():
-                return out[:n]
-            feed = np.where(done, self.pad_id, nxt).astype(np.int32)
-            step_pos = np.minimum(pos, T - 1).astype(np.int32)     # finished rows: any valid slot
-            logits, kc, vc = self.step(Tensor(feed), Tensor(step_pos), kc, vc)
-            pos = pos + (~done)
-
-    @staticmethod
-    def _choose(logits: np.ndarray, s: Sampling, rngs: list, done: np.ndarray) -> np.ndarray:
-        if s.temperature == 0:
-            return logits.argmax(-1)
-        z = logits.astype(np.float64) / s.temperature
-        probs = np.exp(z - z.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        picks = np.empty(len(probs), np.int64)
-        picks[done] = 0
-        for i, p in enumerate(probs):
-            if done[i]:
-                continue
-            order = np.argsort(-p, kind="stable")
-            cum = np.cumsum(p[order])
-            keep = order[: int(np.searchsorted(cum, s.top_p)) + 1]
-            q = p[keep] / p[keep].sum()
-            picks[i] = keep[min(int(np.searchsorted(np.cumsum(q), rngs[i].random())), len(keep) - 1)]
-        return picks
+        lens = np.array([len(p) for p in prompts] + [1] * (b - n), np.int32)
+        # a row can grow to the end of the rotary table: T - len + 1 new tokens (the last is not fed)
+        limit = np.minimum(s.max_new_tokens, T - lens + 1).astype(np.int32)
+        chunks = -(-(int(limit.max()) - 1) // k)
+        # sampling: row i draws the uniform of its n-th new token from stream (seed, prompt index),
+        # so a prompt's sample depends neither on its batch neighbours nor on steps_per_call
+        greedy = s.temperature == 0
+        u = np.zeros((b, 1 + chunks * k), np.float32)
+        if not greedy:
+            for i in range(n):
+                u[i] = np.random.default_rng([s.seed, first + i]).random(u.shape[1])
+        temp, top_p = Tensor(np.float32(s.temperature or 1.0)), Tensor(np.float32(s.top_p))
+        active = Tensor(np.arange(b) < n)
+        state = self._cell(Start, greedy)(Tensor(tokens), Tensor(lens - 1), active, Tensor(limit),
+                                          Tensor(u[:, :1]), temp, top_p)
+        token, pos, count, done, ks, vs = state
+        seqs = [token.asnumpy().reshape(b, 1)]
+        chunk, limit_t = self._cell(DecodeChunk, greedy), Tensor(limit)
+        for c in range(chunks):
+            if done.asnumpy().all():
+                break
+            # mutable: the caches are graph inputs, not constants (a tuple of tensors would recompile)
+            new, token, pos, count, done, ks, vs = chunk(token, pos, count, done, limit_t, mutable(ks), mutable(vs),
+                                                         Tensor(u[:, 1 + c * k:1 + (c + 1) * k]), temp, top_p)
+            seqs.append(new.asnumpy())
+        seq, count = np.concatenate(seqs, 1), count.asnumpy()
+        return [seq[i, :count[i]].tolist() for i in range(n)]
 
 
 # ---------------------------------------------------------------- prompts and the command

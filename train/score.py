@@ -7,7 +7,11 @@ perplexity exp(-mean). A document longer than the model's context is scored in c
 seq_length predictions, each window restarting its context at its first token.
 
 The log-probabilities come from train/model.py's own forward (`Llama`, fp32, GRAPH_MODE), rows
-right-padded to seq_length (causal attention: padding never changes earlier positions).
+right-padded to seq_length (causal attention: padding never changes earlier positions), built as the
+run trained it: with `model.document_mask` / `model.reset_position_ids` on, an EOS inside a line ends a
+document as in a packed training sample, so the tokens after it attend only to their own document
+(and count positions from 0 again); the first token after an EOS is predicted at the EOS's position, as
+in training. Without them (or for a line holding one document) the line is one causal sequence.
 """
 from __future__ import annotations
 
@@ -69,6 +73,18 @@ def perplexity(logprobs: np.ndarray) -> float | None:
     return math.exp(min(-float(np.mean(logprobs, dtype=np.float64)), 700.0))
 
 
+def training_args(rm):
+    """The run's ModelArgs with its document masking and position reset (they need the EOS id):
+    what the model saw in training."""
+    from train.model import model_args
+    from train.runinfo import read_run, run_config
+
+    ds = read_run(rm.run_dir)["dataset"]
+    eos = rm.eos_id if rm.eos_id is not None and rm.eos_id >= 0 else None
+    return model_args(run_config(rm.run_dir).model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU",
+                      "fp32", eos)
+
+
 def main(run_dir, input_path: str, out_path: str, step: int | None = None, batch_size: int = 8) -> int:
     from train.generate import InputError, RunModel, load_prompts, set_graph_mode
     from train.model import Llama
@@ -86,7 +102,7 @@ def main(run_dir, input_path: str, out_path: str, step: int | None = None, batch
         if bad:
             raise InputError(f"{input_path}:{i + 1}: token id {bad[0]} outside [0, {rm.args.vocab_size})")
         docs.append(ids)
-    model = Llama(rm.args, 0)
+    model = Llama(training_args(rm), 0)
     set_weights(model, rm.weights, str(rm.ckpt_dir))
     scores = Scorer(model, rm.args.seq_length, rm.pad_id, batch_size).score(docs)
     with open(out_path, "w", encoding="utf-8") as f:

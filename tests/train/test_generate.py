@@ -20,8 +20,8 @@ def model_and_weights(tied: bool, kv_heads: int):
 
 @pytest.mark.parametrize("tied,kv_heads", [(False, 2), (True, 1)])
 def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_heads):
-    from mindspore import Tensor
-    from train.generate import DecodeStep, Prefill
+    from mindspore import Tensor, mutable
+    from train.generate import DecodeStep, Prefill, Weights
 
     args, model, w = model_and_weights(tied, kv_heads)
     tokens = np.random.default_rng(1).integers(0, args.vocab_size, (2, 16)).astype(np.int32)
@@ -29,11 +29,12 @@ def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_he
     prompt = 5
     padded = tokens.copy()
     padded[:, prompt:] = 3                  # what comes after the prompt must not matter
-    logits, kc, vc = Prefill(args, w)(Tensor(padded), Tensor(np.array([prompt - 1] * 2, np.int32)))
+    fused = Weights(args, w)
+    logits, kc, vc = Prefill(args, fused)(Tensor(padded), Tensor(np.array([prompt - 1] * 2, np.int32)))
     assert np.abs(logits.asnumpy() - ref[:, prompt - 1]).max() <= 1e-5
-    step = DecodeStep(args, w)
+    step = DecodeStep(args, fused)
     for pos in range(prompt, 16):
-        logits, kc, vc = step(Tensor(tokens[:, pos]), Tensor(np.array([pos, pos], np.int32)), kc, vc)
+        logits, kc, vc = step(Tensor(tokens[:, pos]), Tensor(np.array([pos, pos], np.int32)), mutable(kc), mutable(vc))
         assert np.abs(logits.asnumpy() - ref[:, pos]).max() <= 1e-5, pos
 
 
@@ -94,3 +95,34 @@ def test_generate_command(spm_run, tmp_path):
     assert out1.read_text() == out2.read_text()
     rows = jsonl(out1)
     assert [r["prompt_tokens"][0] for r in rows] == [2, 2] and all(1 <= len(r["tokens"]) <= 12 for r in rows)
+
+
+def test_chunked_decoding_is_the_full_forward_and_stops_at_eos(gen, graph_mode):
+    """Greedy decoding in chunks of 3 steps per graph launch (the last chunk padded) gives the argmax
+    of the model's full forward at every step; a row stops right after the EOS it produced; sampled
+    tokens do not depend on the chunk size (the n-th token draws the n-th number of its stream)."""
+    from mindspore import Tensor
+    from train.generate import Generator, Sampling
+
+    args, model, w = model_and_weights(False, 2)
+    prompts = [[5, 9, 11, 40], [7, 8]]
+
+    def full_forward_greedy(p, n):
+        seq = list(p)
+        for _ in range(n):
+            x = np.full((1, args.seq_length), 3, np.int32)
+            x[0, :len(seq)] = seq
+            seq.append(int(model(Tensor(x)).asnumpy()[0, len(seq) - 1].argmax()))
+        return seq[len(p):]
+
+    greedy = gen.generate(prompts, Sampling(max_new_tokens=8))
+    assert greedy == [full_forward_greedy(p, 8) for p in prompts]
+    eos = greedy[1][2]                                  # a token row 1 produces (maybe earlier too)
+    chunked = Generator(args, w, eos_id=eos, pad_id=3, batch_size=2, steps_per_call=3)
+
+    def until_eos(row):
+        return row[:row.index(eos) + 1] if eos in row else row
+
+    assert chunked.generate(prompts, Sampling(max_new_tokens=8)) == [until_eos(r) for r in greedy]
+    s = Sampling(max_new_tokens=10, temperature=1.2, top_p=0.9, seed=11)
+    assert chunked.generate(prompts, s) == [until_eos(r) for r in gen.generate(prompts, s)]

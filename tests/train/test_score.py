@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from hf_helpers import cli, jsonl
 
@@ -52,3 +53,36 @@ def test_score_command(spm_run, spm_data, tmp_path, graph_mode):
     bad.write_text('{"tokens": [2, 5]}\n{"tokens": [2, 99999]}\n')
     p = cli("score", spm_run, "--input", bad, "--out", tmp_path / "x.jsonl")
     assert p.returncode == 2 and f"{bad}:2: token id 99999 outside [0, 1000)" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_score_masks_documents_like_training(spm_data, spm_run, tmp_path):
+    """A run trained with model.document_mask and reset_position_ids: an EOS inside a scored line ends a
+    document as in a packed sample, so the tokens after it score the same whatever came before the EOS
+    (and the same as that document alone after an EOS). A run trained without them attends across."""
+    from hf_helpers import train_run
+
+    masked = train_run(tmp_path / "run", spm_data, "model.document_mask=true",
+                       "model.reset_position_ids=true", steps=2)
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(spm_data / "tokenizer.model"))
+    a = sp.encode("Debian is an operating system with many packages.")
+    a2 = sp.encode("The kernel boots.")
+    b = sp.encode("Install it with apt-get and read the manual pages.")
+    lines = [[2] + a + [2] + b, [2] + a2 + [2] + b, [2] + b]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"tokens": t}) + "\n" for t in lines))
+
+    def tail_of_b(run):
+        out = tmp_path / "out.jsonl"
+        p = cli("score", run, "--input", src, "--out", out)
+        assert p.returncode == 0, p.stderr[-2000:]
+        rows = jsonl(out)
+        assert [len(r["logprobs"]) for r in rows] == [len(t) - 1 for t in lines]
+        # predictions of b[1:] (b[0] is predicted at the EOS, which attends to what precedes it)
+        return [np.asarray(r["logprobs"][-(len(b) - 1):]) for r in rows]
+
+    first, second, alone = tail_of_b(masked)
+    assert np.abs(first - second).max() <= 1e-5 and np.abs(first - alone).max() <= 1e-5
+    first, second, alone = tail_of_b(spm_run)          # trained with document_mask=false
+    assert np.abs(first - second).max() > 1e-3
