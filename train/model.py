@@ -24,7 +24,7 @@ from mindspore.common import dtype as mstype
 # not re-exported by mindspore.ops in 2.10
 from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
-from train.packing import DocumentBoundaries, token_loss, varlen_flash_attention
+from train.packing import DocumentBoundaries
 
 
 @dataclass(frozen=True)
@@ -151,10 +151,17 @@ class Attention(nn.Cell):
         self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
         self.scale = 1.0 / math.sqrt(hd)
         self.flash = args.flash_attention
+        self.varlen = self.flash and args.document_mask
         s = args.seq_length
         # primitives held as attributes so that train.parallel can shard them by head
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
-        if self.flash:
+        if self.varlen:
+            # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
+            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document
+            self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+            self.flash_attention_varlen = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                              input_layout="TND", sparse_mode=3)
+        elif self.flash:
             # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
             # primitive per layer (not the functional op's cached one) so that it can hold a strategy
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
@@ -165,6 +172,7 @@ class Attention(nn.Cell):
             self.qk = ops.BatchMatMul(transpose_b=True)
             self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
             self.mask = ops.MaskedFill()
+            self.add_bias = ops.Add()           # the block-causal bias of packed documents
             self.softmax = ops.Softmax(-1)
             self.cast_probs = ops.Cast()
             self.pv = ops.BatchMatMul()
@@ -181,14 +189,25 @@ class Attention(nn.Cell):
         k = self.to_heads(self.wk(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
         v = self.to_heads(self.wv(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
         q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
-        if self.flash and mask is not None:
-            return self.wo(varlen_flash_attention(q, k, v, self.num_heads, self.fa_mask, mask, self.scale))
+        if self.varlen:
+            return self.wo(self.varlen_attention(q, k, v, mask))
         if self.flash:
             out = self.flash_attention(q, k, v, None, None, None, self.fa_mask)[3]
         else:
             out = self.plain_attention(q, k, v, mask)
         out = self.from_heads(out, (0, 2, 1, 3)).reshape(b, s, self.num_heads * self.head_dim)
         return self.wo(out)
+
+    def varlen_attention(self, q, k, v, seq_ends):
+        """q [B, N, S, D], k/v [B, Nkv, S, D], seq_ends [B * L] -> [B, S, N * D]: the fused kernel in TND
+        layout, causal within each document."""
+        b, n, s, d = q.shape
+        nkv = k.shape[1]
+        q = self.from_heads(q, (0, 2, 1, 3)).reshape(b * s, n, d)
+        k = self.from_heads(k, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        v = self.from_heads(v, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        out = self.flash_attention_varlen(q, k, v, None, None, None, self.fa_mask, None, seq_ends, seq_ends)[3]
+        return out.reshape(b, s, n * d)
 
     def plain_attention(self, q, k, v, bias=None):
         rep = self.num_heads // self.kv_heads
@@ -200,7 +219,7 @@ class Attention(nn.Cell):
         if bias is None:
             scores = self.mask(scores, self.future, -1e9)
         else:                       # block-causal: causal within each document
-            scores = scores + bias
+            scores = self.add_bias(scores, bias)
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -312,6 +331,10 @@ class CausalLMLoss(nn.Cell):
         self.nll = ops.Sub()
         self.mean = ops.ReduceMean(keep_dims=False)
         self.on, self.off = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
+        # train.eod_mask_loss: the mean over the positions whose input is not EOS
+        self.keep, self.cast_keep, self.masked = ops.NotEqual(), ops.Cast(), ops.Mul()
+        self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
+        self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
 
     def construct(self, input_ids):
         tokens = input_ids[:, :-1]
@@ -323,7 +346,9 @@ class CausalLMLoss(nn.Cell):
         picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
         nll = self.nll(logz, picked)
         if self.eod_mask_id >= 0:
-            return token_loss(nll, tokens, self.eod_mask_id)
+            keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
+            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
+            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
         return self.mean(nll, -1)
 
 

@@ -13,7 +13,13 @@ tokens this module derives
   the flattened batch (`actual_seq_qlen/kvlen`). Their length must be fixed for a static graph, so at
   most `max_documents` documents per sample are separated: the EOS after the (max_documents - 1)-th
   document closes the last separate one, and later documents share one attention block with it.
-  `count_over_limit` counts the samples where that happens (the trainer logs it).
+  `count_over_limit` counts the samples where that happens (the trainer logs it). A sample's unused
+  slots repeat its end (zero-length documents), as MindFormers pads `actual_seq_len`.
+  Under data parallelism each rank's kernel sees only its own B / dp samples, flattened from 0, and
+  MindSpore's parallel pass splits the ends by dp without rebasing them (it rewrites them only when the
+  sequence itself is split). So the ends restart at every shard boundary: sample b is offset by
+  (b mod B/dp) * S (`data_parallel`, set from the parallel plan), and the dp slices of the whole
+  batch's ends are exactly the ends each shard would compute alone.
 
 The graph side (`DocumentBoundaries`) is computed in the model's graph from `input_ids`, so the step's
 inputs and the dataset format do not change; it is integer arithmetic, hence deterministic. The numpy
@@ -69,17 +75,20 @@ def count_over_limit(tokens: np.ndarray, eos_id: int, max_documents: int) -> int
     return int((num_documents(tokens, eos_id) > max_documents).sum())
 
 
-def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int) -> np.ndarray:
+def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int, data_parallel: int = 1) -> np.ndarray:
     """[B, S] -> [B * L] int64 (L = min(max_documents, S)): each sample's document ends, offset by
-    b * S over the flattened batch, non-decreasing, each sample's list padded with its end, last = B * S."""
+    b * S over the flattened samples of its data-parallel shard (B / data_parallel consecutive samples),
+    non-decreasing within a shard, each sample's list padded with its end; a shard's last = (B / dp) * S."""
     b, s = tokens.shape
+    if b % data_parallel:
+        raise ValueError(f"a batch of {b} samples does not split over {data_parallel} data-parallel shards")
     limit = min(max_documents, s)
     out = np.empty((b, limit), np.int64)
     for row in range(b):
         ends = np.flatnonzero(tokens[row] == eos_id) + 1
         ends = ends[ends < s][:limit - 1]
         out[row] = np.concatenate([ends, np.full(limit - len(ends), s)])
-    return (out + np.arange(b)[:, None] * s).reshape(-1)
+    return (out + (np.arange(b) % (b // data_parallel))[:, None] * s).reshape(-1)
 
 
 # ---------------------------------------------------------------- graph side
@@ -102,6 +111,7 @@ class DocumentBoundaries(nn.Cell):
         self.eos_id, self.s = int(eos_id), int(seq_length)
         self.document_mask, self.reset_positions, self.flash = document_mask, reset_positions, flash
         self.limit = min(int(max_documents), self.s)
+        self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.annotate)
         self.idx = Tensor(np.arange(self.s, dtype=np.int32).reshape(1, -1))
         self.causal = Tensor(np.tril(np.ones((self.s, self.s), np.bool_)))
 
@@ -137,25 +147,14 @@ class DocumentBoundaries(nn.Cell):
             ends = ops.concat((-ops.topk(-ends, self.limit - 1)[0], last), 1)
         else:
             ends = last
-        offsets = ops.arange(0, b * self.s, self.s, dtype=mstype.float32).reshape(-1, 1)
-        return (ends + offsets).reshape(-1).astype(mstype.int64)
-
-
-def varlen_flash_attention(q, k, v, num_heads: int, mask, seq_ends, scale: float):
-    """q [B, N, S, D], k/v [B, Nkv, S, D] -> [B, S, N * D]: Ascend FlashAttentionScore in TND layout,
-    causal within each document (sparse_mode 3 with the compressed 2048x2048 mask)."""
-    b, n, s, d = q.shape
-    nkv = k.shape[1]
-    q = q.transpose(0, 2, 1, 3).reshape(b * s, n, d)
-    k = k.transpose(0, 2, 1, 3).reshape(b * s, nkv, d)
-    v = v.transpose(0, 2, 1, 3).reshape(b * s, nkv, d)
-    out = ops.flash_attention_score(q, k, v, num_heads, attn_mask=mask, actual_seq_qlen=seq_ends,
-                                    actual_seq_kvlen=seq_ends, scalar_value=scale, input_layout="TND",
-                                    sparse_mode=3)
-    return out.reshape(b, s, num_heads * d)
+        # per data-parallel shard: sample b starts at (b mod B/dp) * S of its shard's flattened tokens
+        per_shard = b // self.data_parallel
+        offsets = (ops.arange(0, b, 1, dtype=mstype.int32) % per_shard) * self.s
+        return (ends + offsets.astype(mstype.float32).reshape(-1, 1)).reshape(-1).astype(mstype.int64)
 
 
 def token_loss(per_token, tokens, eos_id: int):
-    """Mean of per_token [B*S] fp32 over the positions whose input token is not EOS."""
+    """Mean of per_token [B*S] fp32 over the positions whose input token is not EOS (functional; the
+    model's loss cell holds the same computation as primitives, train.model.CausalLMLoss)."""
     keep = ops.not_equal(tokens, eos_id).astype(mstype.float32).reshape(-1)
     return ops.reduce_sum(per_token * keep) / ops.maximum(ops.reduce_sum(keep), 1.0)

@@ -205,10 +205,11 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4, flash=False, kv_heads=0):
+def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=False):
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
-                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash), seed=0)
+                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash,
+                           document_mask=docs, reset_position_ids=docs, eos_id=2 if docs else -1), seed=0)
 
 
 def _loss(model):
@@ -242,18 +243,19 @@ NO_STRATEGY = {"Reshape", "Shape"}
 EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
 
 
-@pytest.mark.parametrize("flash, kv_heads, sets", [
-    (False, 0, {"precision.dtype": "fp32"}),
-    (False, 2, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
-    (True, 2, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
+@pytest.mark.parametrize("flash, kv_heads, docs, sets", [
+    (False, 0, False, {"precision.dtype": "fp32", "model.document_mask": False}),
+    (False, 2, True, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
+    (True, 2, False, {"precision.dtype": "bf16", "model.num_kv_heads": 2, "model.document_mask": False}),
+    (True, 2, True, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
 ])
-def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, sets):
-    """Walk the real cells: each primitive they hold (flash attention, norms, rotary, SiLU * gate,
-    residual adds, head transposes, loss) has the strategy the plan gives it, none is left to the
-    default batch-parallel layout."""
+def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, docs, sets):
+    """Walk the real cells: each primitive they hold (flash attention, BNSD or TND with packed documents,
+    norms, rotary, SiLU * gate, residual adds, head transposes, the block-causal bias add, the loss and
+    its EOD mask) has the strategy the plan gives it, none is left to the default batch-parallel layout."""
     cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, **sets})
     plan = make_plan(cfg)
-    model = _model(flash=flash, kv_heads=kv_heads)
+    model = _model(flash=flash, kv_heads=kv_heads, docs=docs)
     loss = _loss(model)
     annotate(plan, model, loss)
     planned = {(o.module, o.prim): o for o in plan.ops}
@@ -270,12 +272,45 @@ def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(f
             seen += 1
     assert seen == len(plan.ops)
     attention = model.layers[0].attention
-    if flash:
+    assert model.boundaries is None or model.boundaries.data_parallel == 2     # per-shard document ends
+    assert loss.keep.attrs["in_strategy"] == ((2, 1), ())
+    if flash and docs:
+        fa = attention.flash_attention_varlen
+        # MindSpore stores the layout as its enum: BSH 0, BNSD 1, SBH 2, BSND 3, TND 4
+        assert fa.attrs["input_layout"] == 4 and fa.attrs["sparse_mode"] == 3
+        assert fa.attrs["in_strategy"] == ((2, 2, 1),) * 3 + ((1, 1), (2,), (2,))
+        assert not hasattr(attention, "flash_attention")
+        assert fa is not model.layers[1].attention.flash_attention_varlen                 # one per layer
+    elif flash:
         fa = attention.flash_attention
         assert fa.name == "FlashAttentionScore" and fa.attrs["in_strategy"] == ((2, 2, 1, 1),) * 3 + ((1, 1),)
         assert attention.flash_attention is not model.layers[1].attention.flash_attention   # one per layer
     else:
         assert attention.mask.attrs["in_strategy"] == ((2, 2, 1, 1), (1, 1), ())
+        assert attention.add_bias.attrs["in_strategy"] == ((2, 2, 1, 1), (2, 1, 1, 1))
+
+
+def test_plan_prints_the_varlen_kernel_and_refuses_too_many_document_ends(capsys):
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, "precision.dtype": "bf16"})
+    print_plan(cfg)
+    out = capsys.readouterr().out
+    assert "layers.0.attention.flash_attention_varlen" in out and "((2, 2, 1), (2, 2, 1), (2, 2, 1), (1, 1), (2,), (2,))" in out
+    assert "layers.0.attention.flash_attention " not in out
+    off = ascend(**{"parallel.data_parallel": 2, "precision.dtype": "bf16", "model.document_mask": False})
+    assert "flash_attention_varlen" not in format_plan(make_plan(off))
+    # 8 samples per rank x 128 documents = 1024 ends: the kernel's limit; 16 x 128 is over it
+    assert make_plan(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 8}))
+    too_many = ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2})
+    with pytest.raises(ConfigError, match=r"16 samples x model.max_documents 128 = 2048"):
+        make_plan(too_many)
+    make_plan(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2,
+                        "model.max_documents": 64}))
+    validate(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2}),
+             2, seq_length=32)                 # a sequence of 32 has at most 32 documents: 512 ends
+    # fp32 or no mask: the plain attention path, no kernel limit
+    make_plan(ascend(**{"train.global_batch_size": 64}))
+    with pytest.raises(ConfigError, match="model.max_documents must be >= 1"):
+        make_plan(ascend(**{"model.max_documents": 0}))
 
 
 def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
