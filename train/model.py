@@ -172,7 +172,7 @@ class Attention(nn.Cell):
             self.qk = ops.BatchMatMul(transpose_b=True)
             self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
             self.mask = ops.MaskedFill()
-            self.add_bias = ops.Add()           # the block-causal bias of packed documents
+            self.mask_documents = ops.MaskedFill()   # packed documents: the block-causal mask [B, 1, S, S]
             self.softmax = ops.Softmax(-1)
             self.cast_probs = ops.Cast()
             self.pv = ops.BatchMatMul()
@@ -209,17 +209,17 @@ class Attention(nn.Cell):
         out = self.flash_attention_varlen(q, k, v, None, None, None, self.fa_mask, None, seq_ends, seq_ends)[3]
         return out.reshape(b, s, n * d)
 
-    def plain_attention(self, q, k, v, bias=None):
+    def plain_attention(self, q, k, v, masked=None):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
             k = self.repeat_kv(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
             v = self.repeat_kv(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
-        if bias is None:
+        if masked is None:
             scores = self.mask(scores, self.future, -1e9)
         else:                       # block-causal: causal within each document
-            scores = self.add_bias(scores, bias)
+            scores = self.mask_documents(scores, masked, -1e9)
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -253,10 +253,21 @@ class DecoderLayer(nn.Cell):
         return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
-class Llama(nn.Cell):
-    """tokens int32 [B, S] -> logits [B, S, vocab]."""
+class ReusedDecoderLayer(DecoderLayer):
+    """A DecoderLayer compiled once as a sub-graph that every layer calls (mindspore.lazy_inline), instead
+    of being inlined layer by layer: with pipeline stages the compiler otherwise unrolls micro-batches x
+    layers, and compiles for a very long time. MindFormers decorates its decoder layer the same way."""
 
-    def __init__(self, args: ModelArgs, seed: int):
+    @ms.lazy_inline
+    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+        super().__init__(args, rng)
+
+
+class Llama(nn.Cell):
+    """tokens int32 [B, S] -> logits [B, S, vocab]. `lazy_inline`: the layers are ReusedDecoderLayer
+    (train.trainer sets it with pipeline stages, the case MindSpore's pipeline compile needs it for)."""
+
+    def __init__(self, args: ModelArgs, seed: int, lazy_inline: bool = False):
         super().__init__()
         if args.hidden_size % args.num_heads:
             raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
@@ -268,7 +279,8 @@ class Llama(nn.Cell):
         rng = np.random.default_rng(seed)
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
-        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
+        layer = ReusedDecoderLayer if lazy_inline else DecoderLayer
+        self.layers = nn.CellList([layer(args, rng) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
@@ -282,7 +294,7 @@ class Llama(nn.Cell):
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
 
     def documents(self, tokens):
-        """(mask, cos, sin) for every layer: the block-causal bias (or the kernel's document ends) and
+        """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
         per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
         mask, pos = self.boundaries(tokens)
         if mask is not None:

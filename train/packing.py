@@ -5,7 +5,8 @@ tokens: a token belongs to the document that its next EOS (inclusive) closes. Fr
 tokens this module derives
 
 - the block-causal attention mask: token i attends to token j only if j <= i and both are in the same
-  document (an additive bias, 0 or -1e9, for the plain CPU attention);
+  document (for the plain CPU attention a bool [B, 1, S, S], True where masked: the scores there are
+  set to -1e9 by a select, as the plain causal mask does, so it costs no add and no gradient);
 - rotary positions that restart at 0 after every EOS;
 - the loss mask: the label after an EOS is the first token of an unrelated document, so the position
   holding an EOS predicts nothing (`train.eod_mask_loss`);
@@ -96,8 +97,9 @@ def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int, data_parallel:
 class DocumentBoundaries(nn.Cell):
     """tokens int32 [B, S] -> (mask, positions).
 
-    mask: the additive block-causal bias fp32 [B, 1, S, S] (plain attention), or with `flash` the
-    cumulative document ends int64 [B * L] for the TND kernel; None when `document_mask` is off.
+    mask: the block-causal mask bool [B, 1, S, S], True where query i must not see key j (plain
+    attention), or with `flash` the cumulative document ends int64 [B * L] for the TND kernel; None
+    when `document_mask` is off.
     positions: int32 [B, S] restarting at each document; None when `reset_positions` is off.
     """
 
@@ -113,21 +115,22 @@ class DocumentBoundaries(nn.Cell):
         self.limit = min(int(max_documents), self.s)
         self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.annotate)
         self.idx = Tensor(np.arange(self.s, dtype=np.int32).reshape(1, -1))
-        self.causal = Tensor(np.tril(np.ones((self.s, self.s), np.bool_)))
+        self.future = Tensor(np.triu(np.ones((self.s, self.s), np.bool_), 1))
 
     def construct(self, tokens):
         eos = ops.equal(tokens, self.eos_id)
         mask = None
         if self.document_mask:
-            mask = self.seq_ends(eos) if self.flash else self.bias(eos)
+            mask = self.seq_ends(eos) if self.flash else self.masked(eos)
         pos = self.positions(eos) if self.reset_positions else None
         return mask, pos
 
-    def bias(self, eos):
+    def masked(self, eos):
+        """bool [B, 1, S, S]: True where key j is in another document than query i, or after it."""
         e = eos.astype(mstype.int32)
         doc = ops.cumsum(e, 1) - e
-        allowed = ops.logical_and(ops.equal(doc.expand_dims(2), doc.expand_dims(1)), self.causal)
-        return ((allowed.astype(mstype.float32) - 1.0) * -NEG_INF).expand_dims(1)
+        other = ops.not_equal(doc.expand_dims(2), doc.expand_dims(1))
+        return ops.logical_or(other, self.future).expand_dims(1)
 
     def positions(self, eos):
         b = eos.shape[0]

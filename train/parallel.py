@@ -17,7 +17,7 @@ Every other primitive on a sharded tensor gets a strategy too, so that no activa
 default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
 SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
 transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
-block-causal bias add of packed documents, and the cross entropy on vocabulary-split logits with its
+block-causal mask of packed documents, and the cross entropy on vocabulary-split logits with its
 EOD loss mask (module "loss": the loss cell).
 With packed-document masking on Ascend the kernel runs in TND layout ([B*S, N, D]): q, k, v
 (dp, mp, 1), the compressed mask (1, 1), the cumulative document ends (dp,) each, MindFormers' form;
@@ -297,7 +297,7 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
         ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
                 OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
                 OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
-                OpShard(att, "add_bias", "Add", (heads, (dp, 1, 1, 1))),        # bias [B, 1, S, S]
+                OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
                 OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
                 OpShard(att, "pv", "BatchMatMul", (heads, heads))]
         if grouped_kv:
@@ -479,6 +479,13 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
                 raise RuntimeError(f"parallel plan: pipeline cell {path} not found in the model")
             cells[path].pipeline_stage = stage
     return done
+
+
+def lazy_inline_layers(cfg) -> bool:
+    """Decoder layers as one reused sub-graph (train.model.ReusedDecoderLayer, mindspore.lazy_inline):
+    with pipeline stages, which run on Ascend only. MindSpore 2.10's CPU backend refuses lazy_inline
+    ("CPU does not support the lazy_inline feature"), so it is never on elsewhere."""
+    return cfg.parallel.pipeline_stage > 1
 
 
 def pipeline_loss_cell(cfg, loss_cell):

@@ -43,6 +43,7 @@ def test_numpy_boundaries_by_hand():
 
 
 def test_graph_boundaries_equal_the_numpy_rules(graph_mode):
+    import mindspore as ms
     from mindspore import Tensor
 
     rng = np.random.default_rng(0)
@@ -55,9 +56,9 @@ def test_graph_boundaries_equal_the_numpy_rules(graph_mode):
         ends, pos = cell(Tensor(t))
         assert ends.asnumpy().tolist() == packing.seq_ends(t, EOS, limit).tolist()
         assert pos.asnumpy().tolist() == packing.positions(t, EOS).tolist()
-    bias, _ = packing.DocumentBoundaries(EOS, 16, True, False)(Tensor(t))
-    want = np.where(packing.block_causal_mask(t, EOS), 0.0, packing.NEG_INF)[:, None]
-    np.testing.assert_array_equal(bias.asnumpy(), want.astype(np.float32))
+    masked, _ = packing.DocumentBoundaries(EOS, 16, True, False)(Tensor(t))
+    assert masked.dtype == ms.bool_ and masked.shape == (3, 1, 16, 16)
+    np.testing.assert_array_equal(masked.asnumpy(), ~packing.block_causal_mask(t, EOS)[:, None])
     assert packing.count_over_limit(t, EOS, 5) >= 1          # the limits above did cut some sample
 
 

@@ -251,7 +251,7 @@ EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
 ])
 def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, docs, sets):
     """Walk the real cells: each primitive they hold (flash attention, BNSD or TND with packed documents,
-    norms, rotary, SiLU * gate, residual adds, head transposes, the block-causal bias add, the loss and
+    norms, rotary, SiLU * gate, residual adds, head transposes, the block-causal mask, the loss and
     its EOD mask) has the strategy the plan gives it, none is left to the default batch-parallel layout."""
     cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, **sets})
     plan = make_plan(cfg)
@@ -287,7 +287,7 @@ def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(f
         assert attention.flash_attention is not model.layers[1].attention.flash_attention   # one per layer
     else:
         assert attention.mask.attrs["in_strategy"] == ((2, 2, 1, 1), (1, 1), ())
-        assert attention.add_bias.attrs["in_strategy"] == ((2, 2, 1, 1), (2, 1, 1, 1))
+        assert attention.mask_documents.attrs["in_strategy"] == ((2, 2, 1, 1), (2, 1, 1, 1), ())
 
 
 def test_plan_prints_the_varlen_kernel_and_refuses_too_many_document_ends(capsys):
@@ -446,3 +446,33 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     if piped is None:                                           # Ascend accumulates with GradAccumulation
         from mindspore.parallel.nn import GradAccumulation
         assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop
+
+
+def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode):
+    """pp > 1: every layer is a ReusedDecoderLayer (mindspore.lazy_inline: one sub-graph the layers call,
+    as MindFormers' decoder layer), with the same parameter names; never elsewhere, because the CPU
+    backend refuses the feature (checked here, so that the rule is revisited when that changes)."""
+    import numpy as np
+    from mindspore import Tensor
+
+    from train.model import DecoderLayer, ReusedDecoderLayer
+    from train.parallel import lazy_inline_layers
+
+    pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
+    assert lazy_inline_layers(pp2) and not lazy_inline_layers(ascend()) and not lazy_inline_layers(load_config(None))
+    from train.model import Llama
+    plain = _model(layers=2)
+    lazy = Llama(plain.args, seed=0, lazy_inline=True)
+    assert all(type(layer) is ReusedDecoderLayer for layer in lazy.layers)
+    assert all(type(layer) is DecoderLayer for layer in plain.layers)
+    assert all(layer.cell_init_args.startswith("lazy_inline_ReusedDecoderLayer") for layer in lazy.layers)
+    assert len({layer.cell_init_args for layer in lazy.layers}) == 1          # one graph for all layers
+    names = lambda m: [p.name for p in m.get_parameters()]
+    assert names(lazy) == names(plain)
+    for a, b in zip(lazy.get_parameters(), plain.get_parameters()):
+        assert np.array_equal(a.asnumpy(), b.asnumpy())
+    ids = Tensor(np.arange(16, dtype=np.int32).reshape(1, 16))
+    # in a train step: "CPU does not support the lazy_inline feature"; a bare forward fails on the
+    # reused sub-graph ("Input[0] must be a Primitive ValueNode, but get ValueNode<FuncGraph> ...")
+    with pytest.raises(RuntimeError, match="lazy_inline|ReusedDecoderLayer_construct"):
+        lazy(ids)
