@@ -22,9 +22,9 @@ metrics.jsonl, skipping the first steps (graph compile). Target: data wait under
 Packed documents: the same model trained on a dataset whose samples hold documents of about
 `--doc-length` tokens (EOS at random), once with model.document_mask, model.reset_position_ids and
 train.eod_mask_loss on and once with all three off, in the same run (--repeat N: N alternating pairs);
-prints the step-time cost of the block-causal mask (target <= 5%) from the median step times. On a shared machine two training runs one
-after the other see different loads, so it then also times forward + backward of the loss of the two
-models in one process, alternating between them, best of `--mask-reps` each: the cost with the noise
+prints the step-time cost of the block-causal mask (target <= 5%) from the median step times. On a
+shared machine two training runs one after the other see different loads, so it then also times
+forward + backward of the loss of the two models in one process, alternating between them, best of `--mask-reps` each: the cost with the noise
 of the machine mostly taken out. Last, for comparison, what building the same masks on the loader
 side in numpy would cost per batch.
 """
