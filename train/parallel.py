@@ -228,7 +228,8 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
     ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
     for i in range(cfg.model.num_layers):
         ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
-                          kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg))
+                          kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg),
+                          bool(cfg.model.reset_position_ids))
     ops += _norm_ops("norm", dp, mp, sp)
     ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
     ops += _loss_ops(dp, mp)
@@ -270,7 +271,7 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
 
 
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
-               grouped_kv: bool = False, varlen: bool = False) -> list:
+               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
     ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
@@ -279,9 +280,11 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
     att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
     ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
             OpShard(att, "from_heads", "Transpose", (heads,))]
+    # the rotary tables: [S, D/2] shared by the batch, or with position reset per token [B, 1, S, D/2]
+    table = (dp, 1, 1, 1) if reset_positions else (1, 1)
     ops += [OpShard(rot, "split", "Split", (heads,)),
-            *[OpShard(rot, name, "Mul", (heads, (1, 1))) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
-                                                                      "mul_sin2")],
+            *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
+                                                                     "mul_sin2")],
             OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
             OpShard(rot, "concat", "Concat", (heads, heads))]
     if flash and varlen:

@@ -120,7 +120,12 @@ def test_every_projection_is_split_megatron_style(dp, mp, pp):
     assert plan.dataset_strategy == ((dp, 1),)
     for norm in ("layers.2.attention_norm", "layers.2.ffn_norm", "norm"):
         assert plan.op(norm, "square").in_strategy == ((dp, 1, 1),)
-    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
+    # position reset (on by default): per-token rotary tables [B, 1, S, D/2], split by batch
+    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (dp, 1, 1, 1))
+    shared = make_plan(ascend(**{"parallel.data_parallel": dp, "parallel.model_parallel": mp,
+                                 "parallel.pipeline_stage": pp, "parallel.micro_batch_num": max(pp, 1),
+                                 "train.global_batch_size": 16 * dp, "model.reset_position_ids": False}))
+    assert shared.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
     assert plan.op("layers.1.mlp", "gate").in_strategy == ((dp, 1, mp), (dp, 1, mp))
     assert plan.op("loss", "sum_exp").in_strategy == ((dp, mp),)       # logits split by vocabulary
     assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)   # nothing twice
@@ -244,9 +249,11 @@ EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
 
 
 @pytest.mark.parametrize("flash, kv_heads, docs, sets", [
-    (False, 0, False, {"precision.dtype": "fp32", "model.document_mask": False}),
+    (False, 0, False, {"precision.dtype": "fp32", "model.document_mask": False,
+      "model.reset_position_ids": False}),
     (False, 2, True, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
-    (True, 2, False, {"precision.dtype": "bf16", "model.num_kv_heads": 2, "model.document_mask": False}),
+    (True, 2, False, {"precision.dtype": "bf16", "model.num_kv_heads": 2, "model.document_mask": False,
+      "model.reset_position_ids": False}),
     (True, 2, True, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
 ])
 def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, docs, sets):
@@ -274,6 +281,9 @@ def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(f
     attention = model.layers[0].attention
     assert model.boundaries is None or model.boundaries.data_parallel == 2     # per-shard document ends
     assert loss.keep.attrs["in_strategy"] == ((2, 1), ())
+    # rotary tables: per token [B, 1, S, D/2] with position reset, else [S, D/2]
+    cos_mul = attention.rotary.mul_cos1.attrs["in_strategy"]
+    assert cos_mul == (((2, 2, 1, 1), (2, 1, 1, 1)) if docs else ((2, 2, 1, 1), (1, 1)))
     if flash and docs:
         fa = attention.flash_attention_varlen
         # MindSpore stores the layout as its enum: BSH 0, BNSD 1, SBH 2, BSND 3, TND 4
