@@ -33,7 +33,6 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
-NEG_INF = -1e9      # the additive bias of a masked score (exp underflows to exactly 0 in fp32)
 
 
 # ---------------------------------------------------------------- numpy (loader side, reference)
