@@ -34,7 +34,6 @@ from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
 
-
 # ---------------------------------------------------------------- numpy (loader side, reference)
 
 def document_ids(tokens: np.ndarray, eos_id: int) -> np.ndarray:
