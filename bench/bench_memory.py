@@ -18,6 +18,10 @@ runtime's own cost (compiled graph, kernels): it is printed and subtracted. The 
 compared through the step phase's slope over the batch, where no static term enters. Nothing is
 fitted to these measurements: the estimate is train.memory's count from the code.
 
+--document-mask: the step-phase growth with packed-document masking (block-causal mask, position reset,
+EOD loss mask) on minus off, same model and batch, at each size and batch, against the planner's
+document term (train.memory.document_activation_bytes); samples hold documents of ~64 tokens.
+
 --accumulate K: the step-phase growth of one step over a batch of K * (largest --batches) samples,
 for the whole batch at once (K = 1), K micro-batches in a graph while-loop (train.accumulate=loop) and
 K micro-batches sliced and summed before one backward (train.accumulate=split), at the largest size.
@@ -38,13 +42,16 @@ sys.path.insert(0, str(REPO))
 SEQ, LAYERS, VOCAB = 256, 4, 8192
 CHILD_ENV = dict(os.environ)
 TINY = (64, 256)                        # hidden, vocab of the runtime-cost reference
+EOS = 2
 
 
 def sets_for(hidden: int, batch: int, vocab: int = VOCAB) -> list[str]:
     dtype = CHILD_ENV.get("BENCH_DTYPE", "fp32")
+    docs = "true" if CHILD_ENV.get("BENCH_DOCS") == "on" else "false"
     return [f"model.hidden_size={hidden}", f"model.num_layers={LAYERS}", f"model.num_heads={max(1, hidden // 64)}",
             f"model.vocab_size={vocab}", f"train.global_batch_size={batch}", f"precision.dtype={dtype}",
-            "precision.amp_level=O2", "device=CPU", "model.flash_attention=false"]
+            "precision.amp_level=O2", "device=CPU", "model.flash_attention=false",
+            f"model.document_mask={docs}", f"model.reset_position_ids={docs}", f"train.eod_mask_loss={docs}"]
 
 
 def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode: str = "loop") -> dict:
@@ -68,15 +75,17 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     cfg = load_config(None, [*sets_for(hidden, batch, vocab), f"train.accumulate={mode}"])
     out = {"base": mark()}
     dtype = cfg.precision.dtype
-    model = Llama(model_args(cfg.model, vocab, SEQ, "CPU", dtype), cfg.seed)
-    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), vocab)
+    docs = cfg.model.document_mask
+    model = Llama(model_args(cfg.model, vocab, SEQ, "CPU", dtype, EOS if docs else None), cfg.seed)
+    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), vocab, EOS if docs else -1)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    step = build_train_step(loss_net, optimizer, micro, cfg)
+    step = build_train_step(loss_net, optimizer, micro, cfg, eod_id=EOS if docs else -1)
     out["built"] = mark()
     rng = np.random.default_rng(0)
     losses = []
     for i in range(steps):
-        tokens = rng.integers(0, vocab, size=(batch, SEQ + 1), dtype=np.int32)
+        tokens = rng.integers(3, vocab, size=(batch, SEQ + 1), dtype=np.int32)
+        tokens[rng.random(tokens.shape) < 1 / 64] = EOS         # packed documents of ~64 tokens
         losses.append(step(tokens, 1e-4).loss)
         if i == 0:
             out["step"] = mark()
@@ -85,10 +94,11 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     return out
 
 
-def measure(hidden: int, batch: int, steps: int, vocab: int = VOCAB, micro: int = 1, mode: str = "loop") -> dict:
+def measure(hidden: int, batch: int, steps: int, vocab: int = VOCAB, micro: int = 1, mode: str = "loop",
+            docs: str = "off") -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", str(hidden), "--batch", str(batch),
                           "--vocab", str(vocab), "--steps", str(steps), "--micro", str(micro), "--mode", mode],
-                         capture_output=True, text=True, cwd=REPO, env=CHILD_ENV)
+                         capture_output=True, text=True, cwd=REPO, env={**CHILD_ENV, "BENCH_DOCS": docs})
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if out.returncode or line is None:
         raise SystemExit(f"hidden {hidden} batch {batch}: child failed:\n{out.stderr[-3000:]}")
@@ -115,6 +125,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--accumulate", type=int, default=4, metavar="K",
                     help="compare the accumulation modes with K micro-batches (0: skip)")
+    ap.add_argument("--document-mask", action="store_true",
+                    help="only measure packed-document masking on vs off against the planner's document term")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--vocab", type=int, default=VOCAB, help=argparse.SUPPRESS)
@@ -138,6 +150,8 @@ def main() -> None:
     from train.config import load_config
     from train.memory import estimate
 
+    if opts.document_mask:
+        return document_mask_runs(opts)
     tiny = measure(*TINY[:1], 1, opts.steps, vocab=TINY[1])
     rt = {"step": tiny["step"], "total": tiny["total"] - tiny["built"]}
     malloc = f"MALLOC_MMAP_THRESHOLD_={opts.mmap_threshold}" if opts.mmap_threshold else "default glibc malloc"
@@ -191,6 +205,24 @@ def main() -> None:
             got = measure(hidden, batch, opts.steps, micro=n, mode=mode)
             print(f"  {label:<34} {mb(got['step'] - rt['step']).strip():>6} MB  (losses "
                   f"{', '.join(f'{x:.4f}' for x in got['losses'])})", flush=True)
+
+
+def document_mask_runs(opts) -> None:
+    """Step-phase growth with the packed-document features on minus off, against the planner's term."""
+    from train.config import load_config
+    from train.memory import document_activation_bytes
+
+    print(f"seq {SEQ}, layers {LAYERS}, vocab {VOCAB}, {opts.dtype}; step-phase growth on - off (MB = 1e6 bytes)")
+    print(f"{'hidden':>6} {'batch':>5} | {'off':>6} {'on':>6} {'on-off':>7} | {'estimate':>8} {'err':>7}")
+    for hidden in (int(x) for x in opts.sizes.split(",")):
+        for batch in (int(x) for x in opts.batches.split(",")):
+            off = measure(hidden, batch, opts.steps, docs="off")["step"]
+            on = measure(hidden, batch, opts.steps, docs="on")["step"]
+            CHILD_ENV["BENCH_DOCS"] = "on"
+            est = document_activation_bytes(load_config(None, sets_for(hidden, batch)), SEQ, batch)
+            CHILD_ENV.pop("BENCH_DOCS")
+            print(f"{hidden:>6} {batch:>5} | {mb(off)} {mb(on)} {mb(on - off):>7} | {mb(est):>8} "
+                  f"{pct(est, on - off)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
   train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
   train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
-  train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of two-step runs (train.doctor)
+  train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of three-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
   train export   RUN [--step N] --format hf --out DIR [--dtype fp32|bf16|fp16]   Hugging Face Llama
@@ -71,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=int, default=None,
                    help="processes in the job (default: data_parallel x model_parallel x pipeline_stage)")
 
-    p = sub.add_parser("doctor", help="a ladder of two-step runs that checks the parallel setup")
+    p = sub.add_parser("doctor", help="a ladder of three-step runs that checks the parallel setup")
     _config_args(p)
     p.add_argument("--nproc", type=int, default=2, help="processes for the multi-process rungs")
     p.add_argument("--out", default=None, help="work directory (default: RUN/doctor)")

@@ -1,16 +1,21 @@
 """`train doctor`: the first command to run on a new cluster.
 
-It climbs a ladder of two-step runs of a tiny Llama (hidden 64, 2 layers, 4 heads, 2 KV heads) on the
-dataset of the config, each a real `train launch`:
+It climbs a ladder of three-step runs of a tiny Llama (hidden 64, 2 layers, 4 heads, 2 KV heads) on
+the dataset of the config, each a real `train launch` with packed-document masking on (block-causal
+attention, position reset, EOD loss mask: the shipped default):
 
-  one device        the reference (every other rung is compared with it, same global batch)
-  dp=N              N processes under msrun, data parallel
-  mp=2              model parallel (Ascend)
-  dp+opt-shard      data parallel with optimizer sharding (Ascend)
-  pp=2              two pipeline stages, 2 micro-batches (Ascend)
-  bf16+flash        bf16 with the fused flash-attention kernel (Ascend)
-  resume+eval       the dp=N rung again from its step-1 checkpoint (compile, then load), then step 2
-                    and a validation: loss, grad norm and val loss bit for bit equal to the dp=N rung's
+  one device          the reference (every other rung is compared with it, same global batch)
+  dp=N                N processes under msrun, data parallel
+  mp=2                model parallel (Ascend)
+  dp+opt-shard        data parallel with optimizer sharding (Ascend)
+  pp=2                two pipeline stages, 2 micro-batches (Ascend)
+  1 device, no mask   a second reference with the three document features off (Ascend: only the next
+                      rung needs it)
+  bf16+flash          bf16 with the fused flash-attention kernel, BNSD layout, no document mask
+                      (Ascend), compared with "1 device, no mask"
+  bf16+flash+docmask  bf16 with the kernel in TND layout over each sample's documents (Ascend)
+  resume+eval         the dp=N rung again from its step-2 checkpoint (compile, then load), then step 3
+                      and a validation: loss, grad norm and val loss bit for bit equal to the dp=N rung's
 
 Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
 reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests (weights, AdamW
@@ -38,10 +43,13 @@ TRACE_ENV = "DOCTOR_TRACE_DIR"
 TOLERANCE = 1e-4            # fp32: the same global batch, summed in another order across ranks
 BF16_TOLERANCE = 5e-2       # bf16 + flash attention against the fp32 reference
 TAIL_LINES = 40
+STEPS = 3                   # the resume rung restarts from the step-2 checkpoint and runs step 3
+DOCUMENTS_ON = ("model.document_mask=true", "model.reset_position_ids=true", "train.eod_mask_loss=true")
+DOCUMENTS_OFF = ("model.document_mask=false", "model.reset_position_ids=false", "train.eod_mask_loss=false")
 TINY = ("model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-        "model.ffn_size=0", "model.tie_embeddings=false", "train.steps=2", "train.micro_batch_size=0",
-        "checkpoint.every_steps=1", "checkpoint.keep_max=2", "eval.every_steps=2", "eval.batches=1",
-        "log.every_steps=1", "parallel.stage_offsets=[]", "parallel.sequence_parallel=false")
+        "model.ffn_size=0", "model.tie_embeddings=false", f"train.steps={STEPS}", "train.micro_batch_size=0",
+        "checkpoint.every_steps=1", "checkpoint.keep_max=2", f"eval.every_steps={STEPS}", "eval.batches=1",
+        "log.every_steps=1", "parallel.stage_offsets=[]", "parallel.sequence_parallel=false", *DOCUMENTS_ON)
 
 
 # ---------------------------------------------------------------- the hook every rank runs
@@ -84,7 +92,10 @@ class Rung:
     ascend_only: bool = False
     tolerance: float = TOLERANCE
     replica_groups: str = "all"       # which ranks must hold equal state: all | dp (ranks r, r+mp, ...)
-    resume_of: str | None = None      # rerun of that rung from its step-1 checkpoint
+    resume_of: str | None = None      # rerun of that rung from its step-(STEPS - 1) checkpoint
+    reference: str | None = None      # the rung it is compared with (None: the first one)
+    is_reference: bool = False        # a reference itself: compared with nothing
+    needed_by: str = ""               # why it runs (a reference only some rung needs)
     status: str = "not run"
     detail: str = ""
     losses: list = field(default_factory=list)
@@ -103,8 +114,14 @@ def ladder(nproc: int) -> list[Rung]:
              ascend_only=True, replica_groups="none"),
         Rung("pp=2 m=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.pipeline_stage=2",
                                     "parallel.micro_batch_num=2"), ascend_only=True, replica_groups="none"),
+        Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF), ascend_only=True,
+             is_reference=True, needed_by="bf16+flash"),
         Rung("bf16+flash", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",
-                                   "model.flash_attention=true"), ascend_only=True, tolerance=BF16_TOLERANCE),
+                                   "model.flash_attention=true", *DOCUMENTS_OFF), ascend_only=True,
+             tolerance=BF16_TOLERANCE, reference="1 device, no mask"),
+        Rung("bf16+flash+docmask", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",
+                                           "model.flash_attention=true"), ascend_only=True,
+             tolerance=BF16_TOLERANCE),
         Rung("resume+eval", nproc, (f"parallel.data_parallel={nproc}",), resume_of=f"dp={nproc}"),
     ]
 
@@ -120,7 +137,8 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
     failed = None
     for rung in rungs:
         if rung.ascend_only and device != "Ascend":
-            rung.status, rung.detail = "skipped", "needs Ascend"
+            rung.status = "skipped"
+            rung.detail = "needs Ascend" + (f" (the reference of {rung.needed_by})" if rung.needed_by else "")
             continue
         if failed:
             rung.status = "not run"
@@ -129,7 +147,7 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
         ok, log = _run_rung(rung, config, sets, work, by_name)
         rung.seconds = time.monotonic() - t0
         if ok:
-            ok = _check(rung, work, reference, by_name)
+            ok = _check(rung, work, by_name[rung.reference] if rung.reference else reference, by_name)
         if not ok:
             rung.status = "FAILED"
             failed = (rung, log)
@@ -157,7 +175,7 @@ def _run_rung(rung: Rung, config, sets, work: Path, by_name) -> tuple[bool, str]
         cmd += ["--config", str(config)]
     cmd += ["--set", *sets, *TINY, *rung.sets, f"run.dir={run_dir}"]
     if rung.resume_of:
-        source = _run_dir(work, by_name[rung.resume_of]) / "checkpoints" / "step_00000001"
+        source = _run_dir(work, by_name[rung.resume_of]) / "checkpoints" / f"step_{STEPS - 1:08d}"
         cmd += ["--resume", str(source)]
     if rung.nproc > 1:
         cmd += ["--nproc", str(rung.nproc)]
@@ -213,42 +231,55 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     if rung.resume_of:
         source = by_name[rung.resume_of]
         mine = [r for r in _metrics(run_dir)]
-        theirs = [r for r in _metrics(_run_dir(work, source)) if r["step"] >= 2]
+        theirs = [r for r in _metrics(_run_dir(work, source)) if r["step"] >= STEPS]
         keys = ("step", "loss", "grad_norm", "val_loss")
         if [[r.get(k) for k in keys] for r in mine] != [[r.get(k) for k in keys] for r in theirs]:
-            rung.detail = f"resumed step 2 and eval differ from {source.name!r}: {mine} vs {theirs}"
+            rung.detail = f"resumed step {STEPS} and eval differ from {source.name!r}: {mine} vs {theirs}"
             return False
         if ranks[0][-1]["state"] != _records(_run_dir(work, source))[0][-1]["state"]:
-            rung.detail = f"state after the resumed step 2 differs from {source.name!r}"
+            rung.detail = f"state after the resumed step {STEPS} differs from {source.name!r}"
             return False
         return True
-    if reference is None:
+    if reference is None or rung.is_reference:
         return True
+    if reference.status != "ok":
+        rung.detail = f"its reference {reference.name!r} did not run ({reference.status})"
+        return False
     for what, mine, ref in (("loss", rung.losses, reference.losses), ("grad norm", rung.norms, reference.norms)):
         if len(mine) != len(ref):
             rung.detail = f"{len(mine)} steps, the reference {len(ref)}"
             return False
         for step, (a, b) in enumerate(zip(mine, ref), start=1):
             if abs(a - b) > rung.tolerance * abs(b):
-                rung.detail = (f"step {step} {what} {a!r} vs one device {b!r}: relative difference "
+                rung.detail = (f"step {step} {what} {a!r} vs {reference.name} {b!r}: relative difference "
                                f"{abs(a - b) / abs(b):.2e} > {rung.tolerance:.0e}")
                 return False
     return True
 
 
 def format_table(rungs: list[Rung], reference: Rung | None) -> str:
-    head = f"{'rung':<18} {'procs':>5}  {'status':<8} {'loss (step 1, 2)':<28} {'grad norm (1, 2)':<28} {'max rel diff':>12}  {'time':>6}  note"
+    head = (f"{'rung':<18} {'procs':>5}  {'status':<8} {'loss (steps 1-3)':<30} {'grad norm (steps 1-3)':<30} "
+            f"{'max rel diff':>12}  {'time':>6}  note")
     lines = [head, "-" * len(head)]
+    by_name = {r.name: r for r in rungs}
     for r in rungs:
         diff = ""
-        if r.status == "ok" and reference is not None and r is not reference and not r.resume_of and r.losses:
-            diff = f"{max(abs(a - b) / abs(b) for a, b in zip(r.losses + r.norms, reference.losses + reference.norms)):.1e}"
+        ref = by_name.get(r.reference) if r.reference else reference
+        if (r.status == "ok" and ref is not None and ref.status == "ok" and r is not ref and not r.is_reference
+                and not r.resume_of and r.losses):
+            diff = f"{max(abs(a - b) / abs(b) for a, b in zip(r.losses + r.norms, ref.losses + ref.norms)):.1e}"
         losses = ", ".join(f"{x:.6f}" for x in r.losses)
         norms = ", ".join(f"{x:.6f}" for x in r.norms)
         secs = f"{r.seconds:.0f}s" if r.seconds else ""
-        note = r.detail if r.status != "ok" else ("bitwise = dp rung" if r.resume_of else
-                                                  ("reference" if r is reference else f"tol {r.tolerance:.0e}"))
-        lines.append(f"{r.name:<18} {r.nproc:>5}  {r.status:<8} {losses:<28} {norms:<28} {diff:>12}  {secs:>6}  {note}")
+        if r.status != "ok":
+            note = r.detail
+        elif r.resume_of:
+            note = f"step {STEPS} + eval bitwise = {r.resume_of} rung"
+        elif r is reference or r.is_reference:
+            note = "reference"
+        else:
+            note = f"tol {r.tolerance:.0e}" + (f" vs {ref.name}" if r.reference else "")
+        lines.append(f"{r.name:<18} {r.nproc:>5}  {r.status:<8} {losses:<30} {norms:<30} {diff:>12}  {secs:>6}  {note}")
     return "\n".join(lines)
 
 

@@ -81,6 +81,7 @@ class Estimate:
     micro_batch: int                # samples per micro-batch per rank
     in_flight: int                  # micro-batches this stage holds at peak
     seq_length: int
+    document_activations: float = 0.0   # packed-document mask / kernel ends and rotary tables, per stage
 
     @property
     def static(self) -> float:
@@ -206,6 +207,31 @@ def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
     return tok * cfg.model.hidden_size * (4 + 2 * b) / sp + logits
 
 
+def document_activation_bytes(cfg, seq: int, micro: int) -> float:
+    """Packed-document masking (train/packing.py), built once per micro-batch from the tokens and read by
+    every layer, so held until the last layer's backward (a pipeline stage holds its own copy):
+    - the plain attention's mask, bool [B, 1, S, S] (True: masked);
+    - or, with the fused kernel (Ascend, 16-bit), the document ends int64 [B * L], L = min(max_documents, S);
+    - with position reset, the per-token rotary tables cos and sin, fp32 [B, 1, S, D/2] each.
+    CPU (every node output kept): the mask's build adds the per-pair document equality and its
+    conjunction with causality (bool [B, S, S] each) and, per token, the EOS flags, document index
+    and positions (a few int32 [B, S]); see bench/bench_memory.py --document-mask for the measurement."""
+    m = cfg.model
+    tok = seq * micro
+    total = 0.0
+    if m.reset_position_ids:
+        total += 2 * tok * (m.hidden_size // m.num_heads // 2) * 4
+    if m.document_mask:
+        varlen = m.flash_attention and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
+        if varlen:
+            total += micro * min(m.max_documents, seq) * 8
+        else:
+            total += micro * seq * seq * (1 if reuses_memory(cfg) else 3)
+    if not reuses_memory(cfg) and (m.document_mask or m.reset_position_ids):
+        total += tok * 4 * 6
+    return total
+
+
 def micro_batch(cfg) -> int:
     p, t = cfg.parallel, cfg.train
     local = t.micro_batch_size or t.global_batch_size // p.data_parallel
@@ -248,12 +274,14 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
     per_layer = tuple(layer_activation_bytes(cfg, seq, mb, rplan.get(i, ())) for i in layers)
     last = stage == p.pipeline_stage - 1
     head = head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
-    activations = sum(per_layer) * in_flight + head
+    documents = document_activation_bytes(cfg, seq, mb)
+    activations = (sum(per_layer) + documents) * in_flight + head
     return Estimate(params_total=count_params(cfg, vocab), params_device=int(n), stage=stage,
                     weights=weights, grads=grads, optimizer=optimizer, accumulators=accumulators,
                     step_temps=step_temps, reuse=reuses_memory(cfg), activations=activations,
                     comm=_comm_bytes(cfg, n, seq, mb), layer_activations=per_layer,
-                    head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq)
+                    head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq,
+                    document_activations=documents)
 
 
 def micro_steps(cfg) -> int:
@@ -445,7 +473,9 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
     if est.layer_activations:
         lo, hi = min(est.layer_activations), max(est.layer_activations)
         per_layer = _size(lo) if lo == hi else f"{_size(lo)} .. {_size(hi)}"
-        lines.append(f"    per layer per micro-batch {per_layer}; LM head + logits {_size(est.head_activations)}")
+        lines.append(f"    per layer per micro-batch {per_layer}; LM head + logits {_size(est.head_activations)}"
+                     + (f"; packed-document mask + rotary tables {_size(est.document_activations)} per micro-batch"
+                        if est.document_activations else ""))
     lines += [f"  communication     {_gb(est.comm)}",
               f"  total             {_gb(est.total)}"]
     if device_bytes:

@@ -24,7 +24,7 @@ from mindspore.common import dtype as mstype
 # not re-exported by mindspore.ops in 2.10
 from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
-from train.packing import DocumentBoundaries, token_loss, varlen_flash_attention
+from train.packing import DocumentBoundaries
 
 
 @dataclass(frozen=True)
@@ -151,10 +151,17 @@ class Attention(nn.Cell):
         self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
         self.scale = 1.0 / math.sqrt(hd)
         self.flash = args.flash_attention
+        self.varlen = self.flash and args.document_mask
         s = args.seq_length
         # primitives held as attributes so that train.parallel can shard them by head
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
-        if self.flash:
+        if self.varlen:
+            # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
+            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document
+            self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+            self.flash_attention_varlen = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                              input_layout="TND", sparse_mode=3)
+        elif self.flash:
             # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
             # primitive per layer (not the functional op's cached one) so that it can hold a strategy
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
@@ -165,6 +172,7 @@ class Attention(nn.Cell):
             self.qk = ops.BatchMatMul(transpose_b=True)
             self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
             self.mask = ops.MaskedFill()
+            self.mask_documents = ops.MaskedFill()   # packed documents: the block-causal mask [B, 1, S, S]
             self.softmax = ops.Softmax(-1)
             self.cast_probs = ops.Cast()
             self.pv = ops.BatchMatMul()
@@ -181,8 +189,8 @@ class Attention(nn.Cell):
         k = self.to_heads(self.wk(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
         v = self.to_heads(self.wv(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
         q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
-        if self.flash and mask is not None:
-            return self.wo(varlen_flash_attention(q, k, v, self.num_heads, self.fa_mask, mask, self.scale))
+        if self.varlen:
+            return self.wo(self.varlen_attention(q, k, v, mask))
         if self.flash:
             out = self.flash_attention(q, k, v, None, None, None, self.fa_mask)[3]
         else:
@@ -190,17 +198,28 @@ class Attention(nn.Cell):
         out = self.from_heads(out, (0, 2, 1, 3)).reshape(b, s, self.num_heads * self.head_dim)
         return self.wo(out)
 
-    def plain_attention(self, q, k, v, bias=None):
+    def varlen_attention(self, q, k, v, seq_ends):
+        """q [B, N, S, D], k/v [B, Nkv, S, D], seq_ends [B * L] -> [B, S, N * D]: the fused kernel in TND
+        layout, causal within each document."""
+        b, n, s, d = q.shape
+        nkv = k.shape[1]
+        q = self.from_heads(q, (0, 2, 1, 3)).reshape(b * s, n, d)
+        k = self.from_heads(k, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        v = self.from_heads(v, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        out = self.flash_attention_varlen(q, k, v, None, None, None, self.fa_mask, None, seq_ends, seq_ends)[3]
+        return out.reshape(b, s, n * d)
+
+    def plain_attention(self, q, k, v, masked=None):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
             k = self.repeat_kv(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
             v = self.repeat_kv(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
-        if bias is None:
+        if masked is None:
             scores = self.mask(scores, self.future, -1e9)
         else:                       # block-causal: causal within each document
-            scores = scores + bias
+            scores = self.mask_documents(scores, masked, -1e9)
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -234,10 +253,21 @@ class DecoderLayer(nn.Cell):
         return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
-class Llama(nn.Cell):
-    """tokens int32 [B, S] -> logits [B, S, vocab]."""
+class ReusedDecoderLayer(DecoderLayer):
+    """A DecoderLayer compiled once as a sub-graph that every layer calls (mindspore.lazy_inline), instead
+    of being inlined layer by layer: with pipeline stages the compiler otherwise unrolls micro-batches x
+    layers, and compiles for a very long time. MindFormers decorates its decoder layer the same way."""
 
-    def __init__(self, args: ModelArgs, seed: int):
+    @ms.lazy_inline
+    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+        super().__init__(args, rng)
+
+
+class Llama(nn.Cell):
+    """tokens int32 [B, S] -> logits [B, S, vocab]. `lazy_inline`: the layers are ReusedDecoderLayer
+    (train.trainer sets it with pipeline stages, the case MindSpore's pipeline compile needs it for)."""
+
+    def __init__(self, args: ModelArgs, seed: int, lazy_inline: bool = False):
         super().__init__()
         if args.hidden_size % args.num_heads:
             raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
@@ -249,7 +279,8 @@ class Llama(nn.Cell):
         rng = np.random.default_rng(seed)
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
-        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
+        layer = ReusedDecoderLayer if lazy_inline else DecoderLayer
+        self.layers = nn.CellList([layer(args, rng) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
@@ -263,7 +294,7 @@ class Llama(nn.Cell):
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
 
     def documents(self, tokens):
-        """(mask, cos, sin) for every layer: the block-causal bias (or the kernel's document ends) and
+        """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
         per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
         mask, pos = self.boundaries(tokens)
         if mask is not None:
@@ -312,6 +343,10 @@ class CausalLMLoss(nn.Cell):
         self.nll = ops.Sub()
         self.mean = ops.ReduceMean(keep_dims=False)
         self.on, self.off = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
+        # train.eod_mask_loss: the mean over the positions whose input is not EOS
+        self.keep, self.cast_keep, self.masked = ops.NotEqual(), ops.Cast(), ops.Mul()
+        self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
+        self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
 
     def construct(self, input_ids):
         tokens = input_ids[:, :-1]
@@ -323,7 +358,9 @@ class CausalLMLoss(nn.Cell):
         picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
         nll = self.nll(logz, picked)
         if self.eod_mask_id >= 0:
-            return token_loss(nll, tokens, self.eod_mask_id)
+            keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
+            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
+            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
         return self.mean(nll, -1)
 
 

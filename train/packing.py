@@ -5,7 +5,8 @@ tokens: a token belongs to the document that its next EOS (inclusive) closes. Fr
 tokens this module derives
 
 - the block-causal attention mask: token i attends to token j only if j <= i and both are in the same
-  document (an additive bias, 0 or -1e9, for the plain CPU attention);
+  document (for the plain CPU attention a bool [B, 1, S, S], True where masked: the scores there are
+  set to -1e9 by a select, as the plain causal mask does, so it costs no add and no gradient);
 - rotary positions that restart at 0 after every EOS;
 - the loss mask: the label after an EOS is the first token of an unrelated document, so the position
   holding an EOS predicts nothing (`train.eod_mask_loss`);
@@ -13,7 +14,13 @@ tokens this module derives
   the flattened batch (`actual_seq_qlen/kvlen`). Their length must be fixed for a static graph, so at
   most `max_documents` documents per sample are separated: the EOS after the (max_documents - 1)-th
   document closes the last separate one, and later documents share one attention block with it.
-  `count_over_limit` counts the samples where that happens (the trainer logs it).
+  `count_over_limit` counts the samples where that happens (the trainer logs it). A sample's unused
+  slots repeat its end (zero-length documents), as MindFormers pads `actual_seq_len`.
+  Under data parallelism each rank's kernel sees only its own B / dp samples, flattened from 0, and
+  MindSpore's parallel pass splits the ends by dp without rebasing them (it rewrites them only when the
+  sequence itself is split). So the ends restart at every shard boundary: sample b is offset by
+  (b mod B/dp) * S (`data_parallel`, set from the parallel plan), and the dp slices of the whole
+  batch's ends are exactly the ends each shard would compute alone.
 
 The graph side (`DocumentBoundaries`) is computed in the model's graph from `input_ids`, so the step's
 inputs and the dataset format do not change; it is integer arithmetic, hence deterministic. The numpy
@@ -25,8 +32,6 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
-
-NEG_INF = -1e9      # the additive bias of a masked score (exp underflows to exactly 0 in fp32)
 
 
 # ---------------------------------------------------------------- numpy (loader side, reference)
@@ -69,17 +74,20 @@ def count_over_limit(tokens: np.ndarray, eos_id: int, max_documents: int) -> int
     return int((num_documents(tokens, eos_id) > max_documents).sum())
 
 
-def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int) -> np.ndarray:
+def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int, data_parallel: int = 1) -> np.ndarray:
     """[B, S] -> [B * L] int64 (L = min(max_documents, S)): each sample's document ends, offset by
-    b * S over the flattened batch, non-decreasing, each sample's list padded with its end, last = B * S."""
+    b * S over the flattened samples of its data-parallel shard (B / data_parallel consecutive samples),
+    non-decreasing within a shard, each sample's list padded with its end; a shard's last = (B / dp) * S."""
     b, s = tokens.shape
+    if b % data_parallel:
+        raise ValueError(f"a batch of {b} samples does not split over {data_parallel} data-parallel shards")
     limit = min(max_documents, s)
     out = np.empty((b, limit), np.int64)
     for row in range(b):
         ends = np.flatnonzero(tokens[row] == eos_id) + 1
         ends = ends[ends < s][:limit - 1]
         out[row] = np.concatenate([ends, np.full(limit - len(ends), s)])
-    return (out + np.arange(b)[:, None] * s).reshape(-1)
+    return (out + (np.arange(b) % (b // data_parallel))[:, None] * s).reshape(-1)
 
 
 # ---------------------------------------------------------------- graph side
@@ -87,8 +95,9 @@ def seq_ends(tokens: np.ndarray, eos_id: int, max_documents: int) -> np.ndarray:
 class DocumentBoundaries(nn.Cell):
     """tokens int32 [B, S] -> (mask, positions).
 
-    mask: the additive block-causal bias fp32 [B, 1, S, S] (plain attention), or with `flash` the
-    cumulative document ends int64 [B * L] for the TND kernel; None when `document_mask` is off.
+    mask: the block-causal mask bool [B, 1, S, S], True where query i must not see key j (plain
+    attention), or with `flash` the cumulative document ends int64 [B * L] for the TND kernel; None
+    when `document_mask` is off.
     positions: int32 [B, S] restarting at each document; None when `reset_positions` is off.
     """
 
@@ -102,22 +111,24 @@ class DocumentBoundaries(nn.Cell):
         self.eos_id, self.s = int(eos_id), int(seq_length)
         self.document_mask, self.reset_positions, self.flash = document_mask, reset_positions, flash
         self.limit = min(int(max_documents), self.s)
+        self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.annotate)
         self.idx = Tensor(np.arange(self.s, dtype=np.int32).reshape(1, -1))
-        self.causal = Tensor(np.tril(np.ones((self.s, self.s), np.bool_)))
+        self.future = Tensor(np.triu(np.ones((self.s, self.s), np.bool_), 1))
 
     def construct(self, tokens):
         eos = ops.equal(tokens, self.eos_id)
         mask = None
         if self.document_mask:
-            mask = self.seq_ends(eos) if self.flash else self.bias(eos)
+            mask = self.seq_ends(eos) if self.flash else self.masked(eos)
         pos = self.positions(eos) if self.reset_positions else None
         return mask, pos
 
-    def bias(self, eos):
+    def masked(self, eos):
+        """bool [B, 1, S, S]: True where key j is in another document than query i, or after it."""
         e = eos.astype(mstype.int32)
         doc = ops.cumsum(e, 1) - e
-        allowed = ops.logical_and(ops.equal(doc.expand_dims(2), doc.expand_dims(1)), self.causal)
-        return ((allowed.astype(mstype.float32) - 1.0) * -NEG_INF).expand_dims(1)
+        other = ops.not_equal(doc.expand_dims(2), doc.expand_dims(1))
+        return ops.logical_or(other, self.future).expand_dims(1)
 
     def positions(self, eos):
         b = eos.shape[0]
@@ -137,25 +148,14 @@ class DocumentBoundaries(nn.Cell):
             ends = ops.concat((-ops.topk(-ends, self.limit - 1)[0], last), 1)
         else:
             ends = last
-        offsets = ops.arange(0, b * self.s, self.s, dtype=mstype.float32).reshape(-1, 1)
-        return (ends + offsets).reshape(-1).astype(mstype.int64)
-
-
-def varlen_flash_attention(q, k, v, num_heads: int, mask, seq_ends, scale: float):
-    """q [B, N, S, D], k/v [B, Nkv, S, D] -> [B, S, N * D]: Ascend FlashAttentionScore in TND layout,
-    causal within each document (sparse_mode 3 with the compressed 2048x2048 mask)."""
-    b, n, s, d = q.shape
-    nkv = k.shape[1]
-    q = q.transpose(0, 2, 1, 3).reshape(b * s, n, d)
-    k = k.transpose(0, 2, 1, 3).reshape(b * s, nkv, d)
-    v = v.transpose(0, 2, 1, 3).reshape(b * s, nkv, d)
-    out = ops.flash_attention_score(q, k, v, num_heads, attn_mask=mask, actual_seq_qlen=seq_ends,
-                                    actual_seq_kvlen=seq_ends, scalar_value=scale, input_layout="TND",
-                                    sparse_mode=3)
-    return out.reshape(b, s, num_heads * d)
+        # per data-parallel shard: sample b starts at (b mod B/dp) * S of its shard's flattened tokens
+        per_shard = b // self.data_parallel
+        offsets = (ops.arange(0, b, 1, dtype=mstype.int32) % per_shard) * self.s
+        return (ends + offsets.astype(mstype.float32).reshape(-1, 1)).reshape(-1).astype(mstype.int64)
 
 
 def token_loss(per_token, tokens, eos_id: int):
-    """Mean of per_token [B*S] fp32 over the positions whose input token is not EOS."""
+    """Mean of per_token [B*S] fp32 over the positions whose input token is not EOS (functional; the
+    model's loss cell holds the same computation as primitives, train.model.CausalLMLoss)."""
     keep = ops.not_equal(tokens, eos_id).astype(mstype.float32).reshape(-1)
     return ops.reduce_sum(per_token * keep) / ops.maximum(ops.reduce_sum(keep), 1.0)

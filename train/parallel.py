@@ -16,8 +16,13 @@ With sequence parallel the row-parallel outputs are reduce-scattered over tokens
 Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
 default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
 SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
-transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask) and the
-cross entropy on vocabulary-split logits (module "loss": the loss cell).
+transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
+block-causal mask of packed documents, and the cross entropy on vocabulary-split logits with its
+EOD loss mask (module "loss": the loss cell).
+With packed-document masking on Ascend the kernel runs in TND layout ([B*S, N, D]): q, k, v
+(dp, mp, 1), the compressed mask (1, 1), the cumulative document ends (dp,) each, MindFormers' form;
+`annotate` also tells the model's DocumentBoundaries the dp degree, so that the ends restart at every
+shard boundary (train/packing.py).
 """
 from __future__ import annotations
 
@@ -108,6 +113,9 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     for key, value in divisible:
         if value % mp:
             raise ConfigError(f"{key} ({value}) must be divisible by parallel.model_parallel ({mp})")
+    if m.max_documents < 1:
+        raise ConfigError(f"model.max_documents must be >= 1, got {m.max_documents}")
+    _validate_varlen(cfg, dp, seq_length)
     if m.num_layers < pp:
         raise ConfigError(f"model.num_layers ({m.num_layers}) must be >= parallel.pipeline_stage ({pp})")
     if p.micro_batch_num < 1:
@@ -132,6 +140,28 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
                           "parallel.vocab_emb_dp=false (the shared weight must be split by vocab, as the "
                           "LM head is)")
     stage_layers(m.num_layers, pp, p.stage_offsets)
+
+
+VARLEN_MAX_SEQUENCES = 1024    # FlashAttentionScore TND: at most 1024 entries in actual_seq_qlen (2.10 docs)
+
+
+def _validate_varlen(cfg, dp: int, seq_length: int | None) -> None:
+    """The TND kernel takes at most VARLEN_MAX_SEQUENCES document ends per call: a rank's micro-batch
+    times min(model.max_documents, seq_length) entries (unused slots are padded, so they count)."""
+    if not uses_varlen_attention(cfg):
+        return
+    p, t = cfg.parallel, cfg.train
+    micro = t.micro_batch_size or max(1, t.global_batch_size // dp)
+    if p.pipeline_stage > 1:
+        micro = max(1, micro // p.micro_batch_num)
+    per_sample = min(cfg.model.max_documents, seq_length or cfg.model.max_documents)
+    if micro * per_sample > VARLEN_MAX_SEQUENCES:
+        raise ConfigError(
+            f"flash attention with model.document_mask: a rank's micro-batch of {micro} samples x "
+            f"model.max_documents {per_sample} = {micro * per_sample} document ends per kernel call, more "
+            f"than FlashAttentionScore's TND layout takes ({VARLEN_MAX_SEQUENCES}); lower model.max_documents "
+            f"or the per-rank micro-batch (train.micro_batch_size, train.global_batch_size / "
+            f"parallel.data_parallel)")
 
 
 def _validate_batch(cfg, dp: int) -> None:
@@ -198,7 +228,8 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
     ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
     for i in range(cfg.model.num_layers):
         ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
-                          kv_heads(cfg.model) < cfg.model.num_heads)
+                          kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg),
+                          bool(cfg.model.reset_position_ids))
     ops += _norm_ops("norm", dp, mp, sp)
     ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
     ops += _loss_ops(dp, mp)
@@ -221,6 +252,11 @@ def uses_flash_attention(cfg) -> bool:
     return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
 
 
+def uses_varlen_attention(cfg) -> bool:
+    """Flash attention over packed documents: the TND kernel with per-document ends."""
+    return uses_flash_attention(cfg) and bool(cfg.model.document_mask)
+
+
 def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
     """[B, S, H] activations between the blocks: split by batch, and by tokens with sequence parallel."""
     return (dp, mp, 1) if seq_par else (dp, 1, 1)
@@ -235,7 +271,7 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
 
 
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
-               grouped_kv: bool = False) -> list:
+               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
     ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
@@ -244,18 +280,27 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
     att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
     ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
             OpShard(att, "from_heads", "Transpose", (heads,))]
+    # the rotary tables: [S, D/2] shared by the batch, or with position reset per token [B, 1, S, D/2]
+    table = (dp, 1, 1, 1) if reset_positions else (1, 1)
     ops += [OpShard(rot, "split", "Split", (heads,)),
-            *[OpShard(rot, name, "Mul", (heads, (1, 1))) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
-                                                                      "mul_sin2")],
+            *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
+                                                                     "mul_sin2")],
             OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
             OpShard(rot, "concat", "Concat", (heads, heads))]
-    if flash:
+    if flash and varlen:
+        # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
+        # ends [B * L] by batch shard (each shard's restart at 0: train/packing.py)
+        tnd = (dp, mp, 1)
+        ops.append(OpShard(att, "flash_attention_varlen", "FlashAttentionScore",
+                           (tnd, tnd, tnd, (1, 1), (dp,), (dp,))))
+    elif flash:
         # q, k, v by head; the compressed 2048 x 2048 causal mask whole ((1, 1): the kernel's requirement)
         ops.append(OpShard(att, "flash_attention", "FlashAttentionScore", (heads, heads, heads, (1, 1))))
     else:
         ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
                 OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
                 OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
+                OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
                 OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
                 OpShard(att, "pv", "BatchMatMul", (heads, heads))]
         if grouped_kv:
@@ -277,7 +322,12 @@ def _loss_ops(dp: int, mp: int) -> list:
             OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
             OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
             OpShard("loss", "sum_picked", "ReduceSum", (v,)), OpShard("loss", "nll", "Sub", ((dp,), (dp,))),
-            OpShard("loss", "mean", "ReduceMean", ((dp,),))]
+            OpShard("loss", "mean", "ReduceMean", ((dp,),)),
+            # train.eod_mask_loss: input tokens [B, S] -> keep [B*S], the kept mean
+            OpShard("loss", "keep", "NotEqual", ((dp, 1), ())), OpShard("loss", "cast_keep", "Cast", ((dp, 1),)),
+            OpShard("loss", "masked", "Mul", ((dp,), (dp,))), OpShard("loss", "sum_masked", "ReduceSum", ((dp,),)),
+            OpShard("loss", "count_kept", "ReduceSum", ((dp,),)),
+            OpShard("loss", "at_least_one", "Maximum", ((), ())), OpShard("loss", "divide", "RealDiv", ((), ()))]
 
 
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
@@ -421,12 +471,24 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
         else:
             prim.shard(o.in_strategy, o.out_strategy)
         done.append((o.module, o.prim))
+    from train.packing import DocumentBoundaries
+
+    for cell in cells.values():
+        if isinstance(cell, DocumentBoundaries):
+            cell.data_parallel = plan.dp        # document ends restart at each data-parallel shard
     if plan.pp > 1:
         for path, stage in plan.stage_of.items():
             if path not in cells:
                 raise RuntimeError(f"parallel plan: pipeline cell {path} not found in the model")
             cells[path].pipeline_stage = stage
     return done
+
+
+def lazy_inline_layers(cfg) -> bool:
+    """Decoder layers as one reused sub-graph (train.model.ReusedDecoderLayer, mindspore.lazy_inline):
+    with pipeline stages, which run on Ascend only. MindSpore 2.10's CPU backend refuses lazy_inline
+    ("CPU does not support the lazy_inline feature"), so it is never on elsewhere."""
+    return cfg.parallel.pipeline_stage > 1
 
 
 def pipeline_loss_cell(cfg, loss_cell):

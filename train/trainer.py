@@ -55,7 +55,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     micro = cfg.train.micro_batch_size or local
     if local % micro:
         raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = Llama(args, cfg.seed)
+    model = Llama(args, cfg.seed, lazy_inline=parallel.lazy_inline_layers(cfg))
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1

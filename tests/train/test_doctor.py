@@ -1,5 +1,5 @@
-"""`train doctor` on CPU: the rungs CPU runs (one device, dp=2 under msrun, resume + eval) for real,
-the Ascend rungs listed as skipped, and a failing rung's exit code and worker log tail."""
+"""`train doctor` on CPU: the rungs CPU runs (one device, dp=2 under msrun, resume from the step-2
+checkpoint + eval) for real, the Ascend rungs listed as skipped, and a failing rung's exit code and worker log tail."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.msrun]
 
 def doctor(data, out, *sets):
     return run([sys.executable, "-m", "train", "doctor", "--config", str(TINY), "--set", f"data.path={data}",
-                *sets, "--out", str(out), "--nproc", "2"], timeout=600)
+                *sets, "--out", str(out), "--nproc", "2"], timeout=1200)
 
 
 def row(stdout: str, name: str) -> list[str]:
@@ -29,17 +29,24 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_data, tmp_path
     out = proc.stdout
     for name in ("one device", "dp=2", "resume+eval"):
         assert " ok " in f" {' '.join(row(out, name))} ", name
-    for name in ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "bf16+flash"):
-        assert "skipped" in row(out, name) and out.count("needs Ascend") == 4
-    # it ran what it says: the same global batch, two steps each, on one and on two processes
+    for name in ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "1 device, no mask", "bf16+flash", "bf16+flash+docmask"):
+        assert "skipped" in row(out, name) and out.count("needs Ascend") == 6
+    assert "needs Ascend (the reference of bf16+flash)" in out
+    # it ran what it says: the same global batch, three steps each, on one and on two processes
     ref, dp = records(tmp_path / "doc" / "one_device"), records(tmp_path / "doc" / "dp2")
-    assert [r["step"] for r in ref if not r.get("eval")] == [1, 2]
-    assert len(ref) == len(dp) == 3                        # two steps and the validation
-    for a, b in zip(ref, dp):
-        for key in ("loss", "grad_norm", "val_loss"):
+    assert [r["step"] for r in ref if not r.get("eval")] == [1, 2, 3]
+    assert len(ref) == len(dp) == 4                        # three steps and the validation
+    for a, b in zip(ref, dp):           # (validation reads a rank's batch: 8 samples on one device, 4 here)
+        for key in ("loss", "grad_norm"):
             if key in a:
                 assert b[key] == pytest.approx(a[key], rel=1e-4), key
     assert float(row(out, "dp=2")[-4]) <= 1e-4            # the max relative difference column
+    # the resume rung started from the step-2 checkpoint: it ran step 3 and the validation only
+    resumed = records(tmp_path / "doc" / "resume_eval")
+    assert [(r["step"], bool(r.get("eval"))) for r in resumed] == [(3, False), (3, True)]
+    assert [r["loss"] for r in resumed if not r.get("eval")] == [dp[2]["loss"]]
+    assert resumed[1]["val_loss"] == dp[3]["val_loss"]
+    assert "step 3 + eval bitwise = dp=2 rung" in out
     assert (tmp_path / "doc" / "resume_eval" / "logs" / "msrun" / "worker_1.log").is_file()
 
 

@@ -43,6 +43,7 @@ def test_numpy_boundaries_by_hand():
 
 
 def test_graph_boundaries_equal_the_numpy_rules(graph_mode):
+    import mindspore as ms
     from mindspore import Tensor
 
     rng = np.random.default_rng(0)
@@ -55,10 +56,37 @@ def test_graph_boundaries_equal_the_numpy_rules(graph_mode):
         ends, pos = cell(Tensor(t))
         assert ends.asnumpy().tolist() == packing.seq_ends(t, EOS, limit).tolist()
         assert pos.asnumpy().tolist() == packing.positions(t, EOS).tolist()
-    bias, _ = packing.DocumentBoundaries(EOS, 16, True, False)(Tensor(t))
-    want = np.where(packing.block_causal_mask(t, EOS), 0.0, packing.NEG_INF)[:, None]
-    np.testing.assert_array_equal(bias.asnumpy(), want.astype(np.float32))
+    masked, _ = packing.DocumentBoundaries(EOS, 16, True, False)(Tensor(t))
+    assert masked.dtype == ms.bool_ and masked.shape == (3, 1, 16, 16)
+    np.testing.assert_array_equal(masked.asnumpy(), ~packing.block_causal_mask(t, EOS)[:, None])
     assert packing.count_over_limit(t, EOS, 5) >= 1          # the limits above did cut some sample
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_document_ends_restart_at_each_data_parallel_shard(graph_mode, dp):
+    """Under data parallelism the TND kernel of each rank sees its B / dp samples flattened from 0, and
+    MindSpore splits the ends by dp without rebasing them: the dp slices of the whole batch's ends must
+    equal what each shard computes alone (graph and numpy)."""
+    from mindspore import Tensor
+
+    rng = np.random.default_rng(5)
+    t = rng.integers(3, 64, size=(4, 16)).astype(np.int32)
+    t[rng.random(t.shape) < 0.2] = EOS
+    whole = packing.DocumentBoundaries(EOS, 16, True, False, flash=True, max_documents=6)
+    whole.data_parallel = dp
+    ends = whole(Tensor(t))[0].asnumpy()
+    assert ends.tolist() == packing.seq_ends(t, EOS, 6, data_parallel=dp).tolist()
+    alone = packing.DocumentBoundaries(EOS, 16, True, False, flash=True, max_documents=6)
+    per = 4 // dp
+    for shard, part in enumerate(np.split(ends, dp)):
+        rows = t[shard * per:(shard + 1) * per]
+        assert part.tolist() == alone(Tensor(rows))[0].asnumpy().tolist(), shard
+        assert part.tolist() == packing.seq_ends(rows, EOS, 6).tolist()
+        assert part[-1] == per * 16 and np.all(np.diff(part) >= 0)
+    # one shard: offsets over the whole batch, as before
+    assert alone(Tensor(t))[0].asnumpy()[-1] == 4 * 16
+    with pytest.raises(ValueError, match="3 data-parallel shards"):
+        packing.seq_ends(t, EOS, 6, data_parallel=3)
 
 
 # ---------------------------------------------------------------- the model

@@ -65,7 +65,8 @@ def test_pipeline_keeps_a_stage_of_layers_and_its_micro_batches_in_flight():
     assert est.micro_batch == 64 // 2 // 8
     # worst stage: stage 0 holds 4 micro-batches in flight under 1F1B, the last one 1 plus the logits
     assert est.stage == 0 and est.in_flight == 4
-    assert est.activations == pytest.approx(sum(est.layer_activations) * 4)
+    assert est.activations == pytest.approx((sum(est.layer_activations) + est.document_activations) * 4)
+    assert est.document_activations > 0                # the packed-document mask, on by default
     one = estimate(cfg_7b("parallel.data_parallel=2"), SEQ, VOCAB)
     assert est.params_device < one.params_device / 3
 
@@ -273,3 +274,35 @@ def test_loss_path_is_split_by_model_parallel():
     vocab_terms = head_activation_bytes(cfg, SEQ, 1, 2 * VOCAB) - one
     assert vocab_terms > 0.9 * one                  # the logits dominate at vocab 32000
     assert split == pytest.approx(one - vocab_terms * 7 / 8)
+
+
+@pytest.mark.parametrize("dtype, flash", [("fp32", False), ("bf16", True)])
+def test_document_term_is_the_tensors_the_model_builds_for_its_layers(graph_mode, dtype, flash):
+    """Ascend/GPU (buffers reused): what packed-document masking keeps for every layer is what
+    Llama.documents returns for a micro-batch: the bool mask [B, 1, S, S] (plain attention) or the
+    kernel's document ends [B * L] (flash attention, 16-bit), and the rotary tables. Counted here from
+    the real tensors, not from the formula."""
+    import numpy as np
+    from mindspore import Tensor
+
+    from train.memory import document_activation_bytes, estimate
+    from train.model import Llama, model_args
+
+    seq, micro = 32, 3
+    cfg = load_config(None, ["device=Ascend", f"precision.dtype={dtype}", "model.hidden_size=64",
+                             "model.num_heads=4", "model.num_layers=2", "model.max_documents=8",
+                             "model.vocab_size=64", f"train.global_batch_size={micro}"])
+    args = model_args(cfg.model, 64, seq, "Ascend", dtype, eos_id=2)
+    assert args.flash_attention == flash and args.document_mask and args.reset_position_ids
+    tokens = np.random.default_rng(0).integers(3, 64, size=(micro, seq)).astype(np.int32)
+    tokens[:, ::5] = 2
+    mask, cos, sin = Llama(args, seed=0).documents(Tensor(tokens))
+    assert mask.shape == ((micro * 8,) if flash else (micro, 1, seq, seq))
+    assert document_activation_bytes(cfg, seq, micro) == mask.nbytes + cos.nbytes + sin.nbytes
+    off = load_config(None, ["device=Ascend", f"precision.dtype={dtype}", "model.hidden_size=64",
+                             "model.num_heads=4", "model.num_layers=2", "model.max_documents=8",
+                             "model.vocab_size=64", f"train.global_batch_size={micro}",
+                             "model.document_mask=false", "model.reset_position_ids=false"])
+    assert document_activation_bytes(off, seq, micro) == 0
+    on_est, off_est = estimate(cfg, seq, 64), estimate(off, seq, 64)
+    assert on_est.activations - off_est.activations == pytest.approx(mask.nbytes + cos.nbytes + sin.nbytes)

@@ -120,7 +120,12 @@ def test_every_projection_is_split_megatron_style(dp, mp, pp):
     assert plan.dataset_strategy == ((dp, 1),)
     for norm in ("layers.2.attention_norm", "layers.2.ffn_norm", "norm"):
         assert plan.op(norm, "square").in_strategy == ((dp, 1, 1),)
-    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
+    # position reset (on by default): per-token rotary tables [B, 1, S, D/2], split by batch
+    assert plan.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (dp, 1, 1, 1))
+    shared = make_plan(ascend(**{"parallel.data_parallel": dp, "parallel.model_parallel": mp,
+                                 "parallel.pipeline_stage": pp, "parallel.micro_batch_num": max(pp, 1),
+                                 "train.global_batch_size": 16 * dp, "model.reset_position_ids": False}))
+    assert shared.op("layers.1.attention.rotary", "mul_cos1").in_strategy == ((dp, mp, 1, 1), (1, 1))
     assert plan.op("layers.1.mlp", "gate").in_strategy == ((dp, 1, mp), (dp, 1, mp))
     assert plan.op("loss", "sum_exp").in_strategy == ((dp, mp),)       # logits split by vocabulary
     assert len({(o.module, o.prim) for o in plan.ops}) == len(plan.ops)   # nothing twice
@@ -205,10 +210,11 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4, flash=False, kv_heads=0):
+def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=False):
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
-                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash), seed=0)
+                           num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash,
+                           document_mask=docs, reset_position_ids=docs, eos_id=2 if docs else -1), seed=0)
 
 
 def _loss(model):
@@ -242,18 +248,21 @@ NO_STRATEGY = {"Reshape", "Shape"}
 EMBEDDING_UNUSED = {"expand", "one_hot", "array_mul", "concat"}
 
 
-@pytest.mark.parametrize("flash, kv_heads, sets", [
-    (False, 0, {"precision.dtype": "fp32"}),
-    (False, 2, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
-    (True, 2, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
+@pytest.mark.parametrize("flash, kv_heads, docs, sets", [
+    (False, 0, False, {"precision.dtype": "fp32", "model.document_mask": False,
+      "model.reset_position_ids": False}),
+    (False, 2, True, {"precision.dtype": "fp32", "model.num_kv_heads": 2, "parallel.sequence_parallel": True}),
+    (True, 2, False, {"precision.dtype": "bf16", "model.num_kv_heads": 2, "model.document_mask": False,
+      "model.reset_position_ids": False}),
+    (True, 2, True, {"precision.dtype": "bf16", "model.num_kv_heads": 2}),
 ])
-def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, sets):
-    """Walk the real cells: each primitive they hold (flash attention, norms, rotary, SiLU * gate,
-    residual adds, head transposes, loss) has the strategy the plan gives it, none is left to the
-    default batch-parallel layout."""
+def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(flash, kv_heads, docs, sets):
+    """Walk the real cells: each primitive they hold (flash attention, BNSD or TND with packed documents,
+    norms, rotary, SiLU * gate, residual adds, head transposes, the block-causal mask, the loss and
+    its EOD mask) has the strategy the plan gives it, none is left to the default batch-parallel layout."""
     cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, **sets})
     plan = make_plan(cfg)
-    model = _model(flash=flash, kv_heads=kv_heads)
+    model = _model(flash=flash, kv_heads=kv_heads, docs=docs)
     loss = _loss(model)
     annotate(plan, model, loss)
     planned = {(o.module, o.prim): o for o in plan.ops}
@@ -270,12 +279,49 @@ def test_every_primitive_of_the_model_and_loss_gets_its_strategy_from_the_plan(f
             seen += 1
     assert seen == len(plan.ops)
     attention = model.layers[0].attention
-    if flash:
+    assert model.boundaries is None or model.boundaries.data_parallel == 2     # per-shard document ends
+    assert loss.keep.attrs["in_strategy"] == ((2, 1), ())
+    # rotary tables: per token [B, 1, S, D/2] with position reset, else [S, D/2]
+    cos_mul = attention.rotary.mul_cos1.attrs["in_strategy"]
+    assert cos_mul == (((2, 2, 1, 1), (2, 1, 1, 1)) if docs else ((2, 2, 1, 1), (1, 1)))
+    if flash and docs:
+        fa = attention.flash_attention_varlen
+        # MindSpore stores the layout as its enum: BSH 0, BNSD 1, SBH 2, BSND 3, TND 4
+        assert fa.attrs["input_layout"] == 4 and fa.attrs["sparse_mode"] == 3
+        assert fa.attrs["in_strategy"] == ((2, 2, 1),) * 3 + ((1, 1), (2,), (2,))
+        assert not hasattr(attention, "flash_attention")
+        assert fa is not model.layers[1].attention.flash_attention_varlen                 # one per layer
+    elif flash:
         fa = attention.flash_attention
         assert fa.name == "FlashAttentionScore" and fa.attrs["in_strategy"] == ((2, 2, 1, 1),) * 3 + ((1, 1),)
         assert attention.flash_attention is not model.layers[1].attention.flash_attention   # one per layer
     else:
         assert attention.mask.attrs["in_strategy"] == ((2, 2, 1, 1), (1, 1), ())
+        assert attention.mask_documents.attrs["in_strategy"] == ((2, 2, 1, 1), (2, 1, 1, 1), ())
+
+
+def test_plan_prints_the_varlen_kernel_and_refuses_too_many_document_ends(capsys):
+    cfg = ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2, "precision.dtype": "bf16"})
+    print_plan(cfg)
+    out = capsys.readouterr().out
+    assert "layers.0.attention.flash_attention_varlen" in out
+    assert "((2, 2, 1), (2, 2, 1), (2, 2, 1), (1, 1), (2,), (2,))" in out
+    assert "layers.0.attention.flash_attention " not in out
+    off = ascend(**{"parallel.data_parallel": 2, "precision.dtype": "bf16", "model.document_mask": False})
+    assert "flash_attention_varlen" not in format_plan(make_plan(off))
+    # 8 samples per rank x 128 documents = 1024 ends: the kernel's limit; 16 x 128 is over it
+    assert make_plan(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 8}))
+    too_many = ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2})
+    with pytest.raises(ConfigError, match=r"16 samples x model.max_documents 128 = 2048"):
+        make_plan(too_many)
+    make_plan(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2,
+                        "model.max_documents": 64}))
+    validate(ascend(**{"precision.dtype": "bf16", "train.global_batch_size": 32, "parallel.data_parallel": 2}),
+             2, seq_length=32)                 # a sequence of 32 has at most 32 documents: 512 ends
+    # fp32 or no mask: the plain attention path, no kernel limit
+    make_plan(ascend(**{"train.global_batch_size": 64}))
+    with pytest.raises(ConfigError, match="model.max_documents must be >= 1"):
+        make_plan(ascend(**{"model.max_documents": 0}))
 
 
 def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
@@ -411,3 +457,34 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     if piped is None:                                           # Ascend accumulates with GradAccumulation
         from mindspore.parallel.nn import GradAccumulation
         assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop
+
+
+def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
+    """pp > 1: every layer is a ReusedDecoderLayer (mindspore.lazy_inline: one sub-graph the layers call,
+    as MindFormers' decoder layer), with the same parameter names; never elsewhere, because the CPU
+    backend refuses the feature (checked here, so that the rule is revisited when that changes)."""
+    import numpy as np
+    from mindspore import Tensor
+
+    from train.model import DecoderLayer, ReusedDecoderLayer
+    from train.parallel import lazy_inline_layers
+
+    pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
+    assert lazy_inline_layers(pp2) and not lazy_inline_layers(ascend()) and not lazy_inline_layers(load_config(None))
+    from train.model import Llama
+    plain = _model(layers=2)
+    lazy = Llama(plain.args, seed=0, lazy_inline=True)
+    assert all(type(layer) is ReusedDecoderLayer for layer in lazy.layers)
+    assert all(type(layer) is DecoderLayer for layer in plain.layers)
+    assert all(layer.cell_init_args.startswith("lazy_inline_ReusedDecoderLayer") for layer in lazy.layers)
+    assert len({layer.cell_init_args for layer in lazy.layers}) == 1          # one graph for all layers
+    names = lambda m: [p.name for p in m.get_parameters()]
+    assert names(lazy) == names(plain)
+    for a, b in zip(lazy.get_parameters(), plain.get_parameters()):
+        assert np.array_equal(a.asnumpy(), b.asnumpy())
+    ids = Tensor(np.arange(16, dtype=np.int32).reshape(1, 16))
+    monkeypatch.chdir(tmp_path)             # MindSpore writes rank_0/om/analyze_fail.ir where it fails
+    # in a train step: "CPU does not support the lazy_inline feature"; a bare forward fails on the
+    # reused sub-graph ("Input[0] must be a Primitive ValueNode, but get ValueNode<FuncGraph> ...")
+    with pytest.raises(RuntimeError, match="lazy_inline|ReusedDecoderLayer_construct"):
+        lazy(ids)

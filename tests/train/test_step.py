@@ -118,3 +118,37 @@ def test_precision_config_errors():
         check_precision(load_config(None, ["precision.amp_level=O3"]))
     with pytest.raises(ConfigError, match="loss_scale"):
         check_precision(load_config(None, ["precision.dtype=fp16", "precision.loss_scale.factor=1.0"]))
+
+
+def test_pipeline_accumulator_hands_over_the_sums_and_zeroes_them(graph_mode):
+    """The part of the pipeline (pp > 1, Ascend only) path that CPU can run: PipelineAccumulator as a
+    graph of its own. The pipeline pass would have summed the micro-batch gradients into `accu_grads.*`;
+    here they are set by hand. It must return those sums (not the `grads` it is given: with pipeline
+    stages those are only the last micro-batch's) and leave the buffers zero for the next step."""
+    import numpy as np
+    from mindspore import Parameter, ParameterTuple, Tensor, nn
+
+    from train.step import ACCU_PREFIX, PipelineAccumulator
+
+    params = ParameterTuple([Parameter(Tensor(np.zeros((2, 3), np.float32)), name="w"),
+                             Parameter(Tensor(np.zeros(4, np.float32)), name="b")])
+    acc = PipelineAccumulator(params)
+    assert [p.name for p in acc.accu_grads] == [f"{ACCU_PREFIX}.w", f"{ACCU_PREFIX}.b"]
+    sums = [np.arange(6, dtype=np.float32).reshape(2, 3) + 1, np.full(4, 2.5, np.float32)]
+    for p, v in zip(acc.accu_grads, sums):
+        p.set_data(Tensor(v))
+
+    class Step(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.acc = acc
+
+        def construct(self, g0, g1):
+            return self.acc((g0, g1))
+
+    last = (Tensor(np.full((2, 3), 9.0, np.float32)), Tensor(np.full(4, 9.0, np.float32)))
+    out = Step()(*last)
+    for got, want in zip(out, sums):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    for p in acc.accu_grads:
+        assert not p.asnumpy().any()
