@@ -10,7 +10,7 @@ import pytest
 from dataprep_helpers import run_build
 from dataprep.config import ConfigError, load_build_config
 from dataprep.pii import id_number_valid, luhn_valid, redact
-from real_text import SURVIVORS, decoded_samples, write_corpus
+from real_text import PII, SURVIVORS, decoded_samples, write_corpus
 
 
 @pytest.mark.parametrize("text, kind", [
