@@ -153,9 +153,3 @@ class DocumentBoundaries(nn.Cell):
         offsets = (ops.arange(0, b, 1, dtype=mstype.int32) % per_shard) * self.s
         return (ends + offsets.astype(mstype.float32).reshape(-1, 1)).reshape(-1).astype(mstype.int64)
 
-
-def token_loss(per_token, tokens, eos_id: int):
-    """Mean of per_token [B*S] fp32 over the positions whose input token is not EOS (functional; the
-    model's loss cell holds the same computation as primitives, train.model.CausalLMLoss)."""
-    keep = ops.not_equal(tokens, eos_id).astype(mstype.float32).reshape(-1)
-    return ops.reduce_sum(per_token * keep) / ops.maximum(ops.reduce_sum(keep), 1.0)
