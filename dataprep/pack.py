@@ -84,11 +84,7 @@ class ProvenanceStream:
         has the column, quality scores."""
         if not len(lens):
             return
-        pieces = self._pieces(lens, doc_ids)
-        if "quality" in self.writer.schema.names:
-            pieces["quality"] = np.asarray(quality, np.float64)[pieces.pop("_doc")]
-        else:
-            pieces.pop("_doc")
+        pieces = self._pieces(lens, doc_ids, quality if "quality" in self.writer.schema.names else None)
         self.stream += int(lens.astype(np.int64).sum())
         done = self.stream // self.L
         if self._pending is not None:
@@ -101,8 +97,9 @@ class ProvenanceStream:
     def close(self) -> None:
         self.writer.close()
 
-    def _pieces(self, lens: np.ndarray, doc_ids: list[str]) -> dict:
-        """Provenance rows of the documents `lens` appended at the current end of the stream."""
+    def _pieces(self, lens: np.ndarray, doc_ids: list[str], quality: np.ndarray | None) -> dict:
+        """Provenance rows of the documents `lens` appended at the current end of the stream (with
+        their `quality` scores when given)."""
         lens = lens.astype(np.int64)
         ends = self.stream + np.cumsum(lens)
         starts = ends - lens
@@ -112,10 +109,13 @@ class ProvenanceStream:
         sample = first[doc] + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
         lo = np.maximum(starts[doc], sample * self.L)
         hi = np.minimum(ends[doc], (sample + 1) * self.L)
-        return {"_doc": doc, "sample_id": sample.astype(np.int64), "doc_id": [doc_ids[i] for i in doc],
+        rows = {"sample_id": sample.astype(np.int64), "doc_id": [doc_ids[i] for i in doc],
                 "doc_offset": (lo - starts[doc]).astype(np.int32),
                 "sample_offset": (lo - sample * self.L).astype(np.int32),
                 "length": (hi - lo).astype(np.int32)}
+        if quality is not None:
+            rows["quality"] = np.asarray(quality, np.float64)[doc]
+        return rows
 
 
 class SplitPacker:

@@ -314,7 +314,7 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         ids = [np.asarray(sp.encode(t), np.int32) for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
         arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
-                                  quality[mine].astype(np.float64) if scored else None).arrays(split))
+                                  quality[mine] if scored else None).arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
