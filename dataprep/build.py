@@ -52,10 +52,10 @@ from dataprep import failure
 from dataprep import report as reporting
 from dataprep.config import BuildConfig, manifest_config
 from dataprep.dedup import describe
-from dataprep.dedup_pass import DedupPass, DedupResult, DuplicateIdError
+from dataprep.dedup_pass import DedupPass, DedupResult
 from dataprep.pack import SplitPacker
 from dataprep.readers import list_inputs
-from dataprep.errors import BuildError, NoDatasetError
+from dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
                              tokenize_chunk, worker_setup)
 from dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
@@ -283,9 +283,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
     with bar:
         for marker in pool.map_ordered(clean_chunk, tasks, tokenize_settled if packing else None):
             if "stop" in marker:
-                file, line, reason, detail = marker["stop"]
-                why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
-                raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
+                raise stopped(marker)
             table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
                                   columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
@@ -293,10 +291,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
             if packing:
                 settled.append((marker["index"], dedup.masks[-1]))
             bar.update(marker["files_done"])
-    try:
-        result = dedup.finish(cfg.run.strict)
-    except DuplicateIdError as e:
-        raise BuildError(str(e)) from None
+    result = dedup.finish()
+    check_ids(result.duplicate_ids, cfg.run.strict)
     if result.kept_docs == 0:
         run["docs_read"] = result.docs_seen
         raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))

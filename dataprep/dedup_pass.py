@@ -41,15 +41,6 @@ DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.strin
                                ("kind", pa.string()), ("similarity", pa.float64())])
 
 
-class DuplicateIdError(ValueError):
-    """--strict and a doc_id seen twice."""
-
-
-def duplicate_id_message(duplicate: list) -> str:
-    source, doc_id = duplicate
-    return f"{source}: doc_id {doc_id!r} appears twice (--strict)"
-
-
 @dataclass
 class DedupResult:
     chunk_rows: list[int] = field(default_factory=list)
@@ -198,12 +189,7 @@ class DedupPass:
         if split == "train":
             r.train_bytes += nbytes
 
-    def finish(self, strict: bool = False) -> DedupResult:
-        """The result; with `strict`, DuplicateIdError on the first repeated doc_id. Both engines raise it
-        only once every chunk is read, so a bad record anywhere is named first, as the Ray engine must
-        (it reads all units before it sees ids)."""
-        if strict and self.result.duplicate_ids:
-            raise DuplicateIdError(duplicate_id_message(self.result.duplicate_ids[0]))
+    def finish(self) -> DedupResult:
         self.result.keep_mask = (np.concatenate(self.masks) if self.masks
                                  else np.zeros(0, bool))
         return self.result

@@ -15,8 +15,8 @@ import numpy as np
 from tqdm import tqdm
 
 from dataprep.config import BuildConfig
-from dataprep.dedup_pass import DedupResult, duplicate_id_message
-from dataprep.errors import BuildError, NoDatasetError
+from dataprep.dedup_pass import DedupResult
+from dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from dataprep.ray_engine import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from dataprep.ray_engine.layout import Ctx, Unit
 from dataprep.readers import InputFile, file_format
@@ -228,9 +228,7 @@ def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
                        [(ctx, Unit(i, f)) for i, f in enumerate(_plan(stages, ctx, files))])
     for m in units:   # the first stop in input order, as the local build reports it
         if "stop" in m:
-            file, line, reason, detail = m["stop"]
-            why = "(--strict)" if m["stop_kind"] == "strict" else "(reader error)"
-            raise BuildError(f"{file}:{line}: {reason}: {detail} {why}")
+            raise stopped(m)
     return units
 
 
@@ -259,8 +257,7 @@ def _dedup_stages(stages: Stages, ctx: Ctx, units: list[dict]) -> DedupResult:
             getattr(result, kind)[0] += s[kind][0]
             getattr(result, kind)[1] += s[kind][1]
         result.duplicate_ids += s["duplicate_ids"]
-    if ctx.cfg.run.strict and result.duplicate_ids:
-        raise BuildError(duplicate_id_message(result.duplicate_ids[0]))
+    check_ids(result.duplicate_ids, ctx.cfg.run.strict)
     if result.kept_docs == 0:
         raise NoDatasetError(f"no documents left after filtering and dedup ({result.docs_seen} "
                              f"read); see the filter thresholds in the config")
