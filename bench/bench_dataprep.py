@@ -28,14 +28,15 @@ decontamination against 200 passages of the corpus, 13-grams) at >= 0.4. Each ta
 pairs' ratios, with the load average, because other processes on a shared machine make single
 figures noisy.
 
-    .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2]
+    .venv/bin/python bench/bench_dataprep.py --engine ray [--mb 64] [--cpus 1 2] [--reps 2] [--pin]
 
 compares `--engine ray` (joining a local Ray instance of N CPUs that the benchmark starts, as a build
 joins a running cluster, so Ray's ~5 s start-up is timed apart; work units of --mb / 16 MB) with
 itself at 1 CPU and with the local
 engine at the same number of workers, on the --mb corpus, and prints the driver's peak RSS (the
 `dataprep build` process alone, not the Ray processes it starts) at --mb / 4 and --mb and its growth
-per input MB.
+per input MB. With --pin each build (the local one with its workers; the Ray instance with the build's
+driver) runs on exactly N cores (CPU affinity), so both engines get the same CPUs.
 """
 from __future__ import annotations
 
@@ -220,6 +221,8 @@ def main() -> None:
     ap.add_argument("--engine", choices=("local", "ray"), default="local")
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="--engine ray: CPU counts")
     ap.add_argument("--reps", type=int, default=1, help="--engine ray: alternating repetitions")
+    ap.add_argument("--pin", action="store_true",
+                    help="--engine ray: run each build on exactly its CPU count of cores (affinity)")
     ap.add_argument("--memory", type=int, nargs="+", metavar="MB",
                     help="only the memory benchmark: one-worker builds at these input sizes")
     ap.add_argument("--dedup-memory-docs", type=int, help="--memory: run.dedup_memory_docs")
@@ -372,14 +375,15 @@ def bench_ray(args) -> None:
     for rep in range(args.reps):
         for cpus in args.cpus:
             sizes = [mb] + ([small] if rep == 0 and cpus == args.cpus[0] else [])
-            with _ray_instance(cpus) as (address, start_s):
+            with _pinned(cpus, args.pin), _ray_instance(cpus) as (address, start_s):
                 for m in sizes:
                     runs.setdefault(("ray", cpus, m), []).append(
                         _one(corpora[m], args, model, ref, "ray", cpus, address))
             print(f"          (Ray start-up with {cpus} CPU(s): {start_s:.1f} s, not in the wall "
                   f"times)")
-            runs.setdefault(("local", cpus, mb), []).append(
-                _one(corpora[mb], args, model, ref, "local", cpus, None))
+            with _pinned(cpus, args.pin):
+                runs.setdefault(("local", cpus, mb), []).append(
+                    _one(corpora[mb], args, model, ref, "local", cpus, None))
     lo, hi = args.cpus[0], args.cpus[-1]
     pairs = [a["mbps"] / b["mbps"] for a, b in zip(runs[("ray", hi, mb)], runs[("ray", lo, mb)])]
     print(f"ray {hi} CPUs / {lo} CPU: {statistics.median(pairs):.2f} median of {len(pairs)} "
@@ -419,6 +423,23 @@ def _one(corpus: Path, args, model: Path, ref: float, engine: str, cpus: int,
         print(f"          partitions {ray_rep['partitions']}, units {ray_rep['units']}; stage wall s "
               f"{ray_rep['stage_s']}; task CPU s {ray_rep['task_cpu_s']}")
     return row
+
+
+@contextlib.contextmanager
+def _pinned(cpus: int, pin: bool):
+    """With --pin, this process and everything it starts (the build and its workers, or the Ray
+    instance with its raylet, workers and the build's driver) run on the first `cpus` cores, so "N
+    CPUs" means N cores for both engines: a local build with one worker otherwise tokenizes on a
+    second core, and Ray's driver and raylet run beside a 1-CPU worker."""
+    if not pin:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(before)[:cpus])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @contextlib.contextmanager

@@ -52,8 +52,10 @@ from dataprep import failure
 from dataprep import report as reporting
 from dataprep.config import BuildConfig, manifest_config
 from dataprep.dedup import describe
-from dataprep.dedup_pass import DedupPass, DedupResult
+from dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
+                                 DUPLICATES_SCHEMA, DedupPass, DedupResult)
 from dataprep.pack import SplitPacker
+from dataprep.parquet_stream import InOrderParquet
 from dataprep.readers import list_inputs
 from dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
@@ -280,23 +282,25 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         packing.add(tokenize_chunk(packing.task(*settled.popleft())))
         return True
 
-    with bar:
+    with bar, InOrderParquet(work.staging / DUPLICATES_FILE, DUPLICATES_SCHEMA) as duplicates, \
+            InOrderParquet(work.staging / ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA) as attributes:
         for marker in pool.map_ordered(clean_chunk, tasks, tokenize_settled if packing else None):
             if "stop" in marker:
                 raise stopped(marker)
             table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
                                   columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
-            dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
+            decided = dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
+            duplicates.add(decided.duplicates)
+            attributes.add(decided.attributes)
             if packing:
-                settled.append((marker["index"], dedup.masks[-1]))
+                settled.append((marker["index"], decided.keep))
             bar.update(marker["files_done"])
-    result = dedup.finish()
-    check_ids(result.duplicate_ids, cfg.run.strict)
-    if result.kept_docs == 0:
-        run["docs_read"] = result.docs_seen
-        raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))
-    dedup.write_duplicates(work.staging)
+        result = dedup.finish()
+        check_ids(result.duplicate_ids, cfg.run.strict)
+        if result.kept_docs == 0:
+            run["docs_read"] = result.docs_seen
+            raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))
     result.save(work.root)
     return result
 
@@ -375,8 +379,10 @@ class PackStage:
     def close(self):
         """(SplitInfo per split, tail tokens dropped per split, document length histogram)."""
         closed = {s: self.packers[s].close() for s in SPLITS}
-        hist = reporting.length_histogram(np.concatenate(
-            [np.zeros(0, np.int32)] + [x for p in self.packers.values() for x in p.doc_tokens]))
+        bins = np.zeros(0, np.int64)
+        for p in self.packers.values():
+            bins = reporting.add_bins(bins, p.length_bins)
+        hist = reporting.histogram_of_bins(bins)
         return {s: c[0] for s, c in closed.items()}, {s: c[1] for s, c in closed.items()}, hist
 
 

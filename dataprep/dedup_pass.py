@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import json
 import shutil
+import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,14 @@ class DedupResult:
         return cls(**d, keep_mask=np.load(root / "dedup_keep.npy"))
 
 
+@dataclass
+class Decisions:
+    """What stage 2 decided for one chunk of stage-1 output."""
+    keep: np.ndarray         # bool per row
+    duplicates: pa.Table     # its rows of dedup/duplicates.parquet, in input order
+    attributes: pa.Table     # its rows of documents/attributes.parquet
+
+
 class DedupPass:
     # the stage-1 columns `consume` reads
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
@@ -88,24 +97,21 @@ class DedupPass:
                  spill: Path | None = None, hot_docs: int = 1 << 15):
         """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
         near-threshold pairs exactly (without it, the signature estimate decides alone).
-        `spill`: a directory for the LSH index's segments (NearDedup): memory then holds the
-        signatures and band entries of at most `hot_docs` kept documents, whatever the corpus;
-        anything in it is from an earlier try of this stage and is removed first."""
+        `spill`: a directory for the LSH index's segments (NearDedup) and the seen ids and exact
+        keys (SeenStore): memory then holds the signatures and band entries of at most `hot_docs`
+        kept documents, whatever the corpus; anything in it is from an earlier try of this stage
+        and is removed first. Without it everything stays in memory."""
         self.texts = texts
         if spill is not None:
             shutil.rmtree(spill, ignore_errors=True)
         self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None,
                               spill=spill, hot_docs=hot_docs)
-        self.kept_at: dict[str, tuple[int, int]] = {}    # kept doc_id -> (chunk, row)
+        self.seen = SeenStore(spill / "seen.sqlite" if spill is not None else None)
         self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
-        self.seen_ids: set[str] = set()
-        self.exact_keys: dict[bytes, str] = {}
-        self.rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
         self.result = DedupResult()
         self.masks: list[np.ndarray] = []
-        self.attributes: list[pa.Table] = []   # one small table per chunk
 
-    def consume(self, table: pa.Table, sig_dtype: np.dtype) -> None:
+    def consume(self, table: pa.Table, sig_dtype: np.dtype) -> Decisions:
         """One chunk of stage-1 output, in input order.
 
         Near dedup runs on the whole chunk at once (NearDedup.add_many gives what `add` would, in
@@ -115,22 +121,29 @@ class DedupPass:
         duplicates.parquet, do not depend on where the chunk boundaries fall."""
         c = {name: table.column(name).to_pylist()
              for name in ("doc_id", "source", "reason", "key", "sig", "bytes_clean", "split")}
+        chunk = len(self.masks)
         keep = np.zeros(table.num_rows, bool)
         drops: list[tuple] = []   # (row, doc_id, kept_doc_id, kind, similarity, bytes)
         near_rows, first_row, same_as = [], {}, {}
+        earlier_ids = self.seen.known_ids(c["doc_id"])
+        earlier_keys = self.seen.kept_keys(c["key"])
+        new_ids: dict[str, int] = {}     # doc_id -> row, the first time it is seen
         for i, doc_id in enumerate(c["doc_id"]):
-            if not self._new_id(doc_id, c["source"][i]) or c["reason"][i]:
+            if doc_id in earlier_ids or doc_id in new_ids:
+                self.result.duplicate_ids.append([c["source"][i], doc_id])
+                continue
+            new_ids[doc_id] = i
+            if c["reason"][i]:
                 continue
             key = c["key"][i]
-            if key in self.exact_keys:
-                drops.append((i, doc_id, self.exact_keys[key], "exact", 1.0, c["bytes_clean"][i]))
+            if key in earlier_keys:
+                drops.append((i, doc_id, earlier_keys[key], "exact", 1.0, c["bytes_clean"][i]))
                 continue
             if key in first_row:
                 same_as[i] = first_row[key]
             else:
                 first_row[key] = i
             near_rows.append(i)
-        chunk = len(self.masks)
         if near_rows:
             sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
             text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]])
@@ -142,24 +155,25 @@ class DedupPass:
                     drops.append((i, c["doc_id"][i], c["doc_id"][j], "exact", 1.0, c["bytes_clean"][i]))
                 elif hit is None:
                     keep[i] = True
-                    self._kept(c["doc_id"][i], c["key"][i], c["bytes_clean"][i], c["split"][i])
-                    if self.texts is not None:
-                        self.kept_at[c["doc_id"][i]] = (chunk, i)
+                    self._kept(c["bytes_clean"][i], c["split"][i])
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
+        self.seen.add(chunk, new_ids, keep, c["key"])
         fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
         for i, _, _, kind, _, _ in drops:
             fate[i] = kind
-        self.attributes.append(attributes_table(table, fate))
+        rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
         for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
             counts = self.result.exact if kind == "exact" else self.result.near
             counts[0] += 1
             counts[1] += nbytes
             for name, value in zip(DUPLICATES_SCHEMA.names, (doc_id, kept, kind, sim)):
-                self.rows[name].append(value)
+                rows[name].append(value)
         self.result.docs_seen += table.num_rows
         self.result.chunk_rows.append(table.num_rows)
         self.masks.append(keep)
+        return Decisions(keep, pa.table(rows, schema=DUPLICATES_SCHEMA),
+                         attributes_table(table, fate))
 
     def _chunk_texts(self, chunk: int) -> list:
         """The texts of a consumed chunk (the last few read are kept)."""
@@ -170,19 +184,10 @@ class DedupPass:
         return self._texts[chunk]
 
     def _kept_text(self, doc_id: str) -> str:
-        chunk, row = self.kept_at[doc_id]
+        chunk, row = self.seen.where(doc_id)
         return self._chunk_texts(chunk)[row]
 
-
-    def _new_id(self, doc_id: str, source: str) -> bool:
-        if doc_id not in self.seen_ids:
-            self.seen_ids.add(doc_id)
-            return True
-        self.result.duplicate_ids.append([source, doc_id])
-        return False
-
-    def _kept(self, doc_id: str, key: bytes, nbytes: int, split: str) -> None:
-        self.exact_keys[key] = doc_id
+    def _kept(self, nbytes: int, split: str) -> None:
         r = self.result
         r.kept_docs += 1
         r.kept_bytes += nbytes
@@ -194,17 +199,47 @@ class DedupPass:
                                  else np.zeros(0, bool))
         return self.result
 
-    def write_duplicates(self, staging: Path) -> None:
-        path = staging / DUPLICATES_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            pq.write_table(pa.table(self.rows, schema=DUPLICATES_SCHEMA), tmp, compression="zstd")
-        path = staging / ATTRIBUTES_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        table = (pa.concat_tables(self.attributes) if self.attributes
-                 else ATTRIBUTES_SCHEMA.empty_table())
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
+
+class SeenStore:
+    """Every doc_id seen so far, and the exact key, chunk and row of every kept document, in SQLite: on
+    disk under the work dir (its page cache bounded) for a build, so the main process does not grow
+    with the corpus; in memory without a path. Queried a chunk at a time."""
+    _BATCH = 900    # parameters per query: below every SQLite build's limit
+
+    def __init__(self, path: Path | None):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)    # an earlier try's
+        self.db = sqlite3.connect(str(path) if path is not None else ":memory:")
+        # scratch state: a killed stage 2 starts again from an empty store, so no journal, no fsync
+        self.db.executescript(
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8192;"
+            "CREATE TABLE ids (id TEXT PRIMARY KEY, chunk INTEGER, row INTEGER) WITHOUT ROWID;"
+            "CREATE TABLE keys (key BLOB PRIMARY KEY, doc_id TEXT) WITHOUT ROWID;")
+
+    def _select(self, sql: str, values: list) -> list:
+        out = []
+        for s in range(0, len(values), self._BATCH):
+            part = values[s:s + self._BATCH]
+            out += self.db.execute(sql.format(",".join("?" * len(part))), part).fetchall()
+        return out
+
+    def known_ids(self, ids: list[str]) -> set[str]:
+        return {r[0] for r in self._select("SELECT id FROM ids WHERE id IN ({})", ids)}
+
+    def kept_keys(self, keys: list[bytes]) -> dict[bytes, str]:
+        return dict(self._select("SELECT key, doc_id FROM keys WHERE key IN ({})", keys))
+
+    def add(self, chunk: int, new_ids: dict[str, int], keep: np.ndarray, keys: list[bytes]) -> None:
+        """The chunk's first-seen ids (doc_id -> row), with chunk and row for the kept ones."""
+        self.db.executemany("INSERT INTO ids VALUES (?, ?, ?)",
+                            [(d, chunk, r) if keep[r] else (d, None, None) for d, r in new_ids.items()])
+        self.db.executemany("INSERT OR REPLACE INTO keys VALUES (?, ?)",
+                            [(keys[r], d) for d, r in new_ids.items() if keep[r]])
+
+    def where(self, doc_id: str) -> tuple[int, int]:
+        """(chunk, row) of a kept document."""
+        return self.db.execute("SELECT chunk, row FROM ids WHERE id = ?", (doc_id,)).fetchone()
 
 
 def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:

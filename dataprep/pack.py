@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dataprep import report as reporting
 from dataprep.shards import ShardWriter
 from loader.manifest import SplitInfo
 
@@ -130,7 +131,7 @@ class SplitPacker:
         self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
         self.samples = 0
         self.docs = 0
-        self.doc_tokens: list[np.ndarray] = []  # per-document lengths, for the report's histogram
+        self.length_bins = np.zeros(0, np.int64)   # the report's document length histogram
 
     def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str],
             quality: np.ndarray | None = None) -> None:
@@ -138,7 +139,7 @@ class SplitPacker:
             return
         self.provenance.add(lens, doc_ids, quality)
         self.docs += len(lens)
-        self.doc_tokens.append(lens - 1)
+        self.length_bins = reporting.add_bins(self.length_bins, reporting.length_bins(lens - 1))
         buf = np.concatenate([self._carry, tokens])
         full = buf.size // self.L
         if full:

@@ -19,20 +19,21 @@ from dataprep.per_file import per_file_counts
 from mspretrain.files import atomic_write_bytes, atomic_write_json
 
 
-def length_histogram(doc_tokens: np.ndarray) -> dict:
-    """Documents per power-of-two token-length bin: {"<=1": n, "2-3": n, "4-7": n, ...}."""
-    if doc_tokens.size == 0:
-        return {}
-    return histogram_of_bins(length_bins(doc_tokens))
-
-
 def length_bins(doc_tokens: np.ndarray) -> np.ndarray:
     """Documents per power-of-two bin (bin k: lengths 2**k .. 2**(k+1) - 1; 0 and 1 in bin 0)."""
     return np.bincount(np.floor(np.log2(np.maximum(doc_tokens, 1))).astype(int))
 
 
+def add_bins(total: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    """Two length_bins counts summed (the longer one's length)."""
+    out = np.zeros(max(len(total), len(bins)), np.int64)
+    out[:len(total)] += total
+    out[:len(bins)] += bins
+    return out
+
+
 def histogram_of_bins(bins) -> dict:
-    """length_histogram's dict from (summed) length_bins."""
+    """Documents per power-of-two token-length bin, from (summed) length_bins: {"<=1": n, "2-3": n, ...}."""
     out = {}
     for k, n in enumerate(bins.tolist()):
         if n:

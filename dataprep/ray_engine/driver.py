@@ -342,7 +342,5 @@ def _write_stage(stages: Stages, ctx: Ctx, tokens: list[dict]):
         splits[split] = SplitInfo(totals[split], totals[split] * L, shards)
     bins = np.zeros(0, np.int64)
     for m in prov:
-        b = np.asarray(m["length_bins"], np.int64)
-        bins = np.pad(bins, (0, max(0, len(b) - len(bins))))
-        bins[:len(b)] += b
+        bins = reporting.add_bins(bins, np.asarray(m["length_bins"], np.int64))
     return splits, tails, reporting.histogram_of_bins(bins)

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
                                  DUPLICATES_SCHEMA, DedupPass)
+from dataprep.parquet_stream import InOrderParquet
 from dataprep.ray_engine.layout import (Ctx, done, finish, read_parquets, unit_files,
                                         write_by_unit, write_parquet)
 from dataprep.ray_engine.shuffle import part_files
@@ -31,7 +32,6 @@ DROPS_SCHEMA = pa.schema([("order", pa.int64()), ("doc_id", pa.string()),
                           ("kept_doc_id", pa.string()), ("kind", pa.string()),
                           ("similarity", pa.float64()), ("bytes", pa.int64())])
 DUPIDS_SCHEMA = pa.schema([("order", pa.int64()), ("source", pa.string()), ("doc_id", pa.string())])
-PARQUET_ROW_GROUP = 1 << 20   # pyarrow's default: duplicates.parquet's row groups as written locally
 
 
 def per_partition(stage: str):
@@ -146,13 +146,14 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
     if t is not None:
         cfg = ctx.cfg
         texts = t.column("text").to_pylist()
-        dp = DedupPass(cfg.dedup, texts=lambda chunk: texts)
-        dp.consume(t, np.dtype(sig_dtype or "uint32"))
-        dropped = np.flatnonzero(~dp.masks[-1])
-        if len(dropped) != len(dp.rows["doc_id"]):   # every group member is kept or dropped
+        decided = DedupPass(cfg.dedup, texts=lambda chunk: texts).consume(
+            t, np.dtype(sig_dtype or "uint32"))
+        dropped = np.flatnonzero(~decided.keep)
+        rows = decided.duplicates.to_pydict()
+        if len(dropped) != len(rows["doc_id"]):   # every group member is kept or dropped
             raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
-                               f"{len(dp.rows['doc_id'])} drops")
-        out = {**dp.rows, "order": t.column("order").take(pa.array(dropped)),
+                               f"{len(rows['doc_id'])} drops")
+        out = {**rows, "order": t.column("order").take(pa.array(dropped)),
                "bytes": t.column("bytes_clean").take(pa.array(dropped))}
     write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
     return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"])}
@@ -173,28 +174,14 @@ def write_attributes(ctx: Ctx, units: int) -> dict:
 
 
 def _write_in_order(ctx: Ctx, name: str, file: str, schema: pa.Schema, units: int, unit_rows) -> dict:
-    """Stream the rows of every unit (`unit_rows(u)`, in input order) into one parquet file, in the row
-    groups that one write of the whole table gives, so the bytes equal the local engine's file."""
+    """Stream the rows of every unit (`unit_rows(u)`, in input order) into one parquet file whose
+    bytes equal the local engine's (parquet_stream.InOrderParquet)."""
     marker = ctx.marker(name, "all")
     if (m := done(marker)) is not None:
         return m
-    path = ctx.work.staging / file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        pending, rows, total = [], 0, 0
+    with InOrderParquet(ctx.work.staging / file, schema) as out:
         for u in range(units):
             t = unit_rows(u)
-            if t is None:
-                continue
-            pending.append(t.select(schema.names).cast(schema))
-            rows += t.num_rows
-            while rows >= PARQUET_ROW_GROUP:
-                merged = pa.concat_tables(pending)
-                writer.write_table(merged.slice(0, PARQUET_ROW_GROUP))
-                pending, rows = [merged.slice(PARQUET_ROW_GROUP)], rows - PARQUET_ROW_GROUP
-                total += PARQUET_ROW_GROUP
-        if rows or total == 0:
-            merged = pa.concat_tables(pending) if pending else schema.empty_table()
-            writer.write_table(merged)
-            total += rows
-    return finish(marker, {"rows": total})
+            if t is not None:
+                out.add(t)
+    return finish(marker, {"rows": out.rows})

@@ -57,8 +57,6 @@ def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
         if not len(lens):
             continue
         stream.add(lens, part.doc_ids, part.quality)
-        b = reporting.length_bins(lens - 1)
-        bins = np.pad(bins, (0, max(0, len(b) - len(bins))))
-        bins[:len(b)] += b
+        bins = reporting.add_bins(bins, reporting.length_bins(lens - 1))
     stream.close()
     return finish(marker, {"split": split, "length_bins": bins.tolist(), "tokens": stream.stream})

@@ -65,17 +65,18 @@ def test_dedup_pass_holds_a_bounded_index_and_decides_as_without_spilling(tmp_pa
     all_sigs = np.concatenate([base, copies])
     spilled = DedupPass(cfg, spill=tmp_path / "near", hot_docs=64)
     whole = DedupPass(cfg)
+    rows = {"spilled": [], "whole": []}
     for start in range(0, len(all_sigs), 100):
         table = _chunk(np.random.default_rng(start), start, 100, all_sigs[start:start + 100])
-        spilled.consume(table, np.dtype("uint32"))
-        whole.consume(table, np.dtype("uint32"))
+        rows["spilled"].append(spilled.consume(table, np.dtype("uint32")).duplicates)
+        rows["whole"].append(whole.consume(table, np.dtype("uint32")).duplicates)
         assert spilled.near.docs_in_memory < 64 + 100
     a, b = spilled.finish(), whole.finish()
     assert a.near == b.near and a.near[0] == 200 and (a.keep_mask == b.keep_mask).all()
-    assert spilled.rows == whole.rows
+    assert pa.concat_tables(rows["spilled"]).equals(pa.concat_tables(rows["whole"]))
     # a segment each time a chunk's kept documents bring memory to 64 or more: the 4 chunks of
     # distinct documents; the near duplicates after them are never kept
-    assert spilled.near.segments == 4 and len(list((tmp_path / "near").iterdir())) == 8
+    assert spilled.near.segments == 4 and len(list((tmp_path / "near").glob("*.npy"))) == 8
     assert spilled.near.docs_in_memory == 0 and len(spilled.near) == 400
 
 
@@ -93,3 +94,39 @@ def test_a_build_whose_index_spills_writes_the_same_bytes(corpus, reference, tmp
     assert len(segments) >= 10               # the index really went to disk, many times
     assert dataset_bytes(out) == dataset_bytes(reference)
     assert not (out / ".build").exists()
+
+
+def test_repeated_ids_and_exact_keys_are_caught_across_chunks_from_the_store_on_disk(tmp_path):
+    """The seen ids and kept exact keys live in SQLite under the spill dir: every repeat is caught,
+    in the same chunk or any earlier one, as a plain in-order set/dict pass decides."""
+    cfg = DedupConfig()
+    rng = np.random.default_rng(7)
+    n, per_chunk = 600, 50
+    ids = [f"doc-{i}" for i in rng.integers(0, 450, n)]          # ~1/4 repeated ids
+    keys = [bytes([k]) * 16 for k in rng.integers(0, 255, n)]     # many exact repeats
+    sigs = rng.integers(0, 2**32, size=(n, cfg.num_perm), dtype=np.uint32)   # no near pairs
+    seen, kept_keys, want = set(), {}, []
+    for d, k in zip(ids, keys):
+        if d in seen:
+            want.append(("duplicate_doc_id", None))
+            continue
+        seen.add(d)
+        if k in kept_keys:
+            want.append(("exact", kept_keys[k]))
+        else:
+            kept_keys[k] = d
+            want.append(("kept", None))
+    dp = DedupPass(cfg, spill=tmp_path / "near", hot_docs=64)
+    got, dups = [], []
+    for s in range(0, n, per_chunk):
+        t = _chunk(rng, s, per_chunk, sigs[s:s + per_chunk])
+        t = t.set_column(0, "doc_id", pa.array(ids[s:s + per_chunk]))
+        t = t.set_column(t.schema.get_field_index("key"), "key", pa.array(keys[s:s + per_chunk]))
+        decided = dp.consume(t, np.dtype("uint32"))
+        got += decided.attributes.column("fate").to_pylist()
+        dups += zip(decided.duplicates.column("doc_id").to_pylist(),
+                    decided.duplicates.column("kept_doc_id").to_pylist())
+    assert got == [fate for fate, _ in want]
+    assert dups == [(d, k) for d, (fate, k) in zip(ids, want) if fate == "exact"]
+    assert len(dp.finish().duplicate_ids) == want.count(("duplicate_doc_id", None)) > 100
+    assert (tmp_path / "near" / "seen.sqlite").stat().st_size > 0
