@@ -292,6 +292,7 @@ class Llama(nn.Cell):
                                                  args.reset_position_ids, flash, args.max_documents)
             cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
+            self.gather_cos, self.gather_sin = ops.Gather(), ops.Gather()   # the tables' rows per token
 
     def documents(self, tokens):
         """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
@@ -301,9 +302,10 @@ class Llama(nn.Cell):
             mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
         if pos is None:
             return mask, None, None
-        cos = ops.stop_gradient(ops.gather(self.rope_cos, pos, 0).expand_dims(1))
-        return mask, cos, ops.stop_gradient(ops.gather(self.rope_sin, pos, 0).expand_dims(1))
-
+        b, s = pos.shape
+        cos = self.gather_cos(self.rope_cos, pos, 0).reshape(b, 1, s, -1)
+        sin = self.gather_sin(self.rope_sin, pos, 0).reshape(b, 1, s, -1)
+        return mask, ops.stop_gradient(cos), ops.stop_gradient(sin)
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)

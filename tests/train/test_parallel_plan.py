@@ -210,7 +210,8 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=False):
+def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=True):
+    """docs: packed-document masking and position reset, on as in the default config."""
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
                            num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash,
@@ -436,7 +437,8 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     cfg = ascend(**{**sets, "run.dir": str(tmp_path / "run")})
     world = 4
     dist = layout(cfg, 3, world)
-    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype), seed=0)
+    # the dataset's EOS id, as the trainer passes it: packed-document masking is on by default
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
     loss = CausalLMLoss(model, 128)
     opt = build_optimizer(loss.trainable_params(), cfg.optim)
     piped = pipeline_loss_cell(cfg, loss)
