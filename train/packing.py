@@ -136,8 +136,8 @@ class DocumentBoundaries(nn.Cell):
             self.not_last = Tensor(np.arange(s).reshape(1, -1) < s - 1)
             self.gap = Tensor((s - 1 - np.arange(s, dtype=np.float32)).reshape(1, -1))
             # TopK's values negated back, except the last slot, which is always the sample's end S
-            self.negate_but_last = Tensor(np.append(-np.ones(limit - 1, np.float32), 0.0).reshape(1, -1))
-            self.last_end = Tensor(np.append(np.zeros(limit - 1, np.float32), float(s)).reshape(1, -1))
+            self.negate_but_last = Tensor(np.append(-np.ones(limit - 1), 0.0).astype(np.float32).reshape(1, -1))
+            self.last_end = Tensor(np.append(np.zeros(limit - 1), s).astype(np.float32).reshape(1, -1))
             self.ends_at, self.cast_ends, self.weigh_ends = ops.LogicalAnd(), ops.Cast(), ops.Mul()
             self.negate, self.smallest = ops.Sub(), ops.TopK(sorted=True)
             self.restore, self.close, self.offset = ops.Mul(), ops.Add(), ops.Add()

@@ -269,7 +269,8 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
     return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
             OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
             OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
-            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,))]
+            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,)),
+            OpShard(prefix, "cast_weight", "Cast", ((1,),))]
 
 
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
@@ -288,7 +289,8 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
             *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
                                                                      "mul_sin2")],
             OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
-            OpShard(rot, "concat", "Concat", (heads, heads))]
+            OpShard(rot, "concat", "Concat", (heads, heads)),
+            OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
     if flash and varlen:
         # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
         # ends [B * L] by batch shard (each shard's restart at 0: train/packing.py)
@@ -352,7 +354,9 @@ def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bo
 def _loss_ops(dp: int, mp: int) -> list:
     """Cross entropy on logits split by vocabulary ([B*S, V] as (dp, mp)): reductions over V."""
     v, row = (dp, mp), (dp, 1)
-    return [OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
+    return [OpShard("loss", "inputs", "StridedSlice", ((dp, 1),)),      # input_ids [B, S+1] -> tokens
+            OpShard("loss", "targets", "StridedSlice", ((dp, 1),)),     # and labels [B, S]
+            OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
             OpShard("loss", "shift", "Sub", (v, row)), OpShard("loss", "exp", "Exp", (v,)),
             OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
             OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
@@ -368,7 +372,8 @@ def _loss_ops(dp: int, mp: int) -> list:
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
     # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
     if tied:
-        return [OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
+        # the embedding table (split by vocabulary: tying needs vocab_emb_dp off) cast to the compute dtype
+        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
     return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
 
 

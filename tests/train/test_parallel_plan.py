@@ -331,7 +331,7 @@ def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
     tied = _model(tie=True)
     annotate(make_plan(tied_cfg), tied, _loss(tied))
     assert tied.tied_head.attrs["in_strategy"] == ((1, 1), (2, 1)) and _model().tied_head is None
-    with pytest.raises(RuntimeError, match="loss.cast not found"):
+    with pytest.raises(RuntimeError, match="loss.inputs not found"):
         annotate(make_plan(tied_cfg), _model(tie=True))          # the plan's loss ops need the loss cell
     # a plan for 4 layers on a 2-layer model: layers.2 is missing
     with pytest.raises(RuntimeError, match="layers.2.attention.wq.matmul not found"):
