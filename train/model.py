@@ -99,13 +99,13 @@ class RMSNorm(nn.Cell):
         # primitives held so that train.parallel can give each one a strategy
         self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
         self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
-        self.scale, self.cast_out = ops.Mul(), ops.Cast()
+        self.scale, self.cast_out, self.cast_weight = ops.Mul(), ops.Cast(), ops.Cast()
 
     def construct(self, x):
         xf = self.cast_in(x, mstype.float32)
         var = self.mean(self.square(xf), -1)
         y = self.normalize(xf, self.rsqrt(self.add_eps(var, self.eps)))
-        return self.cast_out(self.scale(y, self.weight.astype(mstype.float32)), x.dtype)
+        return self.cast_out(self.scale(y, self.cast_weight(self.weight, mstype.float32)), x.dtype)
 
 
 def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -126,12 +126,13 @@ class Rotary(nn.Cell):
         self.mul_cos1, self.mul_sin1 = ops.Mul(), ops.Mul()
         self.mul_cos2, self.mul_sin2 = ops.Mul(), ops.Mul()
         self.sub, self.add, self.concat = ops.Sub(), ops.Add(), ops.Concat(-1)
+        self.cast_cos, self.cast_sin = ops.Cast(), ops.Cast()
 
     def construct(self, x, cos=None, sin=None):
         """`cos`/`sin`: per-token tables [B, 1, S, D/2] when positions restart at each document."""
         x1, x2 = self.split(x)
-        cos = (self.cos if cos is None else cos).astype(x.dtype)
-        sin = (self.sin if sin is None else sin).astype(x.dtype)
+        cos = self.cast_cos(self.cos if cos is None else cos, x.dtype)
+        sin = self.cast_sin(self.sin if sin is None else sin, x.dtype)
         first = self.sub(self.mul_cos1(x1, cos), self.mul_sin1(x2, sin))
         second = self.add(self.mul_cos2(x2, cos), self.mul_sin2(x1, sin))
         return self.concat((first, second))
@@ -213,8 +214,9 @@ class Attention(nn.Cell):
         rep = self.num_heads // self.kv_heads
         if rep > 1:  # each KV head serves `rep` consecutive query heads
             b, _, s, hd = k.shape
-            k = self.repeat_kv(k.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
-            v = self.repeat_kv(v.expand_dims(2), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+            nkv = self.kv_heads
+            k = self.repeat_kv(k.reshape(b, nkv, 1, s, hd), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+            v = self.repeat_kv(v.reshape(b, nkv, 1, s, hd), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
         scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
         if masked is None:
             scores = self.mask(scores, self.future, -1e9)
@@ -285,6 +287,7 @@ class Llama(nn.Cell):
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
+        self.cast_table = ops.Cast() if args.tie_embeddings else None
         self.boundaries = None
         if args.document_mask or args.reset_position_ids:
             flash = args.flash_attention and args.document_mask
@@ -292,6 +295,7 @@ class Llama(nn.Cell):
                                                  args.reset_position_ids, flash, args.max_documents)
             cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
+            self.gather_cos, self.gather_sin = ops.Gather(), ops.Gather()   # the tables' rows per token
 
     def documents(self, tokens):
         """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
@@ -301,9 +305,10 @@ class Llama(nn.Cell):
             mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
         if pos is None:
             return mask, None, None
-        cos = ops.stop_gradient(ops.gather(self.rope_cos, pos, 0).expand_dims(1))
-        return mask, cos, ops.stop_gradient(ops.gather(self.rope_sin, pos, 0).expand_dims(1))
-
+        b, s = pos.shape
+        cos = self.gather_cos(self.rope_cos, pos, 0).reshape(b, 1, s, -1)
+        sin = self.gather_sin(self.rope_sin, pos, 0).reshape(b, 1, s, -1)
+        return mask, ops.stop_gradient(cos), ops.stop_gradient(sin)
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
@@ -313,7 +318,7 @@ class Llama(nn.Cell):
         h = self.norm(h)
         if self.output is None:
             b, s, d = h.shape
-            table = self.tok_embeddings.embedding_table.astype(h.dtype)
+            table = self.cast_table(self.tok_embeddings.embedding_table, h.dtype)
             return self.tied_head(h.reshape(b * s, d), table).reshape(b, s, -1)
         return self.output(h)
 
@@ -347,10 +352,12 @@ class CausalLMLoss(nn.Cell):
         self.keep, self.cast_keep, self.masked = ops.NotEqual(), ops.Cast(), ops.Mul()
         self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
         self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
+        self.inputs, self.targets = ops.StridedSlice(), ops.StridedSlice()   # [B, S+1] -> [B, S] twice
 
     def construct(self, input_ids):
-        tokens = input_ids[:, :-1]
-        labels = input_ids[:, 1:].reshape(-1)
+        b, s1 = input_ids.shape
+        tokens = self.inputs(input_ids, (0, 0), (b, s1 - 1), (1, 1))
+        labels = self.targets(input_ids, (0, 1), (b, s1), (1, 1)).reshape(-1)
         logits = self.cast(self.model(tokens), mstype.float32).reshape(-1, self.vocab_size)
         top = ops.stop_gradient(self.max(logits, -1))
         shifted = self.shift(logits, top)                     # log-sum-exp without overflow

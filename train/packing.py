@@ -99,6 +99,11 @@ class DocumentBoundaries(nn.Cell):
     attention), or with `flash` the cumulative document ends int64 [B * L] for the TND kernel; None
     when `document_mask` is off.
     positions: int32 [B, S] restarting at each document; None when `reset_positions` is off.
+
+    Every operation is a primitive held here, so that the parallel plan gives each one a strategy
+    (train.parallel): all of them work along the sequence of one sample, so only the batch is split.
+    Per-sample constants broadcast from [1, S] (or [1, L]) tables instead of being materialised per
+    batch, and the per-shard offsets of the document ends are a constant of the batch size.
     """
 
     def __init__(self, eos_id: int, seq_length: int, document_mask: bool, reset_positions: bool,
@@ -112,44 +117,65 @@ class DocumentBoundaries(nn.Cell):
         self.document_mask, self.reset_positions, self.flash = document_mask, reset_positions, flash
         self.limit = min(int(max_documents), self.s)
         self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.annotate)
-        self.idx = Tensor(np.arange(self.s, dtype=np.int32).reshape(1, -1))
-        self.future = Tensor(np.triu(np.ones((self.s, self.s), np.bool_), 1))
+        s, limit = self.s, self.limit
+        self.is_eos = ops.Equal()
+        if (document_mask and not flash) or reset_positions:
+            self.cast_eos = ops.Cast()
+        if document_mask and not flash:
+            self.future = Tensor(np.triu(np.ones((s, s), np.bool_), 1))
+            self.count_eos = ops.CumSum(exclusive=True)     # document index: EOS strictly before
+            self.other_doc, self.or_future = ops.NotEqual(), ops.LogicalOr()
+        if reset_positions:
+            self.idx = Tensor(np.arange(s, dtype=np.int32).reshape(1, -1))
+            self.drop_last, self.first = ops.StridedSlice(), ops.StridedSlice()
+            self.zeros, self.shift = ops.ZerosLike(), ops.Concat(1)
+            self.starts, self.last_start, self.positions = ops.Mul(), ops.Cummax(1), ops.Sub()
+        if document_mask and flash:
+            # an EOS before the last slot ends a document at i + 1; as negated float32 (exact below
+            # 2**24) the smallest ends are the largest values, which TopK sorts on every device
+            self.not_last = Tensor(np.arange(s).reshape(1, -1) < s - 1)
+            self.gap = Tensor((s - 1 - np.arange(s, dtype=np.float32)).reshape(1, -1))
+            # TopK's values negated back, except the last slot, which is always the sample's end S
+            self.negate_but_last = Tensor(np.append(-np.ones(limit - 1), 0.0).astype(np.float32).reshape(1, -1))
+            self.last_end = Tensor(np.append(np.zeros(limit - 1), s).astype(np.float32).reshape(1, -1))
+            self.ends_at, self.cast_ends, self.weigh_ends = ops.LogicalAnd(), ops.Cast(), ops.Mul()
+            self.negate, self.smallest = ops.Sub(), ops.TopK(sorted=True)
+            self.restore, self.close, self.offset = ops.Mul(), ops.Add(), ops.Add()
+            self.cast_out = ops.Cast()
 
     def construct(self, tokens):
-        eos = ops.equal(tokens, self.eos_id)
+        eos = self.is_eos(tokens, self.eos_id)
+        e = None
+        if (self.document_mask and not self.flash) or self.reset_positions:
+            e = self.cast_eos(eos, mstype.int32)
         mask = None
         if self.document_mask:
-            mask = self.seq_ends(eos) if self.flash else self.masked(eos)
-        pos = self.positions(eos) if self.reset_positions else None
+            mask = self.seq_ends(eos) if self.flash else self.masked(e)
+        pos = self.positions_of(e) if self.reset_positions else None
         return mask, pos
 
-    def masked(self, eos):
+    def masked(self, e):
         """bool [B, 1, S, S]: True where key j is in another document than query i, or after it."""
-        e = eos.astype(mstype.int32)
-        doc = ops.cumsum(e, 1) - e
-        other = ops.not_equal(doc.expand_dims(2), doc.expand_dims(1))
-        return ops.logical_or(other, self.future).expand_dims(1)
+        b, s = e.shape
+        doc = self.count_eos(e, 1)
+        other = self.other_doc(doc.reshape(b, s, 1), doc.reshape(b, 1, s))
+        return self.or_future(other, self.future).reshape(b, 1, s, s)
 
-    def positions(self, eos):
-        b = eos.shape[0]
-        idx = ops.broadcast_to(self.idx, (b, self.s))
-        after_eos = ops.concat((ops.zeros_like(eos[:, :1]), eos[:, :-1]), 1)
-        start = ops.cummax(ops.select(after_eos, idx, ops.zeros_like(idx)), 1)[0]
-        return idx - start
+    def positions_of(self, e):
+        """int32 [B, S]: i minus the start of i's document (the slot after the last EOS before i)."""
+        b, s = e.shape
+        after_eos = self.shift((self.zeros(self.first(e, (0, 0), (b, 1), (1, 1))),
+                                self.drop_last(e, (0, 0), (b, s - 1), (1, 1))))
+        start = self.last_start(self.starts(after_eos, self.idx))[0]
+        return self.positions(self.idx, start)
 
     def seq_ends(self, eos):
         b = eos.shape[0]
-        idx = ops.broadcast_to(self.idx, (b, self.s))
-        # each EOS before the last slot ends a document; the other slots sort after every real end
-        ends = ops.select(ops.logical_and(eos, idx < self.s - 1), idx + 1, ops.full_like(idx, self.s))
-        ends = ends.astype(mstype.float32)      # exact below 2**24; topk sorts floats on every device
-        last = ops.full((b, 1), self.s, dtype=mstype.float32)
-        if self.limit > 1:
-            ends = ops.concat((-ops.topk(-ends, self.limit - 1)[0], last), 1)
-        else:
-            ends = last
-        # per data-parallel shard: sample b starts at (b mod B/dp) * S of its shard's flattened tokens
+        neg = self.negate(self.weigh_ends(self.cast_ends(self.ends_at(eos, self.not_last), mstype.float32),
+                                          self.gap), float(self.s))          # -(i + 1) at an end, else -S
+        ends = self.close(self.restore(self.smallest(neg, self.limit)[0], self.negate_but_last), self.last_end)
+        # per data-parallel shard: sample b starts at (b mod B/dp) * S of its shard's flattened tokens;
+        # a constant [B, 1] that the parallel compiler splits by batch like the ends
         per_shard = b // self.data_parallel
-        offsets = (ops.arange(0, b, 1, dtype=mstype.int32) % per_shard) * self.s
-        return (ends + offsets.astype(mstype.float32).reshape(-1, 1)).reshape(-1).astype(mstype.int64)
-
+        offsets = Tensor([[float((row % per_shard) * self.s)] for row in range(b)], mstype.float32)
+        return self.cast_out(self.offset(ends, offsets), mstype.int64).reshape(-1)

@@ -230,6 +230,8 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
         ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
                           kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg),
                           bool(cfg.model.reset_position_ids))
+    ops += _boundary_ops(dp, bool(cfg.model.document_mask), bool(cfg.model.reset_position_ids),
+                         uses_varlen_attention(cfg))
     ops += _norm_ops("norm", dp, mp, sp)
     ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
     ops += _loss_ops(dp, mp)
@@ -267,7 +269,8 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
     return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
             OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
             OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
-            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,))]
+            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,)),
+            OpShard(prefix, "cast_weight", "Cast", ((1,),))]
 
 
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
@@ -286,7 +289,8 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
             *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
                                                                      "mul_sin2")],
             OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
-            OpShard(rot, "concat", "Concat", (heads, heads))]
+            OpShard(rot, "concat", "Concat", (heads, heads)),
+            OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
     if flash and varlen:
         # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
         # ends [B * L] by batch shard (each shard's restart at 0: train/packing.py)
@@ -314,10 +318,45 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
     return ops
 
 
+def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bool) -> list:
+    """Document boundaries of packed samples (train.packing.DocumentBoundaries, module "boundaries")
+    from input tokens [B, S]: every op works along one sample's sequence, so only the batch is split;
+    the [1, S] / [1, L] / [S, S] constant tables they combine with are whole."""
+    if not (document_mask or reset_positions):
+        return []
+    m, row, whole = "boundaries", (dp, 1), (1, 1)
+    ops = [OpShard(m, "is_eos", "Equal", (row, ()))]
+    if (document_mask and not flash) or reset_positions:
+        ops.append(OpShard(m, "cast_eos", "Cast", (row,)))
+    if document_mask and not flash:
+        # block-causal mask [B, 1, S, S] from the document index of each token, [B, S, 1] vs [B, 1, S]
+        ops += [OpShard(m, "count_eos", "CumSum", (row,)),
+                OpShard(m, "other_doc", "NotEqual", ((dp, 1, 1), (dp, 1, 1))),
+                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole))]
+    if document_mask and flash:
+        # the TND kernel's document ends [B, L]; the per-shard offsets [B, 1] split like the ends
+        ops += [OpShard(m, "ends_at", "LogicalAnd", (row, whole)), OpShard(m, "cast_ends", "Cast", (row,)),
+                OpShard(m, "weigh_ends", "Mul", (row, whole)), OpShard(m, "negate", "Sub", (row, ())),
+                OpShard(m, "smallest", "TopK", (row,)), OpShard(m, "restore", "Mul", (row, whole)),
+                OpShard(m, "close", "Add", (row, whole)), OpShard(m, "offset", "Add", (row, row)),
+                OpShard(m, "cast_out", "Cast", (row,))]
+    if reset_positions:
+        # positions restarting after each EOS: the EOS flags shifted right by one, the last start so far
+        ops += [OpShard(m, "first", "StridedSlice", (row,)), OpShard(m, "zeros", "ZerosLike", (row,)),
+                OpShard(m, "drop_last", "StridedSlice", (row,)), OpShard(m, "shift", "Concat", (row, row)),
+                OpShard(m, "starts", "Mul", (row, whole)), OpShard(m, "last_start", "Cummax", (row,)),
+                OpShard(m, "positions", "Sub", (whole, row)),
+                # the rotary tables' rows per token (Llama.documents): tables whole, positions by batch
+                OpShard("", "gather_cos", "Gather", (whole, row)), OpShard("", "gather_sin", "Gather", (whole, row))]
+    return ops
+
+
 def _loss_ops(dp: int, mp: int) -> list:
     """Cross entropy on logits split by vocabulary ([B*S, V] as (dp, mp)): reductions over V."""
     v, row = (dp, mp), (dp, 1)
-    return [OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
+    return [OpShard("loss", "inputs", "StridedSlice", ((dp, 1),)),      # input_ids [B, S+1] -> tokens
+            OpShard("loss", "targets", "StridedSlice", ((dp, 1),)),     # and labels [B, S]
+            OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
             OpShard("loss", "shift", "Sub", (v, row)), OpShard("loss", "exp", "Exp", (v,)),
             OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
             OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
@@ -333,7 +372,8 @@ def _loss_ops(dp: int, mp: int) -> list:
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
     # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
     if tied:
-        return [OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
+        # the embedding table (split by vocabulary: tying needs vocab_emb_dp off) cast to the compute dtype
+        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
     return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
 
 

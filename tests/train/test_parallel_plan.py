@@ -2,6 +2,9 @@
 `annotate` putting the strategies on a real model's primitives (runs on CPU: it only records them)."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from train.config import ConfigError, load_config
@@ -210,7 +213,8 @@ def test_print_plan(capsys):
 
 # ---------------------------------------------------------------- applied to the real model
 
-def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=False):
+def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=True):
+    """docs: packed-document masking and position reset, on as in the default config."""
     from train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
                            num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash,
@@ -330,7 +334,7 @@ def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
     tied = _model(tie=True)
     annotate(make_plan(tied_cfg), tied, _loss(tied))
     assert tied.tied_head.attrs["in_strategy"] == ((1, 1), (2, 1)) and _model().tied_head is None
-    with pytest.raises(RuntimeError, match="loss.cast not found"):
+    with pytest.raises(RuntimeError, match="loss.inputs not found"):
         annotate(make_plan(tied_cfg), _model(tie=True))          # the plan's loss ops need the loss cell
     # a plan for 4 layers on a 2-layer model: layers.2 is missing
     with pytest.raises(RuntimeError, match="layers.2.attention.wq.matmul not found"):
@@ -436,7 +440,8 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     cfg = ascend(**{**sets, "run.dir": str(tmp_path / "run")})
     world = 4
     dist = layout(cfg, 3, world)
-    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype), seed=0)
+    # the dataset's EOS id, as the trainer passes it: packed-document masking is on by default
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
     loss = CausalLMLoss(model, 128)
     opt = build_optimizer(loss.trainable_params(), cfg.optim)
     piped = pipeline_loss_cell(cfg, loss)
@@ -488,3 +493,83 @@ def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tm
     # reused sub-graph ("Input[0] must be a Primitive ValueNode, but get ValueNode<FuncGraph> ...")
     with pytest.raises(RuntimeError, match="lazy_inline|ReusedDecoderLayer_construct"):
         lazy(ids)
+
+
+# ---------------------------------------------------------------- the compiled graph
+
+# IR nodes that compute nothing, so need no layout: graph plumbing, and StopGradient, which the
+# compiler removes after differentiation; Reshape and Shape cannot take a strategy
+IR_PLUMBING = {"MakeTuple", "TupleGetItem", "Depend", "Load", "UpdateState", "Return", "StopGradient",
+               "Reshape", "Shape"}
+_IR_NODE = re.compile(r"^\s+%\d+\([^)]*\) = (?:PrimFunc_)?([A-Z]\w*)\(")
+
+
+def unplanned_ops(cell, *inputs, dump_dir) -> list:
+    """Compile `cell` (GRAPH_MODE) and read MindSpore's IR after the `optimize` pass, where the graph is
+    inlined: every operator node that carries no `in_strategy`. A functional op (ops.cumsum, `+`,
+    astype, slicing, ...) builds its own primitive there, without one; a held primitive carries the
+    strategy that `annotate` set. Returns (operator, source line of the node) pairs."""
+    import mindspore as ms
+
+    ms.set_context(save_graphs=1, save_graphs_path=str(dump_dir))
+    try:
+        cell.compile(*inputs)
+    finally:
+        ms.set_context(save_graphs=0)
+    [ir] = [p for p in Path(dump_dir).glob("*.ir") if re.fullmatch(r"\d+_optimize_\d+\.ir", p.name)]
+    found, node = [], None
+    for line in ir.read_text().splitlines() + [""]:
+        start = _IR_NODE.match(line)
+        if start or line.startswith("}") or not line:       # a new node, or the end of the graph
+            if node and node[0] not in IR_PLUMBING and "in_strategy" not in node[1]:
+                found.append((node[0], node[2]))
+            node = [start.group(1), line, ""] if start else None
+        elif node is not None:
+            node[1] += line
+            if line.strip().startswith("# In file") and "site-packages" not in line:
+                node[2] = line.strip()[len("# In file "):]   # the innermost call in this repository
+    return found
+
+
+def _documents_cell(model):
+    """A cell compiling only Llama.documents (the flash kernel itself runs on Ascend only)."""
+    from mindspore import nn
+
+    class Documents(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def construct(self, tokens):
+            return self.model.documents(tokens)
+
+    return Documents()
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_every_op_of_the_compiled_graph_has_its_strategy(graph_mode, tmp_path, flash):
+    """The compiled graph, not only the cells' attributes: with packed documents on, the plain model +
+    loss (block-causal mask, per-document positions, rotary gathers, GQA) and, for flash attention, the
+    TND document ends, have no operator left to MindSpore's default layout."""
+    import numpy as np
+    from mindspore import Tensor
+
+    sets = {"parallel.data_parallel": 2, "parallel.model_parallel": 2, "model.num_layers": 2}
+    if flash:
+        sets["precision.dtype"] = "bf16"
+    else:
+        sets["model.num_kv_heads"] = 2
+    plan = make_plan(ascend(**sets))
+    model = _model(layers=2, flash=flash, kv_heads=0 if flash else 2)
+    loss = _loss(model)
+    annotate(plan, model, loss)
+    assert any(o.module == "boundaries" for o in plan.ops)
+    tokens = np.random.default_rng(0).integers(0, 128, size=(4, 17)).astype(np.int32)
+    tokens[:, 5] = 2                                                            # EOS
+    if flash:
+        assert model.layers[0].attention.varlen
+        net, x = _documents_cell(model), Tensor(tokens[:, :16])
+    else:
+        net, x = loss, Tensor(tokens)
+    left = unplanned_ops(net, x, dump_dir=tmp_path)
+    assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
