@@ -270,7 +270,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
                         cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes)
     dedup = DedupPass(cfg.dedup,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
-                                                        columns=["text"]).column("text").to_pylist(),
+                                                        columns=["text"]).column("text"),
                       spill=work.root / "near", hot_docs=cfg.run.dedup_memory_docs)
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
                disable=not cfg.run.progress)

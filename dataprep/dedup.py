@@ -22,7 +22,7 @@ threshold becomes a candidate with probability >= 0.995; band b takes the stride
 ...) and verifies every candidate: an estimate (fraction of equal signature entries) more than
 _VERIFY_SIGMAS standard deviations from the threshold decides alone; a pair in between is settled
 by the exact Jaccard similarity of the two texts (`exact_jaccard`, when the index is given
-`text_of`, as a build's is). The estimate alone puts pairs near the threshold on the wrong side
+`texts_of`, as a build's is). The estimate alone puts pairs near the threshold on the wrong side
 (on the labelled set in tests/dataprep/data at 0.8: precision 0.967, recall 0.975); with the exact
 verification both are 1.0 there, in English and Chinese, at 0.8 and 0.9
 (`neardup_eval.py eval`).
@@ -357,28 +357,111 @@ class _BandTable:
 
 
 class _Segment:
-    """A frozen part of the index on disk: the sorted cells of its band table (.npy, read whole
-    for a lookup and dropped after it) and the signatures of its documents (rows of one file, read
-    by row). Never held in memory between lookups."""
+    """A frozen part of the index on disk: kept documents numbered [first, first + count), as the
+    sorted cells of their band table with the document number of each entry, their signatures and
+    their keys (a UTF-8 blob with offsets). Every file is memory-mapped, so a lookup touches only the
+    pages its binary searches visit, and nothing stays in memory between lookups."""
+    _BLOCK = 1 << 20    # entries per step of a merge: its memory bound
 
-    def __init__(self, root: Path, k: int, table: _BandTable, sigs: np.ndarray, first: int):
-        self.cells_path, self.sigs_path = root / f"near-{k:04d}-cells.npy", root / f"near-{k:04d}-sigs.npy"
-        cells, vals = table.cells()
-        np.save(self.cells_path, np.rec.fromarrays([cells, vals], names="cell,number"))
-        np.save(self.sigs_path, sigs)
-        self.first, self.count = first, len(sigs)
+    def __init__(self, root: Path, name: str, first: int, count: int):
+        self.root, self.name, self.first, self.count = root, name, first, count
+        self._maps: dict[str, np.ndarray] = {}   # mapped once: np.load parses the header each time
+
+    def _path(self, part: str) -> Path:
+        return self.root / f"near-{self.name}-{part}"
+
+    def _load(self, part: str) -> np.ndarray:
+        if part not in self._maps:
+            path = self._path(part + ".npy" if part != "keys" else "keys.bin")
+            self._maps[part] = (np.load(path, mmap_mode="r") if part != "keys" else
+                                np.memmap(path, np.uint8, "r") if path.stat().st_size else
+                                np.zeros(0, np.uint8))
+        return self._maps[part]
+
+    @classmethod
+    def write(cls, root: Path, name: str, first: int, table: "_BandTable", sigs: np.ndarray,
+              keys: list[str]) -> "_Segment":
+        seg = cls(root, name, first, len(sigs))
+        cells, numbers = table.cells()
+        np.save(seg._path("cells.npy"), cells)
+        np.save(seg._path("numbers.npy"), numbers.astype(np.int64))
+        np.save(seg._path("sigs.npy"), sigs)
+        blobs = [k.encode("utf-8") for k in keys]
+        np.save(seg._path("keyends.npy"), np.cumsum([len(b) for b in blobs], dtype=np.int64))
+        seg._path("keys.bin").write_bytes(b"".join(blobs))
+        return seg
 
     def find(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(query position, document number) of the entries under each of `cells` (uint64)."""
-        table = np.load(self.cells_path)
-        lo = np.searchsorted(table["cell"], cells, "left")
-        n = np.searchsorted(table["cell"], cells, "right") - lo
+        table = self._load("cells")
+        lo = np.searchsorted(table, cells, "left")
+        n = np.searchsorted(table, cells, "right") - lo
         query = np.repeat(np.arange(len(cells)), n)
         at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
-        return query, table["number"][at]
+        return query, np.asarray(self._load("numbers")[at])
 
     def sigs(self, numbers: np.ndarray) -> np.ndarray:
-        return np.load(self.sigs_path, mmap_mode="r")[numbers - self.first]
+        return self._load("sigs")[numbers - self.first]
+
+    def key(self, number: int) -> str:
+        ends = self._load("keyends")
+        i = number - self.first
+        start = int(ends[i - 1]) if i else 0
+        return self._load("keys")[start:int(ends[i])].tobytes().decode("utf-8")
+
+    @classmethod
+    def merge(cls, root: Path, name: str, a: "_Segment", b: "_Segment") -> "_Segment":
+        """One segment of `a` and the segment `b` right after it, written a block at a time (never
+        whole in memory); the inputs' files are removed."""
+        seg = cls(root, name, a.first, a.count + b.count)
+        ca, cb, na, nb = a._load("cells"), b._load("cells"), a._load("numbers"), b._load("numbers")
+        n = len(ca) + len(cb)
+        cells = np.lib.format.open_memmap(seg._path("cells.npy"), "w+", np.uint64, (n,))
+        numbers = np.lib.format.open_memmap(seg._path("numbers.npy"), "w+", np.int64, (n,))
+        i = j = k = 0
+        while i < len(ca) or j < len(cb):
+            # every entry up to `cut` from both sides; a's first on equal cells (smaller numbers)
+            ends = [x[min(p + cls._BLOCK, len(x)) - 1] for x, p in ((ca, i), (cb, j)) if p < len(x)]
+            cut = min(ends)
+            i2, j2 = int(np.searchsorted(ca, cut, "right")), int(np.searchsorted(cb, cut, "right"))
+            c = np.concatenate([ca[i:i2], cb[j:j2]])
+            order = np.argsort(c, kind="stable")
+            cells[k:k + len(c)] = c[order]
+            numbers[k:k + len(c)] = np.concatenate([na[i:i2], nb[j:j2]])[order]
+            i, j, k = i2, j2, k + len(c)
+        cells.flush()
+        numbers.flush()
+        del cells, numbers
+        sa, sb = a._load("sigs"), b._load("sigs")
+        sigs = np.lib.format.open_memmap(seg._path("sigs.npy"), "w+", sa.dtype,
+                                         (len(sa) + len(sb), sa.shape[1]))
+        rows = max(1, cls._BLOCK // sa.shape[1])
+        for dst, src in ((0, sa), (len(sa), sb)):
+            for r in range(0, len(src), rows):
+                part = src[r:r + rows]
+                sigs[dst + r:dst + r + len(part)] = part
+        sigs.flush()
+        del sigs
+        ea, eb = a._load("keyends"), b._load("keyends")
+        ends = np.lib.format.open_memmap(seg._path("keyends.npy"), "w+", np.int64, (len(ea) + len(eb),))
+        for dst, src, base in ((0, ea, 0), (len(ea), eb, int(ea[-1]) if len(ea) else 0)):
+            for r in range(0, len(src), cls._BLOCK):
+                ends[dst + r:dst + r + len(src[r:r + cls._BLOCK])] = src[r:r + cls._BLOCK] + base
+        ends.flush()
+        del ends
+        with open(seg._path("keys.bin"), "wb") as out:
+            for src in (a, b):
+                with open(src._path("keys.bin"), "rb") as f:
+                    while block := f.read(1 << 24):
+                        out.write(block)
+        a.remove()
+        b.remove()
+        return seg
+
+    def remove(self) -> None:
+        self._maps.clear()
+        for part in ("cells.npy", "numbers.npy", "sigs.npy", "keyends.npy", "keys.bin"):
+            self._path(part).unlink(missing_ok=True)
 
 
 class NearDedup:
@@ -390,27 +473,40 @@ class NearDedup:
     `add` calls with a few vectorised steps and gives the same results.
     """
 
-    def __init__(self, cfg: DedupConfig, text_of: Callable[[str], str] | None = None,
+    def __init__(self, cfg: DedupConfig, texts_of: Callable[[list[str]], list[str]] | None = None,
                  spill: Path | None = None, hot_docs: int = 1 << 15):
-        """`text_of(key)`: the text of a kept document, for exact verification (see `_verify`).
+        """`texts_of(keys)`: the texts of kept documents, for exact verification (see `_verify`);
+        asked once per lookup for all the pairs it verifies, so a caller that reads texts back
+        from files reads each file once.
         `spill`: a directory where the index is frozen into segments (_Segment) every `hot_docs`
-        kept documents, so that memory holds at most that many signatures and table entries
-        (plus the keys); lookups then also read the segments. The results are the same."""
-        self.cfg, self.text_of = cfg, text_of
+        kept documents, so that memory holds at most that many signatures, table entries and
+        keys; lookups then also read the segments. Segments are merged as a binary counter
+        merges its digits (two of about the same size into one), so there are at most about
+        log2(kept / hot_docs) + 1 of them and a chunk's lookups do not slow down with the corpus.
+        The results are the same."""
+        self.cfg, self.texts_of = cfg, texts_of
         self._spill, self._hot_docs = spill, hot_docs
         self._segments: list[_Segment] = []
+        self._made = 0  # segments written so far (their names)
+        self.frozen = 0  # times the documents in memory went to a new segment
         self._hot = 0   # number of the first document in memory (the ones before: in segments)
         t, k = cfg.threshold, cfg.num_perm
         self._margin = _VERIFY_SIGMAS * math.sqrt(t * (1 - t) / k) + 1 / k
         self.bands, self.rows = cfg.bands_rows
         self._table = _BandTable(self.bands)
-        self._keys: list[str] = []
+        self._keys: list[str] = []     # of the documents in memory
         self._sigs = np.empty((1024, cfg.num_perm), dtype=np.uint16)
         self._band_mult = np.array([_splitmix64(0xBA9D + j) | 1 for j in range(self.rows)],
                                    dtype=np.uint64)
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._hot + len(self._keys)
+
+    def _key(self, number: int) -> str:
+        """The key of kept document `number`, from memory or its segment."""
+        if number >= self._hot:
+            return self._keys[number - self._hot]
+        return next(s for s in self._segments if number < s.first + s.count).key(number)
 
     def band_hashes(self, sigs: np.ndarray) -> np.ndarray:
         """[n, bands] uint32 hashes of the bands of [n, num_perm] signatures (low 16 bits used)."""
@@ -454,29 +550,32 @@ class NearDedup:
             found.append(numbers)
         return np.concatenate(rows), np.concatenate(found)
 
-    def _verify(self, sims: np.ndarray, text_a, text_b) -> np.ndarray:
+    def _verify(self, sims: np.ndarray, text_a, texts_b) -> np.ndarray:
         """Estimates near the threshold replaced by the exact Jaccard similarity of the two texts
-        (`text_a(i)`, `text_b(i)` give pair i's texts); the others kept. An estimate further than
+        (`text_a(i)` gives pair i's first text, `texts_b(pairs)` the second texts of a list of
+        pairs); the others kept. An estimate further than
         `_margin` (VERIFY_SIGMAS standard deviations) from the threshold is on the right side of
         it with probability > 0.99999, so only the pairs in between need their texts."""
-        if text_a is None or text_b is None:
+        if text_a is None or texts_b is None:
             return sims
         t = self.cfg.threshold
-        for i in np.flatnonzero((sims >= t - self._margin) & (sims < t + self._margin)).tolist():
-            sims[i] = exact_jaccard(text_a(i), text_b(i), self.cfg)
+        pairs = np.flatnonzero((sims >= t - self._margin) & (sims < t + self._margin)).tolist()
+        for i, b in zip(pairs, texts_b(pairs) if pairs else ()):
+            sims[i] = exact_jaccard(text_a(i), b, self.cfg)
         return sims
 
     def query(self, sig: np.ndarray, text: str | None = None) -> list[tuple[str, float]]:
         """Kept documents similar to `sig` (and `text`, which turns on exact verification when the
-        index has `text_of`) at the threshold or more, best first (ties: the earliest kept first)."""
+        index has `texts_of`) at the threshold or more, best first (ties: the earliest kept first)."""
         sig16 = sig.astype(np.uint16, copy=False)[None, :]
         _, found = self._find(self.band_hashes(sig16))
         idx = np.unique(found)
         sims = self._similarity(idx, sig16)
         sims = self._verify(sims, None if text is None else (lambda i: text),
-                            self.text_of and (lambda i: self.text_of(self._keys[idx[i]])))
+                            self.texts_of and (lambda ii: self.texts_of([self._key(int(idx[i]))
+                                                                         for i in ii])))
         order = np.lexsort((idx, -sims))
-        return [(self._keys[idx[i]], float(sims[i])) for i in order
+        return [(self._key(int(idx[i])), float(sims[i])) for i in order
                 if sims[i] >= self.cfg.threshold - 1e-12]
 
     def index(self, key: str, sig: np.ndarray) -> None:
@@ -485,8 +584,8 @@ class NearDedup:
         self._index_many([key], sig16, self.band_hashes(sig16))
 
     def _index_many(self, keys: list[str], sigs16: np.ndarray, hashes: np.ndarray) -> None:
-        n, m = len(self._keys), len(keys)
-        h = n - self._hot   # documents in memory
+        n, m = len(self), len(keys)
+        h = len(self._keys)   # documents in memory
         if h + m > len(self._sigs):  # grow by a quarter: little slack, and a small copy peak
             grown = np.empty((max(h + m, len(self._sigs) * 5 // 4), self.cfg.num_perm), np.uint16)
             grown[:h] = self._sigs[:h]
@@ -498,19 +597,29 @@ class NearDedup:
             self._freeze()
 
     def _freeze(self) -> None:
-        """Move the documents in memory into a new segment on disk."""
-        n = len(self._keys)
+        """Move the documents in memory into a new segment on disk, then merge the newest two
+        segments while the older is less than twice the newer."""
         self._spill.mkdir(parents=True, exist_ok=True)
-        self._segments.append(_Segment(self._spill, len(self._segments), self._table,
-                                       self._sigs[:n - self._hot], self._hot))
-        self._hot = n
+        segs = self._segments
+        segs.append(_Segment.write(self._spill, self._name(), self._hot, self._table,
+                                   self._sigs[:len(self._keys)], self._keys))
+        self.frozen += 1
+        while len(segs) >= 2 and segs[-2].count < 2 * segs[-1].count:
+            b, a = segs.pop(), segs.pop()
+            segs.append(_Segment.merge(self._spill, self._name(), a, b))
+        self._hot = len(self)
+        self._keys = []
         self._table = _BandTable(self.bands)
         self._sigs = np.empty((1024, self.cfg.num_perm), dtype=np.uint16)
 
+    def _name(self) -> str:
+        self._made += 1
+        return f"{self._made:06d}"
+
     @property
     def docs_in_memory(self) -> int:
-        """Kept documents whose signatures and table entries are in memory (not in segments)."""
-        return len(self._keys) - self._hot
+        """Kept documents whose signatures, table entries and keys are in memory (not in segments)."""
+        return len(self._keys)
 
     @property
     def segments(self) -> int:
@@ -529,7 +638,7 @@ class NearDedup:
         """Exactly what `add` would return for each (key, sig) in order, computed in bulk: the
         matches among documents kept before the batch are found vectorised, those within the batch
         through a small dict of the batch's kept documents. `text(j)`: the text of batch row j,
-        for exact verification (with `text_of`)."""
+        for exact verification (with `texts_of`)."""
         if sigs.ndim != 2 or sigs.shape != (len(keys), self.cfg.num_perm):
             raise ValueError(f"signatures have shape {sigs.shape}, expected "
                              f"({len(keys)}, {self.cfg.num_perm})")
@@ -537,7 +646,7 @@ class NearDedup:
         hashes = self.band_hashes(sig16)
         earlier = self._matches_in_index(sig16, hashes, text)
         cells = self._shared_cells(hashes)
-        n0, threshold = len(self._keys), self.cfg.threshold - 1e-12
+        n0, threshold = len(self), self.cfg.threshold - 1e-12
         batch_cells: dict[int, list[int]] = {}  # band cell -> kept batch rows
         number_of: dict[int, int] = {}          # kept batch row -> document number
         kept_rows: list[int] = []
@@ -549,7 +658,8 @@ class NearDedup:
                 rows = np.fromiter(sorted(cand), dtype=np.int64, count=len(cand))
                 sims = np.count_nonzero(sig16[rows] == sig16[j], axis=1) / self.cfg.num_perm
                 sims = self._verify(sims, text and (lambda i: text(j)),
-                                    text and self.text_of and (lambda i: text(int(rows[i]))))
+                                    text and self.texts_of and (lambda ii: [text(int(rows[i]))
+                                                                            for i in ii]))
                 for i, sim in zip(rows.tolist(), sims.tolist()):
                     number = number_of[i]
                     if sim >= threshold and (best is None or sim > best[0]
@@ -585,11 +695,11 @@ class NearDedup:
         return out
 
     def _key_of(self, number: int, keys: list[str], kept_rows: list[int], n0: int) -> str:
-        return self._keys[number] if number < n0 else keys[kept_rows[number - n0]]
+        return self._key(number) if number < n0 else keys[kept_rows[number - n0]]
 
     def _matches_in_index(self, sig16: np.ndarray, hashes: np.ndarray, text=None) -> dict[int, tuple]:
         """Batch row -> (similarity, document number) of its best verified match among kept docs."""
-        if not self._keys:
+        if not len(self):
             return {}
         rows, found = self._find(hashes)
         if len(rows) == 0:
@@ -602,7 +712,8 @@ class NearDedup:
             sims[s] = np.count_nonzero(self._kept_sigs(numbers[s]) == sig16[rows[s]], axis=1)
         sims /= self.cfg.num_perm
         sims = self._verify(sims, text and (lambda i: text(int(rows[i]))),
-                            self.text_of and (lambda i: self.text_of(self._keys[numbers[i]])))
+                            self.texts_of and (lambda ii: self.texts_of([self._key(int(numbers[i]))
+                                                                         for i in ii])))
         ok = sims >= self.cfg.threshold - 1e-12
         best: dict[int, tuple] = {}
         for row, number, sim in zip(rows[ok].tolist(), numbers[ok].tolist(), sims[ok].tolist()):

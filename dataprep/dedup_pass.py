@@ -93,9 +93,9 @@ class DedupPass:
     COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
                "language_score", "quality", "pii", "decontam", "split"]
 
-    def __init__(self, cfg: DedupConfig, texts: Callable[[int], list] | None = None,
+    def __init__(self, cfg: DedupConfig, texts: Callable[[int], pa.ChunkedArray] | None = None,
                  spill: Path | None = None, hot_docs: int = 1 << 15):
-        """`texts(chunk)`: the texts of the chunk consumed `chunk`-th (0-based), which verify
+        """`texts(chunk)`: the text column of the chunk consumed `chunk`-th (0-based), which verify
         near-threshold pairs exactly (without it, the signature estimate decides alone).
         `spill`: a directory for the LSH index's segments (NearDedup) and the seen ids and exact
         keys (SeenStore): memory then holds the signatures and band entries of at most `hot_docs`
@@ -104,10 +104,10 @@ class DedupPass:
         self.texts = texts
         if spill is not None:
             shutil.rmtree(spill, ignore_errors=True)
-        self.near = NearDedup(cfg, text_of=self._kept_text if texts is not None else None,
+        self.near = NearDedup(cfg, texts_of=self._kept_texts if texts is not None else None,
                               spill=spill, hot_docs=hot_docs)
         self.seen = SeenStore(spill / "seen.sqlite" if spill is not None else None)
-        self._texts: dict[int, list] = {}                # a few chunks' texts, read on demand
+        self._texts: dict[int, pa.ChunkedArray] = {}     # a few chunks' texts, read on demand
         self.result = DedupResult()
         self.masks: list[np.ndarray] = []
 
@@ -146,7 +146,7 @@ class DedupPass:
             near_rows.append(i)
         if near_rows:
             sigs = np.stack([np.frombuffer(c["sig"][i], sig_dtype) for i in near_rows])
-            text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]])
+            text = ((lambda j: self._chunk_texts(chunk)[near_rows[j]].as_py())
                     if self.texts is not None else None)
             hits = self.near.add_many([c["doc_id"][i] for i in near_rows], sigs, text)
             for i, hit in zip(near_rows, hits):
@@ -183,9 +183,17 @@ class DedupPass:
             self._texts[chunk] = self.texts(chunk)
         return self._texts[chunk]
 
-    def _kept_text(self, doc_id: str) -> str:
-        chunk, row = self.seen.where(doc_id)
-        return self._chunk_texts(chunk)[row]
+    def _kept_texts(self, doc_ids: list[str]) -> list[str]:
+        """Texts of kept documents, each chunk they come from read once."""
+        where = self.seen.where(doc_ids)
+        by_chunk: dict[int, list[str]] = {}
+        for d in doc_ids:
+            by_chunk.setdefault(where[d][0], []).append(d)
+        text = {}
+        for chunk, ids in sorted(by_chunk.items()):
+            column = self._chunk_texts(chunk)
+            text.update((d, column[where[d][1]].as_py()) for d in ids)
+        return [text[d] for d in doc_ids]
 
     def _kept(self, nbytes: int, split: str) -> None:
         r = self.result
@@ -237,9 +245,10 @@ class SeenStore:
         self.db.executemany("INSERT OR REPLACE INTO keys VALUES (?, ?)",
                             [(keys[r], d) for d, r in new_ids.items() if keep[r]])
 
-    def where(self, doc_id: str) -> tuple[int, int]:
-        """(chunk, row) of a kept document."""
-        return self.db.execute("SELECT chunk, row FROM ids WHERE id = ?", (doc_id,)).fetchone()
+    def where(self, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """doc_id -> (chunk, row) of kept documents."""
+        return {d: (c, r) for d, c, r in
+                self._select("SELECT id, chunk, row FROM ids WHERE id IN ({})", list(set(doc_ids)))}
 
 
 def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:

@@ -1,5 +1,5 @@
 """One parquet file written from tables that arrive in order, with the bytes one `pq.write_table` of
-their concatenation gives: rows are buffered only up to a row group, so memory does not grow with the
+their concatenation (as one contiguous table) gives: rows are buffered only up to a row group, so memory does not grow with the
 file. Both engines write dedup/duplicates.parquet and documents/attributes.parquet this way, chunk by
 chunk (local) or unit by unit (Ray), and their files are byte-identical."""
 from __future__ import annotations
@@ -40,12 +40,18 @@ class InOrderParquet:
         self._buffered += table.num_rows
         self.rows += table.num_rows
         while self._buffered >= ROW_GROUP:
-            merged = pa.concat_tables(self._pending)
+            merged = self._merged()
             self._writer.write_table(merged.slice(0, ROW_GROUP))
             self._pending, self._buffered = [merged.slice(ROW_GROUP)], self._buffered - ROW_GROUP
 
     def __exit__(self, *exc) -> bool:
         if exc[0] is None and (self._buffered or self.rows == 0):
-            merged = pa.concat_tables(self._pending) if self._pending else self.schema.empty_table()
-            self._writer.write_table(merged)
+            self._writer.write_table(self._merged())
         return self._stack.__exit__(*exc)
+
+    def _merged(self) -> pa.Table:
+        """The buffered rows as one contiguous table: the writer cuts data pages per array chunk,
+        so the bytes must not depend on how the rows arrived."""
+        if not self._pending:
+            return self.schema.empty_table()
+        return pa.concat_tables(self._pending).combine_chunks()

@@ -145,7 +145,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
     out = {n: [] for n in DROPS_SCHEMA.names}
     if t is not None:
         cfg = ctx.cfg
-        texts = t.column("text").to_pylist()
+        texts = t.column("text")
         decided = DedupPass(cfg.dedup, texts=lambda chunk: texts).consume(
             t, np.dtype(sig_dtype or "uint32"))
         dropped = np.flatnonzero(~decided.keep)

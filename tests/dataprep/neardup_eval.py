@@ -179,7 +179,7 @@ def true_pairs(texts: list[str], cfg: DedupConfig) -> set[tuple[int, int]]:
 def flagged_pairs(texts: list[str], cfg: DedupConfig, verify: bool = True) -> set[tuple[int, int]]:
     """Pairs (i < j) that NearDedup matches: document j queried against an index of all i < j
     (with exact verification near the threshold, as a build does, unless `verify` is False)."""
-    nd = NearDedup(cfg, text_of=(lambda key: texts[int(key)]) if verify else None)
+    nd = NearDedup(cfg, texts_of=(lambda keys: [texts[int(k)] for k in keys]) if verify else None)
     pairs = set()
     for j, sig in enumerate(signatures(texts, cfg)):
         pairs.update((int(key), j) for key, _ in nd.query(sig, texts[j] if verify else None))

@@ -243,7 +243,7 @@ def test_near_threshold_pairs_are_settled_by_the_exact_similarity(texts):
     for rate in [0.02 + 0.004 * k for k in range(15)]:
         copy = edited(base, rate, rng)
         exact = _jaccard(base, copy)
-        nd = NearDedup(cfg, text_of=lambda key: base)
+        nd = NearDedup(cfg, texts_of=lambda keys: [base] * len(keys))
         nd.add("base", signatures([base], cfg)[0], base)
         hit = nd.add("copy", signatures([copy], cfg)[0], copy)
         assert (hit is not None) == (exact >= 0.8), (rate, exact, hit)

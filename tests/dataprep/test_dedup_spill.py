@@ -31,8 +31,9 @@ def test_spilled_index_gives_the_answers_of_the_index_in_memory(tmp_path):
     sigs = signatures(stream, cfg)
     keys = [f"k{i}" for i in range(len(stream))]
     text = {k: t for k, t in zip(keys, stream)}
-    whole = NearDedup(cfg, text_of=text.__getitem__)
-    spilled = NearDedup(cfg, text_of=text.__getitem__, spill=tmp_path / "near", hot_docs=50)
+    whole = NearDedup(cfg, texts_of=lambda keys: [text[k] for k in keys])
+    spilled = NearDedup(cfg, texts_of=lambda keys: [text[k] for k in keys],
+                        spill=tmp_path / "near", hot_docs=50)
     for i in range(0, len(keys), 37):
         batch = slice(i, i + 37)
         rows = stream[batch]
@@ -40,8 +41,12 @@ def test_spilled_index_gives_the_answers_of_the_index_in_memory(tmp_path):
         assert spilled.add_many(keys[batch], sigs[batch], rows.__getitem__) == want
         assert spilled.docs_in_memory < 50 + 37
     assert sum(r is not None for r in [whole.query(s) for s in sigs[-50:]]) > 0
-    assert spilled.segments >= len(whole) // 87 and len(spilled) == len(whole)
-    assert len(list((tmp_path / "near").glob("*.npy"))) == 2 * spilled.segments
+    assert spilled.frozen >= len(whole) // 87 >= 4 and len(spilled) == len(whole)
+    # merged as a binary counter: few segments, each at least twice the size of the next
+    assert 1 < spilled.segments <= spilled.frozen.bit_length()
+    counts = [seg.count for seg in spilled._segments]
+    assert all(a >= 2 * b for a, b in zip(counts, counts[1:]))
+    assert len(list((tmp_path / "near").glob("near-*"))) == 5 * spilled.segments
     assert spilled.docs_in_memory < 87
     for s in sigs[::9]:   # single queries, through the segments too
         assert spilled.query(s) == whole.query(s)
@@ -75,8 +80,9 @@ def test_dedup_pass_holds_a_bounded_index_and_decides_as_without_spilling(tmp_pa
     assert a.near == b.near and a.near[0] == 200 and (a.keep_mask == b.keep_mask).all()
     assert pa.concat_tables(rows["spilled"]).equals(pa.concat_tables(rows["whole"]))
     # a segment each time a chunk's kept documents bring memory to 64 or more: the 4 chunks of
-    # distinct documents; the near duplicates after them are never kept
-    assert spilled.near.segments == 4 and len(list((tmp_path / "near").glob("*.npy"))) == 8
+    # distinct documents (merged into one); the near duplicates after them are never kept
+    assert spilled.near.frozen == 4 and spilled.near.segments == 1
+    assert len(list((tmp_path / "near").glob("near-*"))) == 5
     assert spilled.near.docs_in_memory == 0 and len(spilled.near) == 400
 
 
@@ -130,3 +136,29 @@ def test_repeated_ids_and_exact_keys_are_caught_across_chunks_from_the_store_on_
     assert dups == [(d, k) for d, (fate, k) in zip(ids, want) if fate == "exact"]
     assert len(dp.finish().duplicate_ids) == want.count(("duplicate_doc_id", None)) > 100
     assert (tmp_path / "near" / "seen.sqlite").stat().st_size > 0
+
+
+def test_segments_merged_a_few_entries_at_a_time_answer_as_the_index_in_memory(tmp_path, monkeypatch):
+    """Merges cut into blocks of 7 entries (ties between the two segments fall across block ends):
+    the merged cells stay sorted with the older document first, and every lookup is unchanged."""
+    from dataprep import dedup
+    monkeypatch.setattr(dedup._Segment, "_BLOCK", 7)
+    cfg = DedupConfig()
+    stream = _stream()[:400]
+    sigs = signatures(stream, cfg)
+    keys = [f"k{i}" for i in range(len(stream))]
+    whole = NearDedup(cfg)
+    spilled = NearDedup(cfg, spill=tmp_path / "near", hot_docs=20)
+    for i in range(0, len(keys), 23):
+        want = whole.add_many(keys[i:i + 23], sigs[i:i + 23])
+        assert spilled.add_many(keys[i:i + 23], sigs[i:i + 23]) == want
+    assert spilled.frozen >= 8 and spilled.segments < spilled.frozen
+    for seg in spilled._segments:
+        cells, numbers = np.asarray(seg._load("cells")), np.asarray(seg._load("numbers"))
+        assert (np.diff(cells.astype(np.float64)) >= 0).all()
+        same = cells[1:] == cells[:-1]
+        assert (numbers[1:][same] > numbers[:-1][same]).all()
+        assert [seg.key(n) for n in range(seg.first, seg.first + seg.count, 7)] == \
+            [whole._key(n) for n in range(seg.first, seg.first + seg.count, 7)]
+    for s in sigs[::5]:
+        assert spilled.query(s) == whole.query(s)

@@ -15,8 +15,9 @@ SCHEMA = pa.schema([("doc_id", pa.string()), ("n", pa.int64())])
 
 def _tables(sizes):
     start = 0
-    for n in sizes:
-        yield pa.table({"doc_id": [f"d{start + i}" for i in range(n)],
+    for n in sizes:   # ids of ~1.5 KB: a row group's column spans several 1 MB data pages
+        yield pa.table({"doc_id": [f"d{start + i}-" + "x" * (1500 + (start + i) % 97)
+                                   for i in range(n)],
                         "n": np.arange(start, start + n)}, schema=SCHEMA)
         start += n
 
@@ -28,7 +29,7 @@ def test_streamed_file_equals_one_write_of_the_whole(tmp_path, monkeypatch, size
     with InOrderParquet(tmp_path / "s.parquet", SCHEMA) as out:
         for t in tables:
             out.add(t)
-    whole = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    whole = pa.concat_tables(tables).combine_chunks() if tables else SCHEMA.empty_table()
     pq.write_table(whole, tmp_path / "w.parquet", compression="zstd", row_group_size=1000)
     assert out.rows == sum(sizes)
     assert (tmp_path / "s.parquet").read_bytes() == (tmp_path / "w.parquet").read_bytes()
