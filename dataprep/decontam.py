@@ -6,34 +6,28 @@ Japanese have no spaces, so their n-grams are character n-grams). Every n-gram o
 every evaluation item goes into the index (an item shorter than that is one n-gram of all its
 units). A document matches an item when it contains one of the item's n-grams.
 
-Matching is vectorised: document units become ids of the evaluation vocabulary (-1 for a unit no
-item has), the windows are hashed with a polynomial hash in numpy and looked up by binary search, and
-only hits are compared exactly. `action: cut` removes the span from the first to the last unit of
-each matched run of windows and keeps the rest; `drop` removes the whole document.
+Matching is vectorised (`textunits`): the units of a document, their hashes and the hashes of
+every window of n units come from a few whole-array numpy passes; a window is looked up in a bitmap
+of the index's window hashes, then by binary search, and only those hits are compared exactly
+(unit strings against the vocabulary, n-grams against the index). `action: cut` removes the span
+from the first to the last unit of each matched run of windows and keeps the rest; `drop` removes
+the whole document.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from dataprep import textunits
 from mspretrain.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
-_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_UNIT = re.compile(rf"[{_CJK}]|[^\W_]+")
-# the same units in a text without CJK characters, without the alternation (twice as fast)
-_HAS_CJK = re.compile(f"[{_CJK}]")
-_WORD = re.compile(r"[^\W_]+")
-_MULT = np.uint64(0x9E3779B97F4A7C15)
-# ASCII text: letters and digits lower-cased, everything else a space, so that bytes.split() gives
-# exactly the units _UNIT finds (on ASCII, [^\W_] is [A-Za-z0-9]) at C speed
-_ASCII_UNITS = bytes(c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() and c < 128 else 32
-                     for c in range(256))
+_UNIT = re.compile(rf"[{textunits.CJK}]|[^\W_]+")
+_BITMAP_SLOTS = 64      # bitmap entries per window hash of the index: ~1.5% false hits
 
 
 class DecontamError(ValueError):
@@ -58,55 +52,6 @@ def units(text: str) -> list[str]:
     return [u.lower() for u in _UNIT.findall(text)]
 
 
-def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """A polynomial hash, sum of (id + 1) * M**k over the window, of every window of n ids (uint64
-    arithmetic wraps)."""
-    return _windows(_prefix_sums(ids), n)
-
-
-def _prefix_sums(ids: np.ndarray) -> np.ndarray:
-    """[0, then the running sums of (id + 1) * M**i]: what _windows needs, for any n."""
-    v = ids.astype(np.uint64) + np.uint64(1)
-    prefix = np.zeros(len(v) + 1, np.uint64)
-    np.cumsum(v * _powers(len(v))[0][:len(v)], out=prefix[1:])
-    return prefix
-
-
-def _windows(prefix: np.ndarray, n: int) -> np.ndarray:
-    """The window hashes of n ids from their prefix sums: each window's sum divided by M**start
-    (M is odd, so it has an inverse modulo 2**64); two array passes whatever n is."""
-    m = len(prefix) - n
-    return (prefix[n:] - prefix[:m]) * _powers(m)[1][:m]
-
-
-_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]
-
-
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(M**i, M**-i modulo 2**64) for i < n at least, grown by doubling and kept."""
-    if len(_POWERS[0]) < n:
-        size = max(n, 2 * len(_POWERS[0]), 1024)
-        for k, base in enumerate((int(_MULT), pow(int(_MULT), -1, 1 << 64))):
-            steps = np.full(size, base, np.uint64)
-            steps[0] = 1
-            _POWERS[k] = np.cumprod(steps, dtype=np.uint64)
-    return _POWERS[0], _POWERS[1]
-
-
-def _longest_run(mask: np.ndarray) -> int:
-    """The length of the longest run of True in `mask`."""
-    if not mask.any():
-        return 0
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).view(np.int8)))
-    return int((edges[1::2] - edges[::2]).max())
-
-
-def _hits(h: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """h in table (sorted, distinct), by binary search: no re-sorting of the table per document."""
-    pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
-    return table[pos] == h
-
-
 class EvalIndex:
     """The n-grams of a set of evaluation items."""
 
@@ -114,60 +59,63 @@ class EvalIndex:
         """`items`: (item id, text), e.g. ("eval.jsonl:3", "...")."""
         self.ngram, self.item_ids = ngram, [i for i, _ in items]
         self.vocab: dict[str, int] = {}
-        grams: dict[tuple, int] = {}     # n-gram of ids -> first item holding it
-        hashes: dict[int, list[np.ndarray]] = {}
+        grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
+        windows: dict[int, list[np.ndarray]] = {}
         for number, (_, text) in enumerate(items):
-            ids = [self.vocab.setdefault(u, len(self.vocab)) for u in units(text)]
+            starts, ends, hashes = textunits.units(text)
+            ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
+                   for a, b in zip(starts.tolist(), ends.tolist())]
             if not ids:
                 continue
             n = min(ngram, len(ids))
-            hashes.setdefault(n, []).append(_window_hashes(np.array(ids, np.int64), n))
+            windows.setdefault(n, []).append(
+                textunits.windows(textunits.window_prefix(hashes), n))
             for s in range(len(ids) - n + 1):
                 grams.setdefault(tuple(ids[s:s + n]), number)
-        self.grams, self.lengths = grams, set(hashes)
-        self._ascii_vocab: dict[bytes, int] | None = None
-        self.hashes = {n: np.unique(np.concatenate(h)) for n, h in hashes.items()}
+        self.grams, self.lengths = grams, sorted(windows)
+        self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
+        total = sum(len(h) for h in self.hashes.values())
+        bits = min(max(_BITMAP_SLOTS * total, 1 << 16).bit_length(), 25)
+        self._shift = np.uint64(64 - bits)
+        self._bitmap = np.zeros(1 << bits, bool)
+        for h in self.hashes.values():
+            self._bitmap[h >> self._shift] = True
 
-    def _may_match(self, text: str) -> bool:
-        """A fast scan (no match objects, lower-cased once): False when no window can match. Only
-        a run of n units that are all in the evaluation vocabulary can be an n-gram of the index,
-        so most documents are ruled out by the longest such run, before any hashing."""
-        if text.isascii():
-            if self._ascii_vocab is None:
-                self._ascii_vocab = {u.encode("ascii"): i for u, i in self.vocab.items()
-                                     if u.isascii()}
-            words = text.encode("ascii").translate(_ASCII_UNITS).split()
-            get = self._ascii_vocab.get
-        else:
-            lower = text.lower()
-            words = (_UNIT if _HAS_CJK.search(lower) else _WORD).findall(lower)
-            get = self.vocab.get
-        ids = np.fromiter(map(get, words, repeat(-1)), np.int64, len(words))
-        longest = _longest_run(ids >= 0)
-        usable = [n for n in self.lengths if longest >= n]
-        if not usable:
-            return False
-        prefix = _prefix_sums(ids)
-        return any(_hits(_windows(prefix, n), self.hashes[n]).any() for n in usable)
+    def _candidates(self, prefix: np.ndarray, n: int) -> np.ndarray:
+        """The starts of the windows of n units whose hash is one of the index's."""
+        w = textunits.windows(prefix, n)
+        maybe = np.flatnonzero(self._bitmap[w >> self._shift])
+        if not len(maybe):
+            return maybe
+        w, table = w[maybe], self.hashes[n]
+        pos = np.minimum(np.searchsorted(table, w), len(table) - 1)
+        return maybe[table[pos] == w]
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
-        if not self.grams or not self._may_match(text):
+        if not self.grams:
             return [], []
-        matches = list(_UNIT.finditer(text))
-        if not matches:
+        starts, ends, hashes = textunits.units(text)
+        prefix = textunits.window_prefix(hashes)
+        found = [(n, c) for n in self.lengths if len(hashes) >= n
+                 for c in [self._candidates(prefix, n)] if len(c)]
+        if not found:
             return [], []
-        vocab = self.vocab
-        ids = np.fromiter((vocab.get(m.group(0).lower(), -1) for m in matches), np.int64,
-                          len(matches))
+        # exact check of the hits only: the strings of their units, then their n-grams
+        starts, ends = starts.tolist(), ends.tolist()
+        ids = [-1] * len(starts)
+        known = np.zeros(len(starts) + 1, np.int64)
+        for n, cands in found:
+            np.add.at(known, cands, 1)
+            np.add.at(known, cands + n, -1)
+        get, lower = self.vocab.get, str.lower
+        for u in np.flatnonzero(np.cumsum(known[:-1])).tolist():
+            ids[u] = get(lower(text[starts[u]:ends[u]]), -1)
         items: set[int] = set()
         unit_spans: list[tuple[int, int]] = []
-        for n in sorted(self.lengths):
-            if len(ids) < n:
-                continue
-            h = _window_hashes(ids, n)
-            for s in np.flatnonzero(_hits(h, self.hashes[n])).tolist():
-                item = self.grams.get(tuple(ids[s:s + n].tolist()))
+        for n, cands in found:
+            for s in cands.tolist():
+                item = self.grams.get(tuple(ids[s:s + n]))
                 if item is not None:     # not a hash collision
                     items.add(item)
                     unit_spans.append((s, s + n - 1))
@@ -175,7 +123,7 @@ class EvalIndex:
             return [], []
         spans: list[list[int]] = []
         for a, b in sorted(unit_spans):
-            start, end = matches[a].start(), matches[b].end()
+            start, end = starts[a], ends[b]
             if spans and start <= spans[-1][1]:
                 spans[-1][1] = max(spans[-1][1], end)
             else:
