@@ -61,12 +61,14 @@ class EvalIndex:
         self.vocab: dict[str, int] = {}
         grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
         windows: dict[int, list[np.ndarray]] = {}
+        unit_hashes: list[int] = []
         for number, (_, text) in enumerate(items):
             starts, ends, hashes = textunits.units(text)
             ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
                    for a, b in zip(starts.tolist(), ends.tolist())]
             if not ids:
                 continue
+            unit_hashes += hashes.tolist()
             n = min(ngram, len(ids))
             windows.setdefault(n, []).append(
                 textunits.windows(textunits.window_prefix(hashes), n))
@@ -74,61 +76,86 @@ class EvalIndex:
                 grams.setdefault(tuple(ids[s:s + n]), number)
         self.grams, self.lengths = grams, sorted(windows)
         self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
-        total = sum(len(h) for h in self.hashes.values())
-        bits = min(max(_BITMAP_SLOTS * total, 1 << 16).bit_length(), 25)
-        self._shift = np.uint64(64 - bits)
-        self._bitmap = np.zeros(1 << bits, bool)
-        for h in self.hashes.values():
-            self._bitmap[h >> self._shift] = True
-
-    def _candidates(self, prefix: np.ndarray, n: int) -> np.ndarray:
-        """The starts of the windows of n units whose hash is one of the index's."""
-        w = textunits.windows(prefix, n)
-        maybe = np.flatnonzero(self._bitmap[w >> self._shift])
-        if not len(maybe):
-            return maybe
-        w, table = w[maybe], self.hashes[n]
-        pos = np.minimum(np.searchsorted(table, w), len(table) - 1)
-        return maybe[table[pos] == w]
+        self._known = _Bitmap(np.array(unit_hashes, np.uint64))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
         if not self.grams:
             return [], []
         starts, ends, hashes = textunits.units(text)
-        prefix = textunits.window_prefix(hashes)
-        found = [(n, c) for n in self.lengths if len(hashes) >= n
-                 for c in [self._candidates(prefix, n)] if len(c)]
+        # a window can match only where all its n units may be known: a run of n in the bitmap
+        run = np.zeros(len(hashes) + 1, np.int32)
+        self._known.has(hashes).cumsum(out=run[1:])
+        found, prefix = [], None
+        for n in self.lengths:
+            if len(hashes) < n:
+                break
+            cands = ((run[n:] - run[:-n]) == n).nonzero()[0]
+            if len(cands):
+                if prefix is None:
+                    prefix = textunits.window_prefix(hashes)
+                w, table = textunits.windows_at(prefix, cands, n), self.hashes[n]
+                cands = cands[table[np.minimum(np.searchsorted(table, w), len(table) - 1)] == w]
+                if len(cands):
+                    found.append((n, cands))
         if not found:
             return [], []
-        # exact check of the hits only: the strings of their units, then their n-grams
-        starts, ends = starts.tolist(), ends.tolist()
-        ids = [-1] * len(starts)
-        known = np.zeros(len(starts) + 1, np.int64)
+        return self._exact(text, starts, ends, found)
+
+    def _exact(self, text: str, starts: np.ndarray, ends: np.ndarray,
+               found: list[tuple[int, np.ndarray]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """find() for the windows whose hashes are the index's: compare the strings of their
+        units with the vocabulary, then their n-grams with the index's."""
+        m = len(starts)
+        cover = np.zeros(m + 1, np.int64)
         for n, cands in found:
-            np.add.at(known, cands, 1)
-            np.add.at(known, cands + n, -1)
-        get, lower = self.vocab.get, str.lower
-        for u in np.flatnonzero(np.cumsum(known[:-1])).tolist():
-            ids[u] = get(lower(text[starts[u]:ends[u]]), -1)
-        items: set[int] = set()
-        unit_spans: list[tuple[int, int]] = []
+            cover += np.bincount(cands, minlength=m + 1) - np.bincount(cands + n, minlength=m + 1)
+        used = np.flatnonzero(np.cumsum(cover[:m]))
+        # lower-case the text once, where that is the same as unit by unit: no character whose
+        # lower case is two (İ) or depends on what follows (Σ)
+        low = text.lower() if "\u0130" not in text and "\u03a3" not in text else None
+        get = self.vocab.get
+        pairs = zip(starts[used].tolist(), ends[used].tolist())
+        ids = np.full(m, -1, np.int64)
+        ids[used] = ([get(low[a:b], -1) for a, b in pairs] if low is not None else
+                     [get(text[a:b].lower(), -1) for a, b in pairs])
+        ids = tuple(ids.tolist())
+        grams = self.grams.get
+        first, last, items = [], [], []
         for n, cands in found:
-            for s in cands.tolist():
-                item = self.grams.get(tuple(ids[s:s + n]))
-                if item is not None:     # not a hash collision
-                    items.add(item)
-                    unit_spans.append((s, s + n - 1))
+            item = np.array([grams(ids[s:s + n], -1) for s in cands.tolist()], np.int64)
+            ok = item >= 0   # not a hash collision
+            if ok.any():
+                first.append(cands[ok])
+                last.append(cands[ok] + (n - 1))
+                items.append(item[ok])
         if not items:
             return [], []
-        spans: list[list[int]] = []
-        for a, b in sorted(unit_spans):
-            start, end = starts[a], ends[b]
-            if spans and start <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([start, end])
-        return sorted(items), [tuple(s) for s in spans]
+        # merge the spans: sorted by (first unit, last unit), a span starts where the text of a
+        # window starts after the end of every window before it
+        first, last = np.concatenate(first), np.concatenate(last)
+        if len(found) > 1:
+            order = np.lexsort((last, first))
+            first, last = first[order], last[order]
+        a, b = starts[first], ends[last]
+        reach = np.maximum.accumulate(b)
+        new = np.flatnonzero(a[1:] > reach[:-1]) + 1
+        return np.unique(np.concatenate(items)).tolist(), list(zip(a[np.append(0, new)].tolist(),
+                                       reach[np.append(new - 1, len(a) - 1)].tolist()))
+
+
+class _Bitmap:
+    """A set of 64-bit hashes as a bit per slot (slot: the top bits): `has` may say yes for a
+    hash that is not in the set (about 1 in _BITMAP_SLOTS), never no for one that is."""
+
+    def __init__(self, hashes: np.ndarray):
+        bits = min(max(_BITMAP_SLOTS * len(hashes), 1 << 12).bit_length(), 28)
+        self.shift = np.uint64(64 - bits)
+        self.slots = np.zeros(1 << bits, bool)
+        self.slots[(hashes >> self.shift).view(np.int64)] = True
+
+    def has(self, hashes: np.ndarray) -> np.ndarray:
+        return self.slots.take((hashes >> self.shift).view(np.int64))
 
 
 def cut(text: str, spans: list[tuple[int, int]]) -> str:

@@ -22,23 +22,24 @@ import numpy as np
 CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _FIRST_CJK = 0x3040
 _UNICODE = 0x110000
-_M = np.uint64(0x9E3779B97F4A7C15)     # odd: invertible modulo 2**64
-_M2 = np.uint64(0xD6E8FEB86659FD93)
 _ALNUM, _CJK = np.uint8(1), np.uint8(2)
 
-# ASCII: a letter or digit becomes its lower case, anything else NUL (bytes.translate, at C speed)
-_ASCII_LOW = bytes(c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() and c < 128 else 0
-                   for c in range(256))
 
+def _byte_table(limit: int) -> bytes:
+    """bytes.translate table for text of code points < limit (ASCII: 128, Latin-1: 256): a letter
+    or digit becomes its lower case (which stays below limit), anything else NUL."""
+    return bytes(ord(chr(c).lower()) if c < limit and chr(c).isalnum() else 0 for c in range(256))
+
+
+_ASCII_LOW, _LATIN1_LOW = _byte_table(128), _byte_table(256)
 _tables: dict[str, np.ndarray] = {}
 
 
-def _code_point_tables() -> tuple[np.ndarray, np.ndarray]:
-    """(lower: uint32 per code point, the folded lower case of a unit character and 0 for any
-    other; cls: uint8 per code point, _ALNUM | _CJK bits)."""
+def _code_point_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower: uint32 per code point, the folded lower case of a unit character, 0 for any other;
+    the same for the BMP as uint16; cls: uint8 per code point, _ALNUM | _CJK bits), built once."""
     if not _tables:
-        every = np.arange(_UNICODE, dtype=np.uint32)
-        text = every.tobytes().decode("utf-32-le", "surrogatepass")
+        text = np.arange(_UNICODE, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
         cls = np.zeros(_UNICODE, np.uint8)
         for m in re.finditer(r"[^\W_]+", text):
             cls[m.start():m.end()] |= _ALNUM
@@ -49,26 +50,34 @@ def _code_point_tables() -> tuple[np.ndarray, np.ndarray]:
         lower = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), np.uint32).copy()
         lower[[0x3A3, 0x3C2]] = 0x3C3
         lower[cls == 0] = 0   # a CJK character that is no letter (・) keeps its value: a unit
-        _tables["lower"], _tables["cls"] = lower, cls
-    return _tables["lower"], _tables["cls"]
+        _tables.update(lower=lower, bmp=lower[:0x10000].astype(np.uint16), cls=cls)
+    return _tables["lower"], _tables["bmp"], _tables["cls"]
 
 
-_POWERS: dict[int, np.ndarray] = {}
+class _Powers:
+    """base**i and scale * base**-i modulo 2**64 for i < len(up), grown by doubling."""
+
+    def __init__(self, base: int, scale: int = 1):
+        self.base, self.scale = base, scale
+        self.up = self.down = np.ones(0, np.uint64)
+
+    def upto(self, n: int) -> "_Powers":
+        if len(self.up) < n:
+            size = max(n, 2 * len(self.up), 4096)
+            for name, b, first in (("up", self.base, 1),
+                                   ("down", pow(self.base, -1, 1 << 64), self.scale)):
+                steps = np.full(size, b, np.uint64)
+                steps[0] = first
+                setattr(self, name, np.cumprod(steps, dtype=np.uint64))
+        return self
 
 
-def _powers(base: np.uint64, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(base**i, base**-i modulo 2**64) for i < n at least, grown by doubling and kept."""
-    key = int(base)
-    have = _POWERS.get(key)
-    if have is None or have.shape[1] < n:
-        size = max(n, 2 * (0 if have is None else have.shape[1]), 4096)
-        out = np.empty((2, size), np.uint64)
-        for k, b in enumerate((key, pow(key, -1, 1 << 64))):
-            steps = np.full(size, b, np.uint64)
-            steps[0] = 1
-            np.cumprod(steps, dtype=np.uint64, out=out[k])
-        _POWERS[key] = have = out
-    return have[0], have[1]
+# odd: invertible modulo 2**64. The scale spreads a short unit's hash (one character: its code
+# point times the scale) over the high bits, which the bitmaps of decontam look at.
+_CHAR_POW = _Powers(0x9E3779B97F4A7C15, scale=0xBF58476D1CE4E5B9)
+_UNIT_POW = _Powers(0xD6E8FEB86659FD93)
+# numpy's functions are thin wrappers around these methods; per document they add up
+_take, _nonzero = np.ndarray.take, np.ndarray.nonzero
 
 
 def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,9 +85,17 @@ def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     of their folded lower case."""
     if text.isascii():
         return _runs(np.frombuffer(text.encode("ascii").translate(_ASCII_LOW), np.uint8))
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-    if cps.max() < _FIRST_CJK:   # below the CJK ranges and in the BMP: the 16-bit table
-        return _runs(np.take(_low16(), cps))
+    try:
+        return _runs(np.frombuffer(text.encode("latin-1").translate(_LATIN1_LOW), np.uint8))
+    except UnicodeEncodeError:
+        pass
+    b = text.encode("utf-16-le", "surrogatepass")
+    if len(b) == 2 * len(text):   # no character beyond the BMP: UTF-16 units are code points
+        cps = np.frombuffer(b, np.uint16)
+        if cps.max() < _FIRST_CJK:
+            return _runs(_take(_code_point_tables()[1], cps))
+    else:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
     return _with_cjk(cps)
 
 
@@ -87,59 +104,63 @@ def _runs(low: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (0: not a letter or digit): a unit is a maximal run of letters and digits."""
     letter = np.zeros(len(low) + 2, bool)
     np.not_equal(low, 0, out=letter[1:-1])
-    edges = np.flatnonzero(letter[1:] != letter[:-1])
+    edges = _nonzero(letter[1:] != letter[:-1])[0]
     starts = edges[::2]
     return starts, edges[1::2], _hashes(low, starts)
 
 
 def _with_cjk(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """units() of a text with CJK characters, from its code points."""
-    lower, classes = _code_point_tables()
-    low, cls = np.take(lower, cps), np.take(classes, cps)
-    alnum, cjk = (cls & _ALNUM) != 0, (cls & _CJK) != 0
-    n = len(cls)
-    # the regex starts a unit at a CJK character that is no letter, and at a letter or digit
-    # when every character of its run before it is CJK (the run so far held single units)
-    run_start = np.maximum.accumulate(np.where(alnum, 0, np.arange(1, n + 1)))
-    breakers = np.zeros(n + 1, np.int64)
-    np.cumsum(alnum & ~cjk, out=breakers[1:])
-    first = (cjk & ~alnum) | (alnum & (breakers[:n] == breakers[run_start]))
-    next_alnum = np.append(alnum[1:], False)
-    next_first = np.append(first[1:], False)
-    last = (alnum | cjk) & (~next_alnum | next_first)
-    starts = np.flatnonzero(first)
-    return starts, np.flatnonzero(last) + 1, _hashes(low, starts)
+    """units() of any text, from its code points."""
+    lower, bmp, classes = _code_point_tables()
+    low = _take(bmp if cps.dtype == np.uint16 else lower, cps)
+    cls = _take(classes, cps)
+    # A character continues the unit before it when it is a letter or digit and the run of
+    # letters and digits so far has a non-CJK one (the regex's [^\W_]+ started there): the last
+    # "event" up to the character before is such a letter (odd), not a non-letter (even).
+    event = _take(_EVENT, cls)
+    event += _event_at(len(cls))
+    last_event = np.maximum.accumulate(event)
+    cont = (cls[1:] & _ALNUM).astype(bool)
+    cont &= (last_event[:-1] & 1).astype(bool)
+    first = cls != 0
+    last = first.copy()
+    first[1:] &= ~cont
+    last[:-1] &= ~cont
+    starts = _nonzero(first)[0]
+    return starts, _nonzero(last)[0] + 1, _hashes(low, starts)
+
+
+# per class: a letter or digit outside the CJK ranges is an odd event, a non-letter an even one,
+# a CJK letter none (a large even negative number, below any event)
+_EVENT = np.array([0, 1, 0, -(1 << 62)], np.int64)
+_EVENTS_AT = [np.zeros(0, np.int64)]
+
+
+def _event_at(n: int) -> np.ndarray:
+    """2 * i for i < n: an event's position, made even."""
+    if len(_EVENTS_AT[0]) < n:
+        _EVENTS_AT[0] = 2 * np.arange(max(n, 2 * len(_EVENTS_AT[0]), 4096), dtype=np.int64)
+    return _EVENTS_AT[0][:n]
 
 
 def _hashes(low: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The hash of each unit: sum of low[start + k] * M**k. A unit's characters and the non-unit
-    characters (0) up to the next unit's start sum to the same, so one reduceat does it."""
+    """The hash of each unit: sum of low[start + k] * M**k, times scale / M**start. A unit's
+    characters and the non-unit characters (0) up to the next start sum to the same: a reduceat."""
     if not len(starts):
         return np.zeros(0, np.uint64)
-    pw, inv = _powers(_M, len(low))
-    h = np.add.reduceat(np.multiply(low, pw[:len(low)], dtype=np.uint64), starts)
-    h *= np.take(inv, starts)
-    # scramble: the polynomial alone is linear, and windows are hashed from these again
-    h ^= h >> np.uint64(31)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(29)
+    n = len(low)
+    p = _CHAR_POW.upto(n)
+    h = np.add.reduceat(np.multiply(low, p.up[:n]), starts)
+    h *= _take(p.down, starts)
     return h
-
-
-def _low16() -> np.ndarray:
-    """The lower table of the BMP as uint16 (lower-case of a BMP character stays in the BMP)."""
-    if "low16" not in _tables:
-        _tables["low16"] = _code_point_tables()[0][:0x10000].astype(np.uint16)
-    return _tables["low16"]
 
 
 def window_prefix(unit_hashes: np.ndarray) -> np.ndarray:
     """[0, then the running sums of hash_i * M2**i]: what `windows` needs, for any n."""
     m = len(unit_hashes)
-    pw = _powers(_M2, m + 1)[0]
-    prefix = np.empty(m + 1, np.uint64)
-    prefix[0] = 0
-    np.cumsum(unit_hashes * pw[:m], out=prefix[1:])
+    prefix = np.zeros(m + 1, np.uint64)
+    np.multiply(unit_hashes, _UNIT_POW.upto(m + 1).up[:m], out=prefix[1:])
+    prefix[1:].cumsum(out=prefix[1:])
     return prefix
 
 
@@ -150,5 +171,13 @@ def windows(prefix: np.ndarray, n: int) -> np.ndarray:
     if m <= 0:
         return np.zeros(0, np.uint64)
     w = prefix[n:] - prefix[:m]
-    w *= _powers(_M2, m)[1][:m]
+    w *= _UNIT_POW.down[:m]
+    return w
+
+
+def windows_at(prefix: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """windows(prefix, n)[starts]."""
+    w = _take(prefix, starts + n)
+    w -= _take(prefix, starts)
+    w *= _take(_UNIT_POW.down, starts)
     return w
