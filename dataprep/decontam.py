@@ -84,8 +84,12 @@ class EvalIndex:
             return [], []
         starts, ends, hashes = textunits.units(text)
         # a window can match only where all its n units may be known: a run of n in the bitmap
+        # (most documents have none: a substring search over its bytes says so at C speed)
+        known = self._known.has(hashes)
+        if b"\1" * self.lengths[0] not in known.tobytes():
+            return [], []
         run = np.zeros(len(hashes) + 1, np.int32)
-        self._known.has(hashes).cumsum(out=run[1:])
+        known.cumsum(out=run[1:])
         found, prefix = [], None
         for n in self.lengths:
             if len(hashes) < n:
