@@ -6,12 +6,13 @@ Japanese have no spaces, so their n-grams are character n-grams). Every n-gram o
 every evaluation item goes into the index (an item shorter than that is one n-gram of all its
 units). A document matches an item when it contains one of the item's n-grams.
 
-Matching is vectorised (`textunits`): the units of a document, their hashes and the hashes of
-every window of n units come from a few whole-array numpy passes; a window is looked up in a bitmap
-of the index's window hashes, then by binary search, and only those hits are compared exactly
-(unit strings against the vocabulary, n-grams against the index). `action: cut` removes the span
-from the first to the last unit of each matched run of windows and keeps the rest; `drop` removes
-the whole document.
+Matching is vectorised (`textunits`): the units of a document and their hashes come from a few
+whole-array numpy passes. A bitmap of the evaluation units' hashes marks the units that may be
+known; only a run of n of them can be an n-gram of the index, and most documents have none. The
+windows in such runs are hashed from prefix sums and looked up by binary search, and only those
+hits are compared exactly (unit strings against the vocabulary, n-grams against the index), so
+the result is the plain search's. `action: cut` removes the span from the first to the last unit
+of each matched run of windows and keeps the rest; `drop` removes the whole document.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from mspretrain.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
 _UNIT = re.compile(rf"[{textunits.CJK}]|[^\W_]+")
-_BITMAP_SLOTS = 64      # bitmap entries per window hash of the index: ~1.5% false hits
+_BITMAP_SLOTS = 64      # bitmap slots per evaluation unit: about 1 in 64 unknown units looks known
 
 
 class DecontamError(ValueError):
@@ -49,6 +50,7 @@ class DecontamConfig:
 
 
 def units(text: str) -> list[str]:
+    """The units of `text`, lower-cased (the definition; find() gets the same from textunits)."""
     return [u.lower() for u in _UNIT.findall(text)]
 
 
