@@ -61,6 +61,7 @@ class EvalIndex:
         """`items`: (item id, text), e.g. ("eval.jsonl:3", "...")."""
         self.ngram, self.item_ids = ngram, [i for i, _ in items]
         self.vocab: dict[str, int] = {}
+        textunits.code_point_tables()   # built here, once, rather than by the first document
         grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
         windows: dict[int, list[np.ndarray]] = {}
         unit_hashes: list[int] = []

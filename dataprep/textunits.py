@@ -32,15 +32,18 @@ def _byte_table(limit: int) -> bytes:
 
 
 _ASCII_LOW, _LATIN1_LOW = _byte_table(128), _byte_table(256)
-_tables: dict[str, np.ndarray] = {}
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_BMP = 0x10000
 
 
-def _code_point_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lower: uint32 per code point, the folded lower case of a unit character, 0 for any other;
-    the same for the BMP as uint16; cls: uint8 per code point, _ALNUM | _CJK bits), built once."""
-    if not _tables:
-        text = np.arange(_UNICODE, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-        cls = np.zeros(_UNICODE, np.uint8)
+def code_point_tables(limit: int = _BMP) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, cls) for the code points below `limit` (_BMP: what texts without characters beyond
+    the BMP need, built in milliseconds; or all of Unicode, 0x110000, a tenth of a second), built
+    once per process: lower, the folded lower case of a unit character (uint16 for the BMP, whose
+    lower cases stay in it; uint32 else) and 0 for any other; cls, _ALNUM | _CJK bits."""
+    if limit not in _TABLES:
+        text = np.arange(limit, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+        cls = np.zeros(limit, np.uint8)
         for m in re.finditer(r"[^\W_]+", text):
             cls[m.start():m.end()] |= _ALNUM
         for m in re.finditer(f"[{CJK}]+", text):
@@ -50,8 +53,8 @@ def _code_point_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lower = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), np.uint32).copy()
         lower[[0x3A3, 0x3C2]] = 0x3C3
         lower[cls == 0] = 0   # a CJK character that is no letter (・) keeps its value: a unit
-        _tables.update(lower=lower, bmp=lower[:0x10000].astype(np.uint16), cls=cls)
-    return _tables["lower"], _tables["bmp"], _tables["cls"]
+        _TABLES[limit] = (lower.astype(np.uint16) if limit == _BMP else lower), cls
+    return _TABLES[limit]
 
 
 class _Powers:
@@ -93,7 +96,7 @@ def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(b) == 2 * len(text):   # no character beyond the BMP: UTF-16 units are code points
         cps = np.frombuffer(b, np.uint16)
         if cps.max() < _FIRST_CJK:
-            return _runs(_take(_code_point_tables()[1], cps))
+            return _runs(_take(code_point_tables()[0], cps))
     else:
         cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
     return _with_cjk(cps)
@@ -111,9 +114,8 @@ def _runs(low: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _with_cjk(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """units() of any text, from its code points."""
-    lower, bmp, classes = _code_point_tables()
-    low = _take(bmp if cps.dtype == np.uint16 else lower, cps)
-    cls = _take(classes, cps)
+    lower, classes = code_point_tables(_BMP if cps.dtype == np.uint16 else _UNICODE)
+    low, cls = _take(lower, cps), _take(classes, cps)
     # A character continues the unit before it when it is a letter or digit and the run of
     # letters and digits so far has a non-CJK one (the regex's [^\W_]+ started there): the last
     # "event" up to the character before is such a letter (odd), not a non-letter (even).
