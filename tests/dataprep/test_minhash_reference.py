@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from dataprep.dedup import DedupConfig, _constants, shingle_order, shingle_text, signatures
+from dataprep.dedup import (_BLOCK_CHARS, DedupConfig, _constants, shingle_order, shingle_text,
+                            signatures)
 from real_text import man_languages, man_texts
 
 POOL = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n\t.,;:-_'\"()"
@@ -67,10 +68,12 @@ def test_signatures_are_the_definition(cfg):
 
 
 def test_long_texts_split_into_blocks_are_the_definition():
-    """Texts longer than a block (64 Ki characters) are hashed in overlapping pieces."""
+    """Texts longer than a block are hashed in overlapping pieces."""
     cfg = DedupConfig(num_perm=64)
     rng = random.Random(3)
-    texts = ["".join(rng.choice(POOL) for _ in range(n)) for n in (65_531, 65_540, 140_000)]
+    b = _BLOCK_CHARS
+    texts = ["".join(rng.choice(POOL) for _ in range(n)) for n in (b - 5, b + 3, 4 * b + 999)]
+    texts.append("ascii only " * (b // 5))
     texts.insert(1, "short text between long ones")
     want = np.stack([reference(t, cfg) for t in texts])
     assert np.array_equal(signatures(texts, cfg), want)
