@@ -64,14 +64,14 @@ class EvalIndex:
         textunits.code_point_tables()   # built here, once, rather than by the first document
         grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
         windows: dict[int, list[np.ndarray]] = {}
-        unit_hashes: list[int] = []
+        unit_hashes: list[np.ndarray] = []
         for number, (_, text) in enumerate(items):
             starts, ends, hashes = textunits.units(text)
             ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
                    for a, b in zip(starts.tolist(), ends.tolist())]
             if not ids:
                 continue
-            unit_hashes += hashes.tolist()
+            unit_hashes.append(hashes)
             n = min(ngram, len(ids))
             windows.setdefault(n, []).append(
                 textunits.windows(textunits.window_prefix(hashes), n))
@@ -79,7 +79,7 @@ class EvalIndex:
                 grams.setdefault(tuple(ids[s:s + n]), number)
         self.grams, self.lengths = grams, sorted(windows)
         self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
-        self._known = _Bitmap(np.array(unit_hashes, np.uint64))
+        self._known = _Bitmap(np.unique(np.concatenate(unit_hashes or [np.zeros(0, np.uint64)])))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
