@@ -147,9 +147,27 @@ def _event_at(n: int) -> np.ndarray:
 
 def _hashes(low: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The hash of each unit: sum of low[start + k] * M**k, times scale / M**start. A unit's
-    characters and the non-unit characters (0) up to the next start sum to the same: a reduceat."""
+    characters and the non-unit characters (0) up to the next start sum to the same: a reduceat.
+    A long text goes in slices of about _HASH_BLOCK characters cut at unit starts (the powers
+    then stay short whatever the text's length: M**start is the same relative to any origin)."""
     if not len(starts):
         return np.zeros(0, np.uint64)
+    if len(low) <= _HASH_BLOCK:
+        return _slice_hashes(low, starts)
+    cuts = np.searchsorted(starts, np.arange(0, len(low), _HASH_BLOCK)[1:])
+    cuts = np.unique(np.concatenate(([0], cuts, [len(starts)])))
+    out = np.empty(len(starts), np.uint64)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        origin = int(starts[a])
+        end = int(starts[b]) if b < len(starts) else len(low)
+        out[a:b] = _slice_hashes(low[origin:end], starts[a:b] - origin)
+    return out
+
+
+_HASH_BLOCK = 1 << 16
+
+
+def _slice_hashes(low: np.ndarray, starts: np.ndarray) -> np.ndarray:
     n = len(low)
     p = _CHAR_POW.upto(n)
     h = np.add.reduceat(np.multiply(low, p.up[:n]), starts)

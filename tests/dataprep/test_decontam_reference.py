@@ -91,6 +91,9 @@ def test_units_are_the_regex_units_and_equal_lower_case_hashes_equal():
     texts = [_pool_text(rng, rng.randint(0, 60)) for _ in range(3000)]
     texts += [t for lang in ("en", "tr", "ru", "ja", "zh_CN", "ko") for _, t in man_texts(lang, 4)]
     texts += ["", " ", "a", "中", "İ", "ΟΔΟΣ οδοσ οδος", "abc中文def", "中文abc", "a・b", "ab中c"]
+    # longer than a hashing slice (textunits._HASH_BLOCK), with a unit longer than one
+    long = _pool_text(rng, 3 * textunits._HASH_BLOCK)
+    texts += [long, long[:5000] + "Ab" * textunits._HASH_BLOCK + long[5000:]]
     by_lower: dict[str, int] = {}
     for text in texts:
         starts, ends, hashes = textunits.units(text)
@@ -98,6 +101,9 @@ def test_units_are_the_regex_units_and_equal_lower_case_hashes_equal():
         assert list(zip(starts.tolist(), ends.tolist())) == spans, repr(text)
         for (a, b), h in zip(spans, hashes.tolist()):
             assert by_lower.setdefault(text[a:b].lower(), h) == h, repr(text[a:b])
+    starts, ends, hashes = textunits.units(texts[-1])   # a unit hashes the same anywhere
+    for i in [0, 1, 1000, int(np.argmax(ends - starts)), len(starts) - 1]:
+        assert textunits.units(texts[-1][starts[i]:ends[i]])[2].tolist() == [hashes[i]]
     # different units hash apart here, but for the documented folding (İ as i, Σ and ς as σ)
     folded: dict[int, set[str]] = {}
     for unit, h in by_lower.items():
