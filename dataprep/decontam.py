@@ -6,34 +6,29 @@ Japanese have no spaces, so their n-grams are character n-grams). Every n-gram o
 every evaluation item goes into the index (an item shorter than that is one n-gram of all its
 units). A document matches an item when it contains one of the item's n-grams.
 
-Matching is vectorised: document units become ids of the evaluation vocabulary (-1 for a unit no
-item has), the windows are hashed with a polynomial hash in numpy and looked up by binary search, and
-only hits are compared exactly. `action: cut` removes the span from the first to the last unit of
-each matched run of windows and keeps the rest; `drop` removes the whole document.
+Matching is vectorised (`textunits`): the units of a document and their hashes come from a few
+whole-array numpy passes. A bitmap of the evaluation units' hashes marks the units that may be
+known; only a run of n of them can be an n-gram of the index, and most documents have none. The
+windows in such runs are hashed from prefix sums and looked up by binary search, and only those
+hits are compared exactly (unit strings against the vocabulary, n-grams against the index), so
+the result is the plain search's. `action: cut` removes the span from the first to the last unit
+of each matched run of windows and keeps the rest; `drop` removes the whole document.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from dataprep import textunits
 from mspretrain.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
-_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_UNIT = re.compile(rf"[{_CJK}]|[^\W_]+")
-# the same units in a text without CJK characters, without the alternation (twice as fast)
-_HAS_CJK = re.compile(f"[{_CJK}]")
-_WORD = re.compile(r"[^\W_]+")
-_MULT = np.uint64(0x9E3779B97F4A7C15)
-# ASCII text: letters and digits lower-cased, everything else a space, so that bytes.split() gives
-# exactly the units _UNIT finds (on ASCII, [^\W_] is [A-Za-z0-9]) at C speed
-_ASCII_UNITS = bytes(c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() and c < 128 else 32
-                     for c in range(256))
+_UNIT = re.compile(rf"[{textunits.CJK}]|[^\W_]+")
+_BITMAP_SLOTS = 64      # bitmap slots per evaluation unit: about 1 in 64 unknown units looks known
 
 
 class DecontamError(ValueError):
@@ -55,56 +50,8 @@ class DecontamConfig:
 
 
 def units(text: str) -> list[str]:
+    """The units of `text`, lower-cased (the definition; find() gets the same from textunits)."""
     return [u.lower() for u in _UNIT.findall(text)]
-
-
-def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """A polynomial hash, sum of (id + 1) * M**k over the window, of every window of n ids (uint64
-    arithmetic wraps)."""
-    return _windows(_prefix_sums(ids), n)
-
-
-def _prefix_sums(ids: np.ndarray) -> np.ndarray:
-    """[0, then the running sums of (id + 1) * M**i]: what _windows needs, for any n."""
-    v = ids.astype(np.uint64) + np.uint64(1)
-    prefix = np.zeros(len(v) + 1, np.uint64)
-    np.cumsum(v * _powers(len(v))[0][:len(v)], out=prefix[1:])
-    return prefix
-
-
-def _windows(prefix: np.ndarray, n: int) -> np.ndarray:
-    """The window hashes of n ids from their prefix sums: each window's sum divided by M**start
-    (M is odd, so it has an inverse modulo 2**64); two array passes whatever n is."""
-    m = len(prefix) - n
-    return (prefix[n:] - prefix[:m]) * _powers(m)[1][:m]
-
-
-_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]
-
-
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(M**i, M**-i modulo 2**64) for i < n at least, grown by doubling and kept."""
-    if len(_POWERS[0]) < n:
-        size = max(n, 2 * len(_POWERS[0]), 1024)
-        for k, base in enumerate((int(_MULT), pow(int(_MULT), -1, 1 << 64))):
-            steps = np.full(size, base, np.uint64)
-            steps[0] = 1
-            _POWERS[k] = np.cumprod(steps, dtype=np.uint64)
-    return _POWERS[0], _POWERS[1]
-
-
-def _longest_run(mask: np.ndarray) -> int:
-    """The length of the longest run of True in `mask`."""
-    if not mask.any():
-        return 0
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).view(np.int8)))
-    return int((edges[1::2] - edges[::2]).max())
-
-
-def _hits(h: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """h in table (sorted, distinct), by binary search: no re-sorting of the table per document."""
-    pos = np.minimum(np.searchsorted(table, h), len(table) - 1)
-    return table[pos] == h
 
 
 class EvalIndex:
@@ -114,73 +61,108 @@ class EvalIndex:
         """`items`: (item id, text), e.g. ("eval.jsonl:3", "...")."""
         self.ngram, self.item_ids = ngram, [i for i, _ in items]
         self.vocab: dict[str, int] = {}
-        grams: dict[tuple, int] = {}     # n-gram of ids -> first item holding it
-        hashes: dict[int, list[np.ndarray]] = {}
+        textunits.code_point_tables()   # built here, once, rather than by the first document
+        grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
+        windows: dict[int, list[np.ndarray]] = {}
+        unit_hashes: list[np.ndarray] = []
         for number, (_, text) in enumerate(items):
-            ids = [self.vocab.setdefault(u, len(self.vocab)) for u in units(text)]
+            starts, ends, hashes = textunits.units(text)
+            ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
+                   for a, b in zip(starts.tolist(), ends.tolist())]
             if not ids:
                 continue
+            unit_hashes.append(hashes)
             n = min(ngram, len(ids))
-            hashes.setdefault(n, []).append(_window_hashes(np.array(ids, np.int64), n))
+            windows.setdefault(n, []).append(
+                textunits.windows(textunits.window_prefix(hashes), n))
             for s in range(len(ids) - n + 1):
                 grams.setdefault(tuple(ids[s:s + n]), number)
-        self.grams, self.lengths = grams, set(hashes)
-        self._ascii_vocab: dict[bytes, int] | None = None
-        self.hashes = {n: np.unique(np.concatenate(h)) for n, h in hashes.items()}
-
-    def _may_match(self, text: str) -> bool:
-        """A fast scan (no match objects, lower-cased once): False when no window can match. Only
-        a run of n units that are all in the evaluation vocabulary can be an n-gram of the index,
-        so most documents are ruled out by the longest such run, before any hashing."""
-        if text.isascii():
-            if self._ascii_vocab is None:
-                self._ascii_vocab = {u.encode("ascii"): i for u, i in self.vocab.items()
-                                     if u.isascii()}
-            words = text.encode("ascii").translate(_ASCII_UNITS).split()
-            get = self._ascii_vocab.get
-        else:
-            lower = text.lower()
-            words = (_UNIT if _HAS_CJK.search(lower) else _WORD).findall(lower)
-            get = self.vocab.get
-        ids = np.fromiter(map(get, words, repeat(-1)), np.int64, len(words))
-        longest = _longest_run(ids >= 0)
-        usable = [n for n in self.lengths if longest >= n]
-        if not usable:
-            return False
-        prefix = _prefix_sums(ids)
-        return any(_hits(_windows(prefix, n), self.hashes[n]).any() for n in usable)
+        self.grams, self.lengths = grams, sorted(windows)
+        self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
+        self._known = _Bitmap(np.unique(np.concatenate(unit_hashes or [np.zeros(0, np.uint64)])))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
-        if not self.grams or not self._may_match(text):
+        if not self.grams:
             return [], []
-        matches = list(_UNIT.finditer(text))
-        if not matches:
+        starts, ends, hashes = textunits.units(text)
+        # a window can match only where all its n units may be known: a run of n in the bitmap
+        # (most documents have none: a substring search over its bytes says so at C speed)
+        known = self._known.has(hashes)
+        if b"\1" * self.lengths[0] not in known.tobytes():
             return [], []
-        vocab = self.vocab
-        ids = np.fromiter((vocab.get(m.group(0).lower(), -1) for m in matches), np.int64,
-                          len(matches))
-        items: set[int] = set()
-        unit_spans: list[tuple[int, int]] = []
-        for n in sorted(self.lengths):
-            if len(ids) < n:
-                continue
-            h = _window_hashes(ids, n)
-            for s in np.flatnonzero(_hits(h, self.hashes[n])).tolist():
-                item = self.grams.get(tuple(ids[s:s + n].tolist()))
-                if item is not None:     # not a hash collision
-                    items.add(item)
-                    unit_spans.append((s, s + n - 1))
+        run = np.zeros(len(hashes) + 1, np.int32)
+        known.cumsum(out=run[1:])
+        found, prefix = [], None
+        for n in self.lengths:
+            if len(hashes) < n:
+                break
+            cands = ((run[n:] - run[:-n]) == n).nonzero()[0]
+            if len(cands):
+                if prefix is None:
+                    prefix = textunits.window_prefix(hashes)
+                w, table = textunits.windows_at(prefix, cands, n), self.hashes[n]
+                cands = cands[table[np.minimum(np.searchsorted(table, w), len(table) - 1)] == w]
+                if len(cands):
+                    found.append((n, cands))
+        if not found:
+            return [], []
+        return self._exact(text, starts, ends, found)
+
+    def _exact(self, text: str, starts: np.ndarray, ends: np.ndarray,
+               found: list[tuple[int, np.ndarray]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """find() for the windows whose hashes are the index's: compare the strings of their
+        units with the vocabulary, then their n-grams with the index's."""
+        m = len(starts)
+        cover = np.zeros(m + 1, np.int64)
+        for n, cands in found:
+            cover += np.bincount(cands, minlength=m + 1) - np.bincount(cands + n, minlength=m + 1)
+        used = np.flatnonzero(np.cumsum(cover[:m]))
+        # lower-case the text once, where that is the same as unit by unit: no character whose
+        # lower case is two (İ) or depends on what follows (Σ)
+        low = text.lower() if "\u0130" not in text and "\u03a3" not in text else None
+        get = self.vocab.get
+        pairs = zip(starts[used].tolist(), ends[used].tolist())
+        ids = np.full(m, -1, np.int64)
+        ids[used] = ([get(low[a:b], -1) for a, b in pairs] if low is not None else
+                     [get(text[a:b].lower(), -1) for a, b in pairs])
+        ids = tuple(ids.tolist())
+        grams = self.grams.get
+        first, last, items = [], [], []
+        for n, cands in found:
+            item = np.array([grams(ids[s:s + n], -1) for s in cands.tolist()], np.int64)
+            ok = item >= 0   # not a hash collision
+            if ok.any():
+                first.append(cands[ok])
+                last.append(cands[ok] + (n - 1))
+                items.append(item[ok])
         if not items:
             return [], []
-        spans: list[list[int]] = []
-        for a, b in sorted(unit_spans):
-            start, end = matches[a].start(), matches[b].end()
-            if spans and start <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([start, end])
-        return sorted(items), [tuple(s) for s in spans]
+        # merge the spans: sorted by (first unit, last unit), a span starts where the text of a
+        # window starts after the end of every window before it
+        first, last = np.concatenate(first), np.concatenate(last)
+        if len(found) > 1:
+            order = np.lexsort((last, first))
+            first, last = first[order], last[order]
+        a, b = starts[first], ends[last]
+        reach = np.maximum.accumulate(b)
+        new = np.flatnonzero(a[1:] > reach[:-1]) + 1
+        return np.unique(np.concatenate(items)).tolist(), list(zip(a[np.append(0, new)].tolist(),
+                                       reach[np.append(new - 1, len(a) - 1)].tolist()))
+
+
+class _Bitmap:
+    """A set of 64-bit hashes as a bit per slot (slot: the top bits): `has` may say yes for a
+    hash that is not in the set (about 1 in _BITMAP_SLOTS), never no for one that is."""
+
+    def __init__(self, hashes: np.ndarray):
+        bits = min(max(_BITMAP_SLOTS * len(hashes), 1 << 12).bit_length(), 28)
+        self.shift = np.uint64(64 - bits)
+        self.slots = np.zeros(1 << bits, bool)
+        self.slots[(hashes >> self.shift).view(np.int64)] = True
+
+    def has(self, hashes: np.ndarray) -> np.ndarray:
+        return self.slots.take((hashes >> self.shift).view(np.int64))
 
 
 def cut(text: str, spans: list[tuple[int, int]]) -> str:

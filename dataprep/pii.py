@@ -98,6 +98,10 @@ def _card_ok(s: str) -> bool:
 
 # cheap scans that rule a kind out for most texts (one pass instead of a pass per pattern)
 _MAYBE_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
+# the same shape from its first dot: a pattern that starts with a literal lets the engine skip to
+# the dots at C speed (10x faster than trying \d at every position); it matches somewhere exactly
+# when _MAYBE_IPV4 does, and in most texts nowhere
+_ANY_IPV4 = re.compile(r"\.(?<=\d\.)\d{1,3}\.\d{1,3}\.\d")
 _MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
 _IPV6_ANCHOR = re.compile(r":[0-9A-Fa-f]{0,4}:")        # two of the colons of (hex{0,4}:){2,7}
 _SPACE_OR_LF = re.compile("[ \n]")
@@ -117,6 +121,8 @@ def _ipv6_anchors(text: str):
 
 
 def _ipv4_anchors(text: str):
+    if _ANY_IPV4.search(text) is None:
+        return ()
     return (m.start() for m in _MAYBE_IPV4.finditer(text))
 
 

@@ -186,3 +186,22 @@ def test_redact_equals_whole_text_substitution():
         assert redact(text) == want, text
         changed += want[0] != text
     assert changed > 300
+
+
+def test_the_ipv4_pre_check_finds_a_candidate_exactly_when_the_scan_does():
+    """_ANY_IPV4 (searched from a dot, fast) rules texts out for the _MAYBE_IPV4 scan: it must
+    find something exactly when that scan does, or redact would miss an address."""
+    import random
+
+    from dataprep import pii
+    from real_text import man_texts
+    rng = random.Random(9)
+    alphabet = "0123456789" * 3 + "..... ab\n:-١٢３"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(5000)]
+    texts += [t for lang in ("en", "de", "ru") for _, t in man_texts(lang, 20, seed=4)]
+    hits = 0
+    for text in texts:
+        want = pii._MAYBE_IPV4.search(text) is not None
+        assert (pii._ANY_IPV4.search(text) is not None) == want, text
+        hits += want
+    assert 100 < hits < len(texts) - 1000   # both answers well represented
