@@ -264,6 +264,161 @@ def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
     return (len(parts) - len(distinct)) / len(parts), dup_chars / max(1, total)
 
 
+# --------------------------------------------------------------------------- fast path
+# quality_reason decides most texts with one pass of numpy over their code points: a table gives
+# each character's class and whether it is CJK (the character ratios and the units in one
+# gather), and the top n-gram check becomes an upper bound computed on hashed units. The bound
+# only ever clears a text: where it cannot, the exact count above decides, so the result is
+# always that of the definition.
+
+_CJK_FLAG = 8   # added to a character's class in _char_table when the character is a CJK unit
+_ASCII_TABLE = np.frombuffer(_ASCII_CLASS, dtype=np.uint8)  # no ASCII character is CJK
+
+
+@functools.cache
+def _bmp_table() -> np.ndarray:
+    """class | _CJK_FLAG * is-CJK of every BMP code point (64 KiB, built on first non-ASCII use)."""
+    return _bmp_class() | (_is_cjk()[:0x10000].astype(np.uint8) << 3)
+
+
+def _char_table(cps: np.ndarray) -> np.ndarray:
+    """class | _CJK_FLAG * is-CJK of each code point in `cps` (uint8)."""
+    if cps.dtype == np.uint8:
+        return _ASCII_TABLE.take(cps)
+    table = _bmp_table()
+    if cps.max() <= 0xFFFF:
+        return table.take(cps)   # take: indexing with a uint32 array costs 4x more
+    astral = cps > 0xFFFF
+    out = table[np.where(astral, 0, cps)]
+    out[astral] = [_category_class(int(cp)) | _CJK_FLAG * int(_is_cjk()[cp]) for cp in cps[astral]]
+    return out
+
+
+# Polynomial hashing of units modulo 2**64 (numpy's uint64 wraps): unit u of code points c_0..c_k
+# hashes to sum c_j R**j, from prefix sums over the text times R**-start. Collisions only merge
+# buckets, which raises the bound: they can cost time, never change a decision.
+_R = 0x9E3779B97F4A7C15                 # odd, so invertible modulo 2**64
+_R_INV = pow(_R, -1, 1 << 64)
+_GRAM = np.uint64(0xC2B2AE3D27D4EB4F)  # combines the hashes of a gram's units
+_MIX = np.uint64(0xD6E8FEB86659FD93)   # multiplicative hashing: the top bits pick the bucket
+_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]  # R**j, R**-j
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(R**j, R**-j) for j < n at least, modulo 2**64; grown by doubling, kept for later texts."""
+    if len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]), 4096)
+        for i, base in enumerate((_R, _R_INV)):
+            table = np.full(size, base, dtype=np.uint64)
+            table[0] = 1
+            _POWERS[i] = np.cumprod(table, out=table)
+    return _POWERS[0], _POWERS[1]
+
+
+def _unit_edges(chars: np.ndarray, cjk: bool) -> tuple[np.ndarray, int]:
+    """(start and end of each unit, interleaved; the number of units) of a text whose _char_table
+    values are `chars`."""
+    nonspace = np.zeros(len(chars) + 2, dtype=bool)
+    np.not_equal(chars, _SPACE, out=nonspace[1:-1])
+    if not cjk:   # the units are the runs of non-space characters
+        edges = np.flatnonzero(nonspace[1:] != nonspace[:-1])
+        return edges, len(edges) // 2
+    is_cjk = np.zeros(len(chars) + 2, dtype=bool)
+    np.greater_equal(chars, _CJK_FLAG, out=is_cjk[1:-1])
+    # a unit starts at a non-space character after a space or a CJK character, or at a CJK one
+    starts = np.flatnonzero(nonspace[1:-1] & (~nonspace[:-2] | is_cjk[1:-1] | is_cjk[:-2]))
+    ends = np.flatnonzero(nonspace[1:-1] & (~nonspace[2:] | is_cjk[1:-1] | is_cjk[2:])) + 1
+    edges = np.empty(2 * len(starts), dtype=np.intp)
+    edges[0::2] = starts
+    edges[1::2] = ends
+    return edges, len(starts)
+
+
+def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> float:
+    """The most characters covered by the keys falling in one bucket: at least the coverage of
+    any one key."""
+    buckets = ((keys * _MIX) >> shift).view(np.int64)
+    return float(np.bincount(buckets, weights=chars).max())
+
+
+def _top_ngram_cleared(cps: np.ndarray, chars: np.ndarray, cjk: bool, total: int,
+                       cfg: FilterConfig) -> bool:
+    """True when `top_ngram_passes` is certainly True for the text of code points `cps`
+    (`chars`: their _char_table values, `total`: its non-space characters); False when only the
+    exact count can tell."""
+    edges, m = _unit_edges(chars, cjk)
+    if m < max(1, cfg.top_ngram_min_units):
+        return True
+    powers, inverses = _powers(len(cps))
+    starts, ends = edges[0::2], edges[1::2]
+    # sums over [start, end) of c_j R**j (reduceat: each from its index to the next one)
+    sums = np.add.reduceat(cps * powers[:len(cps)], edges[:-1] if edges[-1] == len(cps) else edges)
+    hashes = sums[0::2] * inverses.take(starts)
+    lengths = ends - starts
+    shift = np.uint64(64 - max(10, (4 * m).bit_length()))   # >= 4 buckets per unit
+    best = None
+    for n, limit in cfg.max_top_ngram_fraction:
+        if m < n:
+            break
+        if best is None:
+            best = _bucket_cover(hashes, lengths, shift)  # >= the coverage of every unit
+        if n * best <= limit * total:
+            continue  # the exact check skips this order too: its best unit covers no more
+        if n == 1:
+            return False
+        k = m - n + 1
+        grams = hashes[:k].copy()
+        for j in range(1, n):
+            grams *= _GRAM
+            grams += hashes[j:j + k]
+        cum = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(lengths, out=cum[1:])
+        if _bucket_cover(grams, cum[n:] - cum[:k], shift) / total > limit:
+            return False
+    return True
+
+
+# Counts of spaces, letters, symbols and CJK characters packed in one integer of 4 x 16 bits per
+# _char_table value: one sum counts them all (exact below 2**16 characters; longer texts bincount).
+_FIELD = 16
+_PACKED = np.array([sum(1 << (_FIELD * f) for f, hit in enumerate(
+    (v & 7 == _SPACE, v & 7 == _LETTER, v & 7 == _SYMBOL, v >= _CJK_FLAG)) if hit)
+    for v in range(2 * _CJK_FLAG)], dtype=np.uint64)
+
+
+def _class_counts(chars: np.ndarray) -> tuple[int, int, int, int]:
+    """(spaces, letters, symbols, CJK characters) among `chars` (_char_table values)."""
+    if len(chars) < 1 << _FIELD:
+        packed = int(_PACKED.take(chars).sum())
+        return tuple((packed >> (_FIELD * f)) & ((1 << _FIELD) - 1) for f in range(4))
+    counts = np.bincount(chars, minlength=2 * _CJK_FLAG)
+    classes = (counts[:_CJK_FLAG] + counts[_CJK_FLAG:]).tolist()
+    return classes[_SPACE], classes[_LETTER], classes[_SYMBOL], int(counts[_CJK_FLAG:].sum())
+
+
+def _line_counts(text: str, ascii_only: bool) -> tuple[int, int]:
+    """(lines starting with a bullet, lines ending in an ellipsis) among the non-empty lines of
+    `text` split at LF: a count of LF + bullet (ellipsis + LF) plus the first (last) line."""
+    bullets = text.startswith(_BULLETS)
+    ellipses = text.endswith(_ELLIPSES)
+    for b in (_BULLETS[:2] if ascii_only else _BULLETS):
+        if b in text:
+            bullets += text.count("\n" + b)
+    ellipses += text.count("...\n")
+    if not ascii_only:
+        ellipses += text.count("\u2026\n")
+    return bullets, ellipses
+
+
+def _line_duplicates(lines: list[str], n_lines: int) -> tuple[float, float]:
+    """duplicate_fractions of the non-empty ones of `lines` (n_lines of them)."""
+    distinct = set(lines)
+    distinct.discard("")
+    if len(distinct) == n_lines:
+        return 0.0, 0.0
+    return duplicate_fractions(lines)
+
+
 # --------------------------------------------------------------------------- the filter chain
 
 def quality_reason(text: str, cfg: FilterConfig) -> str | None:
@@ -273,19 +428,22 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    cps = None if text.isascii() else code_points(text)
-    classes = char_classes(text, cps)
-    nonspace = max(1, sum(classes) - classes[_SPACE])
-    if classes[_SYMBOL] > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
+    ascii_only = text.isascii()
+    cps = (np.frombuffer(text.encode("ascii"), dtype=np.uint8) if ascii_only
+           else code_points(text))
+    chars = _char_table(cps)
+    space, letters, symbols, cjk = _class_counts(chars)
+    nonspace = max(1, len(text) - space)
+    if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
         return "symbol_ratio"
-    if classes[_LETTER] < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
+    if letters < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
         return "letter_ratio"
-    lines = list(filter(None, text.split("\n")))
-    n_lines = max(1, len(lines))
-    bullets = sum(map(str.startswith, lines, repeat(_BULLETS)))
+    lines = text.split("\n")
+    n_lines = len(lines) - lines.count("")
+    bullets, ellipses = _line_counts(text, ascii_only)
+    n_lines = max(1, n_lines)
     if bullets > cfg.max_bullet_lines * n_lines and "bullet_lines" not in off:
         return "bullet_lines"
-    ellipses = sum(map(str.endswith, lines, repeat(_ELLIPSES)))
     if ellipses > cfg.max_ellipsis_lines * n_lines and "ellipsis_lines" not in off:
         return "ellipsis_lines"
     if "\n\n" in text:  # else one paragraph: nothing repeats
@@ -294,11 +452,14 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
             return "dup_paragraphs"
         if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
             return "dup_paragraph_chars"
-    dup_count, dup_chars = duplicate_fractions(lines)
+    dup_count, dup_chars = _line_duplicates(lines, len(lines) - lines.count(""))
     if dup_count > cfg.max_dup_line_fraction and "dup_lines" not in off:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
-    if "top_ngram" not in off and not top_ngram_passes(text, cfg, cps):
-        return "top_ngram"
-    return None
+    if "top_ngram" in off:
+        return None
+    if _top_ngram_cleared(cps, chars, cjk, len(text) - space, cfg):
+        return None
+    exact_cps = cps if not ascii_only else None
+    return None if top_ngram_passes(text, cfg, exact_cps) else "top_ngram"
