@@ -265,97 +265,113 @@ def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- fast path
-# quality_reason decides most texts with one pass of numpy over their code points: a table gives
-# each character's class and whether it is CJK (the character ratios and the units in one
-# gather), and the top n-gram check becomes an upper bound computed on hashed units. The bound
-# only ever clears a text: where it cannot, the exact count above decides, so the result is
-# always that of the definition.
+# quality_reason decides most texts with a few numpy passes over their code points. A table gives
+# every character a 64-bit value: 0 for a space; else a 1 (bits 0-13), a 1 if it is a letter (bits
+# 14-27), a 1 if it is a symbol (bits 28-41) and fixed random bits above. Summed over a text of
+# fewer than 2**14 characters, the fields are its non-space, letter and symbol counts; summed
+# over a unit, the value is a hash of the unit (of its characters, not their order) whose low
+# field is its length. The top n-gram check becomes an upper bound over these hashes, which only
+# ever clears a text: where it cannot, the exact count above decides, so the result is always the
+# definition's.
 
-_CJK_FLAG = 8   # added to a character's class in _char_table when the character is a CJK unit
-_ASCII_TABLE = np.frombuffer(_ASCII_CLASS, dtype=np.uint8)  # no ASCII character is CJK
+_BITS = 14
+_ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
+_FIELD_MASK = (1 << _BITS) - 1
+_RANDOM_MASK = ~np.uint64((1 << 3 * _BITS) - 1)
+_CJK_START = min(a for a, _ in _CJK_RANGES)   # no code point below it is CJK
+_RARE = tuple(c for c in _BULLETS + _ELLIPSES if not c.isascii())  # non-ASCII line markers
+
+
+def _values_of(cps: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The values of code points `cps` of character classes `classes`."""
+    with np.errstate(over="ignore"):   # splitmix64 of the code point, for the random bits
+        z = cps.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x632BE59BD9B4E019)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    fields = (_ONE + _LETTER_ONE * (classes == _LETTER) + _SYMBOL_ONE * (classes == _SYMBOL))
+    return np.where(classes == _SPACE, np.uint64(0), (z & _RANDOM_MASK) | fields.astype(np.uint64))
+
+
+_ASCII_VALUES = _values_of(np.arange(128), np.frombuffer(_ASCII_CLASS[:128], dtype=np.uint8))
 
 
 @functools.cache
-def _bmp_table() -> np.ndarray:
-    """class | _CJK_FLAG * is-CJK of every BMP code point (64 KiB, built on first non-ASCII use)."""
-    return _bmp_class() | (_is_cjk()[:0x10000].astype(np.uint8) << 3)
+def _bmp_values() -> np.ndarray:
+    """The value of every BMP code point (512 KiB, built on the first non-ASCII text)."""
+    return _values_of(np.arange(0x10000), _bmp_class())
 
 
-def _char_table(cps: np.ndarray) -> np.ndarray:
-    """class | _CJK_FLAG * is-CJK of each code point in `cps` (uint8)."""
+def _char_values(cps: np.ndarray, top: int) -> np.ndarray:
+    """The value of each code point of `cps` (uint8 for an ASCII text, else uint32; `top`: its
+    largest code point)."""
     if cps.dtype == np.uint8:
-        return _ASCII_TABLE.take(cps)
-    table = _bmp_table()
-    if cps.max() <= 0xFFFF:
-        return table.take(cps)   # take: indexing with a uint32 array costs 4x more
+        return _ASCII_VALUES.take(cps)
+    table = _bmp_values()
+    if top <= 0xFFFF:
+        return table.take(cps)   # take: indexing with a uint32 array costs several times more
     astral = cps > 0xFFFF
-    out = table[np.where(astral, 0, cps)]
-    out[astral] = [_category_class(int(cp)) | _CJK_FLAG * int(_is_cjk()[cp]) for cp in cps[astral]]
+    out = table.take(np.where(astral, 0, cps))
+    rest = cps[astral]
+    out[astral] = _values_of(rest, np.array([_category_class(int(cp)) for cp in rest]))
     return out
 
 
-# Polynomial hashing of units modulo 2**64 (numpy's uint64 wraps): unit u of code points c_0..c_k
-# hashes to sum c_j R**j, from prefix sums over the text times R**-start. Collisions only merge
-# buckets, which raises the bound: they can cost time, never change a decision.
-_R = 0x9E3779B97F4A7C15                 # odd, so invertible modulo 2**64
-_R_INV = pow(_R, -1, 1 << 64)
+def _class_counts(values: np.ndarray) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of a text of character values `values`."""
+    if len(values) <= _FIELD_MASK:   # no field can overflow into the next
+        packed = int(values.sum())
+        return (packed & _FIELD_MASK, (packed >> _BITS) & _FIELD_MASK,
+                (packed >> 2 * _BITS) & _FIELD_MASK)
+    return tuple(int(np.count_nonzero(values & np.uint64(one)))
+                 for one in (_ONE, _LETTER_ONE, _SYMBOL_ONE))
+
+
 _GRAM = np.uint64(0xC2B2AE3D27D4EB4F)  # combines the hashes of a gram's units
 _MIX = np.uint64(0xD6E8FEB86659FD93)   # multiplicative hashing: the top bits pick the bucket
-_POWERS: list[np.ndarray] = [np.ones(0, np.uint64), np.ones(0, np.uint64)]  # R**j, R**-j
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(R**j, R**-j) for j < n at least, modulo 2**64; grown by doubling, kept for later texts."""
-    if len(_POWERS[0]) < n:
-        size = max(n, 2 * len(_POWERS[0]), 4096)
-        for i, base in enumerate((_R, _R_INV)):
-            table = np.full(size, base, dtype=np.uint64)
-            table[0] = 1
-            _POWERS[i] = np.cumprod(table, out=table)
-    return _POWERS[0], _POWERS[1]
-
-
-def _unit_edges(chars: np.ndarray, cjk: bool) -> tuple[np.ndarray, int]:
-    """(start and end of each unit, interleaved; the number of units) of a text whose _char_table
-    values are `chars`."""
-    nonspace = np.zeros(len(chars) + 2, dtype=bool)
-    np.not_equal(chars, _SPACE, out=nonspace[1:-1])
-    if not cjk:   # the units are the runs of non-space characters
-        edges = np.flatnonzero(nonspace[1:] != nonspace[:-1])
-        return edges, len(edges) // 2
-    is_cjk = np.zeros(len(chars) + 2, dtype=bool)
-    np.greater_equal(chars, _CJK_FLAG, out=is_cjk[1:-1])
-    # a unit starts at a non-space character after a space or a CJK character, or at a CJK one
-    starts = np.flatnonzero(nonspace[1:-1] & (~nonspace[:-2] | is_cjk[1:-1] | is_cjk[:-2]))
-    ends = np.flatnonzero(nonspace[1:-1] & (~nonspace[2:] | is_cjk[1:-1] | is_cjk[2:])) + 1
-    edges = np.empty(2 * len(starts), dtype=np.intp)
-    edges[0::2] = starts
-    edges[1::2] = ends
-    return edges, len(starts)
+def _unit_ends(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
+    """The index of the last character of each unit of a text of character values `values`
+    (`cjk`: which characters are CJK units, None when none is)."""
+    nonspace = np.zeros(len(values) + 1, dtype=bool)
+    np.not_equal(values, 0, out=nonspace[:-1])
+    last = nonspace[:-1] > nonspace[1:]   # followed by a space or the end
+    if cjk is not None:   # or followed by a CJK character, or CJK itself (and not a space)
+        next_cjk = np.zeros(len(values), dtype=bool)
+        next_cjk[:-1] = cjk[1:]
+        last |= nonspace[:-1] & (cjk | next_cjk)
+    return np.flatnonzero(last)
 
 
 def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> float:
     """The most characters covered by the keys falling in one bucket: at least the coverage of
     any one key."""
-    buckets = ((keys * _MIX) >> shift).view(np.int64)
-    return float(np.bincount(buckets, weights=chars).max())
+    buckets = keys * _MIX
+    buckets >>= shift
+    return float(np.bincount(buckets.view(np.int64), weights=chars).max())
 
 
-def _top_ngram_cleared(cps: np.ndarray, chars: np.ndarray, cjk: bool, total: int,
+def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
                        cfg: FilterConfig) -> bool:
-    """True when `top_ngram_passes` is certainly True for the text of code points `cps`
-    (`chars`: their _char_table values, `total`: its non-space characters); False when only the
-    exact count can tell."""
-    edges, m = _unit_edges(chars, cjk)
+    """True when `top_ngram_passes` is certainly True for a text of character values `values`
+    (`cjk`: see _unit_ends, `total`: its non-space characters); False when only the exact count
+    can tell."""
+    ends = _unit_ends(values, cjk)
+    m = len(ends)
     if m < max(1, cfg.top_ngram_min_units):
         return True
-    powers, inverses = _powers(len(cps))
-    starts, ends = edges[0::2], edges[1::2]
-    # sums over [start, end) of c_j R**j (reduceat: each from its index to the next one)
-    sums = np.add.reduceat(cps * powers[:len(cps)], edges[:-1] if edges[-1] == len(cps) else edges)
-    hashes = sums[0::2] * inverses.take(starts)
-    lengths = ends - starts
-    shift = np.uint64(64 - max(10, (4 * m).bit_length()))   # >= 4 buckets per unit
+    # spaces are 0: the sum over a unit is the difference of the prefix sums at consecutive ends
+    at_ends = np.cumsum(values).take(ends)
+    hashes = np.empty_like(at_ends)
+    hashes[0] = at_ends[0]
+    np.subtract(at_ends[1:], at_ends[:-1], out=hashes[1:])
+    if len(values) <= _FIELD_MASK:
+        lengths = (hashes & np.uint64(_FIELD_MASK)).view(np.int64)
+    else:   # a unit may be too long for its field: count its characters instead
+        at_ends = np.cumsum(values != 0).take(ends)
+        lengths = np.diff(at_ends, prepend=0)
+    shift = np.uint64(64 - max(8, (2 * m).bit_length()))   # >= 2 buckets per unit
     best = None
     for n, limit in cfg.max_top_ngram_fraction:
         if m < n:
@@ -368,55 +384,43 @@ def _top_ngram_cleared(cps: np.ndarray, chars: np.ndarray, cjk: bool, total: int
             return False
         k = m - n + 1
         grams = hashes[:k].copy()
+        gram_chars = lengths[:k].copy()
         for j in range(1, n):
             grams *= _GRAM
             grams += hashes[j:j + k]
-        cum = np.zeros(m + 1, dtype=np.int64)
-        np.cumsum(lengths, out=cum[1:])
-        if _bucket_cover(grams, cum[n:] - cum[:k], shift) / total > limit:
+            gram_chars += lengths[j:j + k]
+        if _bucket_cover(grams, gram_chars, shift) / total > limit:
             return False
     return True
 
 
-# Counts of spaces, letters, symbols and CJK characters packed in one integer of 4 x 16 bits per
-# _char_table value: one sum counts them all (exact below 2**16 characters; longer texts bincount).
-_FIELD = 16
-_PACKED = np.array([sum(1 << (_FIELD * f) for f, hit in enumerate(
-    (v & 7 == _SPACE, v & 7 == _LETTER, v & 7 == _SYMBOL, v >= _CJK_FLAG)) if hit)
-    for v in range(2 * _CJK_FLAG)], dtype=np.uint64)
-
-
-def _class_counts(chars: np.ndarray) -> tuple[int, int, int, int]:
-    """(spaces, letters, symbols, CJK characters) among `chars` (_char_table values)."""
-    if len(chars) < 1 << _FIELD:
-        packed = int(_PACKED.take(chars).sum())
-        return tuple((packed >> (_FIELD * f)) & ((1 << _FIELD) - 1) for f in range(4))
-    counts = np.bincount(chars, minlength=2 * _CJK_FLAG)
-    classes = (counts[:_CJK_FLAG] + counts[_CJK_FLAG:]).tolist()
-    return classes[_SPACE], classes[_LETTER], classes[_SYMBOL], int(counts[_CJK_FLAG:].sum())
-
-
-def _line_counts(text: str, ascii_only: bool) -> tuple[int, int]:
+def _line_counts(text: str, rare: bool) -> tuple[int, int]:
     """(lines starting with a bullet, lines ending in an ellipsis) among the non-empty lines of
-    `text` split at LF: a count of LF + bullet (ellipsis + LF) plus the first (last) line."""
+    `text` split at LF: a count of LF + bullet (ellipsis + LF) plus the first (last) line
+    (`rare`: whether the text may hold a non-ASCII bullet or ellipsis)."""
     bullets = text.startswith(_BULLETS)
     ellipses = text.endswith(_ELLIPSES)
-    for b in (_BULLETS[:2] if ascii_only else _BULLETS):
+    for b in _BULLETS[:2]:
         if b in text:
             bullets += text.count("\n" + b)
     ellipses += text.count("...\n")
-    if not ascii_only:
-        ellipses += text.count("\u2026\n")
+    if rare:
+        for c in _RARE:
+            if c in text:
+                bullets += text.count("\n" + c) if c != "\u2026" else 0
+                ellipses += text.count(c + "\n") if c == "\u2026" else 0
     return bullets, ellipses
 
 
-def _line_duplicates(lines: list[str], n_lines: int) -> tuple[float, float]:
-    """duplicate_fractions of the non-empty ones of `lines` (n_lines of them)."""
-    distinct = set(lines)
+def _repeats(parts: list[str], chars: int) -> tuple[float, float]:
+    """duplicate_fractions(parts), given the characters of all parts: the same numbers from the
+    set of distinct parts alone (most texts repeat nothing)."""
+    distinct = set(parts)
     distinct.discard("")
-    if len(distinct) == n_lines:
+    n = len(parts) - parts.count("")
+    if n < 2 or len(distinct) == n:
         return 0.0, 0.0
-    return duplicate_fractions(lines)
+    return (n - len(distinct)) / n, (chars - sum(map(len, distinct))) / max(1, chars)
 
 
 # --------------------------------------------------------------------------- the filter chain
@@ -428,38 +432,47 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    ascii_only = text.isascii()
-    cps = (np.frombuffer(text.encode("ascii"), dtype=np.uint8) if ascii_only
-           else code_points(text))
-    chars = _char_table(cps)
-    space, letters, symbols, cjk = _class_counts(chars)
-    nonspace = max(1, len(text) - space)
+    if text.isascii():
+        cps, top = np.frombuffer(text.encode("ascii"), dtype=np.uint8), 0x7F
+    else:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        top = int(cps.max())
+    values = _char_values(cps, top)
+    nonspace, letters, symbols = _class_counts(values)
+    total = nonspace
+    nonspace = max(1, nonspace)
     if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
         return "symbol_ratio"
     if letters < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
         return "letter_ratio"
     lines = text.split("\n")
     n_lines = len(lines) - lines.count("")
-    bullets, ellipses = _line_counts(text, ascii_only)
-    n_lines = max(1, n_lines)
-    if bullets > cfg.max_bullet_lines * n_lines and "bullet_lines" not in off:
+    bullets, ellipses = _line_counts(text, top >= 0xB7)
+    if bullets > cfg.max_bullet_lines * max(1, n_lines) and "bullet_lines" not in off:
         return "bullet_lines"
-    if ellipses > cfg.max_ellipsis_lines * n_lines and "ellipsis_lines" not in off:
+    if ellipses > cfg.max_ellipsis_lines * max(1, n_lines) and "ellipsis_lines" not in off:
         return "ellipsis_lines"
-    if "\n\n" in text:  # else one paragraph: nothing repeats
-        dup_count, dup_chars = duplicate_fractions(text.split("\n\n"))
+    dup_lines = _repeats(lines, len(text) - len(lines) + 1)
+    # A repeated paragraph repeats its first line, a whole line when no paragraph starts or ends
+    # with LF (no LF x 3): then without repeated lines there is nothing to split.
+    if (dup_lines[0] or "\n\n\n" in text) and "\n\n" in text:
+        paragraphs = text.split("\n\n")
+        dup_count, dup_chars = _repeats(paragraphs, len(text) - 2 * len(paragraphs) + 2)
         if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
             return "dup_paragraphs"
         if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
             return "dup_paragraph_chars"
-    dup_count, dup_chars = _line_duplicates(lines, len(lines) - lines.count(""))
+    dup_count, dup_chars = dup_lines
     if dup_count > cfg.max_dup_line_fraction and "dup_lines" not in off:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
     if "top_ngram" in off:
         return None
-    if _top_ngram_cleared(cps, chars, cjk, len(text) - space, cfg):
+    cjk = None
+    if top >= _CJK_START:
+        cjk = _is_cjk().take(cps)
+        cjk = cjk if cjk.any() else None
+    if _top_ngram_cleared(values, cjk, total, cfg):
         return None
-    exact_cps = cps if not ascii_only else None
-    return None if top_ngram_passes(text, cfg, exact_cps) else "top_ngram"
+    return None if top_ngram_passes(text, cfg, cps if top > 0x7F else None) else "top_ngram"
