@@ -317,10 +317,11 @@ def _char_values(cps: np.ndarray, top: int) -> np.ndarray:
     return out
 
 
-def _class_counts(values: np.ndarray) -> tuple[int, int, int]:
-    """(non-space characters, letters, symbols) of a text of character values `values`."""
+def _class_counts(values: np.ndarray, prefix: np.ndarray) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of a text of character values `values` (`prefix`:
+    their cumulative sums)."""
     if len(values) <= _FIELD_MASK:   # no field can overflow into the next
-        packed = int(values.sum())
+        packed = int(prefix[-1]) if len(prefix) else 0
         return (packed & _FIELD_MASK, (packed >> _BITS) & _FIELD_MASK,
                 (packed >> 2 * _BITS) & _FIELD_MASK)
     return tuple(int(np.count_nonzero(values & np.uint64(one)))
@@ -335,7 +336,7 @@ def _unit_ends(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
     """The index of the last character of each unit of a text of character values `values`
     (`cjk`: which characters are CJK units, None when none is)."""
     nonspace = np.zeros(len(values) + 1, dtype=bool)
-    np.not_equal(values, 0, out=nonspace[:-1])
+    nonspace[:-1] = values   # spaces are 0
     last = nonspace[:-1] > nonspace[1:]   # followed by a space or the end
     if cjk is not None:   # or followed by a CJK character, or CJK itself (and not a space)
         next_cjk = np.zeros(len(values), dtype=bool)
@@ -352,8 +353,8 @@ def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> floa
     return float(np.bincount(buckets.view(np.int64), weights=chars).max())
 
 
-def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
-                       cfg: FilterConfig) -> bool:
+def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray | None,
+                       total: int, cfg: FilterConfig) -> bool:
     """True when `top_ngram_passes` is certainly True for a text of character values `values`
     (`cjk`: see _unit_ends, `total`: its non-space characters); False when only the exact count
     can tell."""
@@ -362,7 +363,7 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
     if m < max(1, cfg.top_ngram_min_units):
         return True
     # spaces are 0: the sum over a unit is the difference of the prefix sums at consecutive ends
-    at_ends = np.cumsum(values).take(ends)
+    at_ends = prefix.take(ends)
     hashes = np.empty_like(at_ends)
     hashes[0] = at_ends[0]
     np.subtract(at_ends[1:], at_ends[:-1], out=hashes[1:])
@@ -371,7 +372,7 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
     else:   # a unit may be too long for its field: count its characters instead
         at_ends = np.cumsum(values != 0).take(ends)
         lengths = np.diff(at_ends, prepend=0)
-    shift = np.uint64(64 - max(8, (2 * m).bit_length()))   # >= 2 buckets per unit
+    shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 2 buckets per unit
     best = None
     for n, limit in cfg.max_top_ngram_fraction:
         if m < n:
@@ -395,30 +396,29 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
 
 
 def _line_counts(text: str, rare: bool) -> tuple[int, int]:
-    """(lines starting with a bullet, lines ending in an ellipsis) among the non-empty lines of
-    `text` split at LF: a count of LF + bullet (ellipsis + LF) plus the first (last) line
-    (`rare`: whether the text may hold a non-ASCII bullet or ellipsis)."""
-    bullets = text.startswith(_BULLETS)
-    ellipses = text.endswith(_ELLIPSES)
-    for b in _BULLETS[:2]:
-        if b in text:
-            bullets += text.count("\n" + b)
-    ellipses += text.count("...\n")
+    """(lines starting with a bullet, lines ending in an ellipsis) among the lines of `text` split
+    at LF: LF + bullet (ellipsis + LF) counted in the text, plus the first (last) line; an empty
+    line neither starts nor ends with one (`rare`: whether the text may hold a non-ASCII one)."""
+    bullets = text.startswith(_BULLETS) + text.count("\n-") + text.count("\n*")
+    ellipses = text.endswith(_ELLIPSES) + text.count("...\n")
     if rare:
         for c in _RARE:
             if c in text:
-                bullets += text.count("\n" + c) if c != "\u2026" else 0
-                ellipses += text.count(c + "\n") if c == "\u2026" else 0
+                if c in _BULLETS:
+                    bullets += text.count("\n" + c)
+                else:
+                    ellipses += text.count(c + "\n")
     return bullets, ellipses
 
 
-def _repeats(parts: list[str], chars: int) -> tuple[float, float]:
-    """duplicate_fractions(parts), given the characters of all parts: the same numbers from the
-    set of distinct parts alone (most texts repeat nothing)."""
+def _repeats(parts: list[str], n: int, chars: int) -> tuple[float, float]:
+    """duplicate_fractions(parts), given the number of non-empty parts and the characters of all:
+    the same numbers from the set of distinct parts alone (most texts repeat nothing)."""
+    if n < 2:
+        return 0.0, 0.0
     distinct = set(parts)
     distinct.discard("")
-    n = len(parts) - parts.count("")
-    if n < 2 or len(distinct) == n:
+    if len(distinct) == n:
         return 0.0, 0.0
     return (n - len(distinct)) / n, (chars - sum(map(len, distinct))) / max(1, chars)
 
@@ -438,7 +438,8 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         top = int(cps.max())
     values = _char_values(cps, top)
-    nonspace, letters, symbols = _class_counts(values)
+    prefix = np.cumsum(values)   # wraps around modulo 2**64: only differences are used
+    nonspace, letters, symbols = _class_counts(values, prefix)
     total = nonspace
     nonspace = max(1, nonspace)
     if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
@@ -452,12 +453,15 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "bullet_lines"
     if ellipses > cfg.max_ellipsis_lines * max(1, n_lines) and "ellipsis_lines" not in off:
         return "ellipsis_lines"
-    dup_lines = _repeats(lines, len(text) - len(lines) + 1)
-    # A repeated paragraph repeats its first line, a whole line when no paragraph starts or ends
-    # with LF (no LF x 3): then without repeated lines there is nothing to split.
-    if (dup_lines[0] or "\n\n\n" in text) and "\n\n" in text:
-        paragraphs = text.split("\n\n")
-        dup_count, dup_chars = _repeats(paragraphs, len(text) - 2 * len(paragraphs) + 2)
+    dup_lines = _repeats(lines, n_lines, len(text) - len(lines) + 1)
+    if "\n\n" in text:  # else one paragraph: nothing repeats
+        # A repeated paragraph repeats its first line, a whole line when no paragraph starts or
+        # ends with LF (no LF x 3): then without repeated lines there is nothing to split.
+        dup_count, dup_chars = 0.0, 0.0
+        if dup_lines[0] or "\n\n\n" in text:
+            paragraphs = text.split("\n\n")
+            dup_count, dup_chars = _repeats(paragraphs, len(paragraphs) - paragraphs.count(""),
+                                            len(text) - 2 * len(paragraphs) + 2)
         if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
             return "dup_paragraphs"
         if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
@@ -473,6 +477,6 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
     if top >= _CJK_START:
         cjk = _is_cjk().take(cps)
         cjk = cjk if cjk.any() else None
-    if _top_ngram_cleared(values, cjk, total, cfg):
+    if _top_ngram_cleared(values, prefix, cjk, total, cfg):
         return None
     return None if top_ngram_passes(text, cfg, cps if top > 0x7F else None) else "top_ngram"
