@@ -30,7 +30,6 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import mul
 
 import numpy as np
@@ -112,37 +111,17 @@ def _category_class(cp: int) -> int:
 
 @functools.cache
 def _bmp_class() -> np.ndarray:
-    """The class of every BMP code point (64 KiB, ~0.1 s): built on the first non-ASCII text, not
+    """The class of every BMP code point (64 KiB, ~10 ms): built on the first non-ASCII text, not
     at import, so importing dataprep (the CLI, a test, a Ray worker) pays nothing for it."""
     return np.array([_category_class(cp) for cp in range(0x10000)], dtype=np.uint8)
 
 
-_ASCII_CLASS = bytes(_category_class(cp) for cp in range(128)) + bytes(128)
-_CLASS_BYTES = [bytes([c]) for c in range(5)]
+_ASCII_CLASS = bytes(_category_class(cp) for cp in range(128))
 
 
 def code_points(text: str) -> np.ndarray:
     """The code points of `text` as uint32 (lone surrogates included)."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-
-
-def char_classes(text: str, cps: np.ndarray | None = None) -> list[int]:
-    """Counts of [space, letter, digit, symbol, other] characters in `text` (`cps`: its code
-    points, when the caller has them already)."""
-    if text.isascii():  # bytes.translate and count: no per-call numpy overhead
-        classes = text.encode("ascii").translate(_ASCII_CLASS)
-        counts = [classes.count(c) for c in _CLASS_BYTES[:_OTHER]]
-        return counts + [len(classes) - sum(counts)]
-    cps = code_points(text) if cps is None else cps
-    bmp = _bmp_class()
-    if cps.max() <= 0xFFFF:
-        classes = bmp[cps]
-    else:
-        astral = cps > 0xFFFF
-        classes = bmp[np.where(astral, 0, cps)]
-        classes[astral] = [_category_class(int(cp)) for cp in cps[astral]]
-    counts = [np.count_nonzero(classes == c) for c in range(_OTHER)]  # faster than bincount
-    return counts + [len(classes) - sum(counts)]
 
 
 # --------------------------------------------------------------------------- units and n-grams
@@ -293,7 +272,7 @@ def _values_of(cps: np.ndarray, classes: np.ndarray) -> np.ndarray:
     return np.where(classes == _SPACE, np.uint64(0), (z & _RANDOM_MASK) | fields.astype(np.uint64))
 
 
-_ASCII_VALUES = _values_of(np.arange(128), np.frombuffer(_ASCII_CLASS[:128], dtype=np.uint8))
+_ASCII_VALUES = _values_of(np.arange(128), np.frombuffer(_ASCII_CLASS, dtype=np.uint8))
 
 
 @functools.cache
@@ -326,6 +305,22 @@ def _class_counts(values: np.ndarray, prefix: np.ndarray) -> tuple[int, int, int
                 (packed >> 2 * _BITS) & _FIELD_MASK)
     return tuple(int(np.count_nonzero(values & np.uint64(one)))
                  for one in (_ONE, _LETTER_ONE, _SYMBOL_ONE))
+
+
+def _text_values(text: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(code points, character values, largest code point) of `text`."""
+    if text.isascii():
+        cps, top = np.frombuffer(text.encode("ascii"), dtype=np.uint8), 0x7F
+    else:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        top = int(cps.max())
+    return cps, _char_values(cps, top), top
+
+
+def char_counts(text: str) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of `text`, as the ratio filters count them."""
+    values = _text_values(text)[1]
+    return _class_counts(values, np.cumsum(values))
 
 
 _GRAM = np.uint64(0xC2B2AE3D27D4EB4F)  # combines the hashes of a gram's units
@@ -432,13 +427,8 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    if text.isascii():
-        cps, top = np.frombuffer(text.encode("ascii"), dtype=np.uint8), 0x7F
-    else:
-        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        top = int(cps.max())
-    values = _char_values(cps, top)
-    prefix = np.cumsum(values)   # wraps around modulo 2**64: only differences are used
+    cps, values, top = _text_values(text)
+    prefix = np.cumsum(values)   # modulo 2**64: fields and differences are exact all the same
     nonspace, letters, symbols = _class_counts(values, prefix)
     total = nonspace
     nonspace = max(1, nonspace)
