@@ -22,6 +22,15 @@ unless noted; "non-space" characters exclude whitespace):
   mean nothing over a short paragraph, where naming "the package" twice already covers 20%
   (Gopher applies its rules to documents of 50 words and more; 100 units are about 50 words of
   Chinese, where every character is a unit).
+
+How it is computed (the definitions above are the contract; this is only speed): one table gather
+gives every character a 64-bit value whose sums are the class counts and, over a unit, a hash of
+the unit; lines and paragraphs are counted with whole-text string methods and one set. The top
+n-gram filter is first decided by an upper bound over hashed units (the most characters that the
+units or n-grams of one hash bucket cover): where that bound is under a limit the exact coverage is
+too, so the text passes; only where it is not does the exact Counter-based count run. Every result
+is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
+straightforward implementation).
 """
 from __future__ import annotations
 
