@@ -376,7 +376,7 @@ def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray |
     else:   # a unit may be too long for its field: count its characters instead
         at_ends = np.cumsum(values != 0).take(ends)
         lengths = np.diff(at_ends, prepend=0)
-    shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 2 buckets per unit
+    shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 4 buckets per unit
     best = None
     for n, limit in cfg.max_top_ngram_fraction:
         if m < n:
