@@ -22,6 +22,15 @@ unless noted; "non-space" characters exclude whitespace):
   mean nothing over a short paragraph, where naming "the package" twice already covers 20%
   (Gopher applies its rules to documents of 50 words and more; 100 units are about 50 words of
   Chinese, where every character is a unit).
+
+How it is computed (the definitions above are the contract; this is only speed): one table gather
+gives every character a 64-bit value whose sums are the class counts and, over a unit, a hash of
+the unit; lines and paragraphs are counted with whole-text string methods and one set. The top
+n-gram filter is first decided by an upper bound over hashed units (the most characters that the
+units or n-grams of one hash bucket cover): where that bound is under a limit the exact coverage is
+too, so the text passes; only where it is not does the exact Counter-based count run. Every result
+is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
+straightforward implementation).
 """
 from __future__ import annotations
 
@@ -30,7 +39,6 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import mul
 
 import numpy as np
@@ -112,37 +120,17 @@ def _category_class(cp: int) -> int:
 
 @functools.cache
 def _bmp_class() -> np.ndarray:
-    """The class of every BMP code point (64 KiB, ~0.1 s): built on the first non-ASCII text, not
+    """The class of every BMP code point (64 KiB, ~10 ms): built on the first non-ASCII text, not
     at import, so importing dataprep (the CLI, a test, a Ray worker) pays nothing for it."""
     return np.array([_category_class(cp) for cp in range(0x10000)], dtype=np.uint8)
 
 
-_ASCII_CLASS = bytes(_category_class(cp) for cp in range(128)) + bytes(128)
-_CLASS_BYTES = [bytes([c]) for c in range(5)]
+_ASCII_CLASS = bytes(_category_class(cp) for cp in range(128))
 
 
 def code_points(text: str) -> np.ndarray:
     """The code points of `text` as uint32 (lone surrogates included)."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-
-
-def char_classes(text: str, cps: np.ndarray | None = None) -> list[int]:
-    """Counts of [space, letter, digit, symbol, other] characters in `text` (`cps`: its code
-    points, when the caller has them already)."""
-    if text.isascii():  # bytes.translate and count: no per-call numpy overhead
-        classes = text.encode("ascii").translate(_ASCII_CLASS)
-        counts = [classes.count(c) for c in _CLASS_BYTES[:_OTHER]]
-        return counts + [len(classes) - sum(counts)]
-    cps = code_points(text) if cps is None else cps
-    bmp = _bmp_class()
-    if cps.max() <= 0xFFFF:
-        classes = bmp[cps]
-    else:
-        astral = cps > 0xFFFF
-        classes = bmp[np.where(astral, 0, cps)]
-        classes[astral] = [_category_class(int(cp)) for cp in cps[astral]]
-    counts = [np.count_nonzero(classes == c) for c in range(_OTHER)]  # faster than bincount
-    return counts + [len(classes) - sum(counts)]
 
 
 # --------------------------------------------------------------------------- units and n-grams
@@ -264,6 +252,181 @@ def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
     return (len(parts) - len(distinct)) / len(parts), dup_chars / max(1, total)
 
 
+# --------------------------------------------------------------------------- fast path
+# quality_reason decides most texts with a few numpy passes over their code points. A table gives
+# every character a 64-bit value: 0 for a space; else a 1 (bits 0-13), a 1 if it is a letter (bits
+# 14-27), a 1 if it is a symbol (bits 28-41) and fixed random bits above. Summed over a text of
+# fewer than 2**14 characters, the fields are its non-space, letter and symbol counts; summed
+# over a unit, the value is a hash of the unit (of its characters, not their order) whose low
+# field is its length. The top n-gram check becomes an upper bound over these hashes, which only
+# ever clears a text: where it cannot, the exact count above decides, so the result is always the
+# definition's.
+
+_BITS = 14
+_ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
+_FIELD_MASK = (1 << _BITS) - 1
+_RANDOM_MASK = ~np.uint64((1 << 3 * _BITS) - 1)
+_CJK_START = min(a for a, _ in _CJK_RANGES)   # no code point below it is CJK
+_RARE = tuple(c for c in _BULLETS + _ELLIPSES if not c.isascii())  # non-ASCII line markers
+
+
+def _values_of(cps: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The values of code points `cps` of character classes `classes`."""
+    with np.errstate(over="ignore"):   # splitmix64 of the code point, for the random bits
+        z = cps.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x632BE59BD9B4E019)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    fields = (_ONE + _LETTER_ONE * (classes == _LETTER) + _SYMBOL_ONE * (classes == _SYMBOL))
+    return np.where(classes == _SPACE, np.uint64(0), (z & _RANDOM_MASK) | fields.astype(np.uint64))
+
+
+_ASCII_VALUES = _values_of(np.arange(128), np.frombuffer(_ASCII_CLASS, dtype=np.uint8))
+
+
+@functools.cache
+def _bmp_values() -> np.ndarray:
+    """The value of every BMP code point (512 KiB, built on the first non-ASCII text)."""
+    return _values_of(np.arange(0x10000), _bmp_class())
+
+
+def _char_values(cps: np.ndarray, top: int) -> np.ndarray:
+    """The value of each code point of `cps` (uint8 for an ASCII text, else uint32; `top`: its
+    largest code point)."""
+    if cps.dtype == np.uint8:
+        return _ASCII_VALUES.take(cps)
+    table = _bmp_values()
+    if top <= 0xFFFF:
+        return table.take(cps)   # take: indexing with a uint32 array costs several times more
+    astral = cps > 0xFFFF
+    out = table.take(np.where(astral, 0, cps))
+    rest = cps[astral]
+    out[astral] = _values_of(rest, np.array([_category_class(int(cp)) for cp in rest]))
+    return out
+
+
+def _class_counts(values: np.ndarray, prefix: np.ndarray) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of a text of character values `values` (`prefix`:
+    their cumulative sums)."""
+    if len(values) <= _FIELD_MASK:   # no field can overflow into the next
+        packed = int(prefix[-1]) if len(prefix) else 0
+        return (packed & _FIELD_MASK, (packed >> _BITS) & _FIELD_MASK,
+                (packed >> 2 * _BITS) & _FIELD_MASK)
+    return tuple(int(np.count_nonzero(values & np.uint64(one)))
+                 for one in (_ONE, _LETTER_ONE, _SYMBOL_ONE))
+
+
+def _text_values(text: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(code points, character values, largest code point) of `text`."""
+    if text.isascii():
+        cps, top = np.frombuffer(text.encode("ascii"), dtype=np.uint8), 0x7F
+    else:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        top = int(cps.max())
+    return cps, _char_values(cps, top), top
+
+
+def char_counts(text: str) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of `text`, as the ratio filters count them."""
+    values = _text_values(text)[1]
+    return _class_counts(values, np.cumsum(values))
+
+
+_GRAM = np.uint64(0xC2B2AE3D27D4EB4F)  # combines the hashes of a gram's units
+_MIX = np.uint64(0xD6E8FEB86659FD93)   # multiplicative hashing: the top bits pick the bucket
+
+
+def _unit_ends(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
+    """The index of the last character of each unit of a text of character values `values`
+    (`cjk`: which characters are CJK units, None when none is)."""
+    nonspace = np.zeros(len(values) + 1, dtype=bool)
+    nonspace[:-1] = values   # spaces are 0
+    last = nonspace[:-1] > nonspace[1:]   # followed by a space or the end
+    if cjk is not None:   # or followed by a CJK character, or CJK itself (and not a space)
+        next_cjk = np.zeros(len(values), dtype=bool)
+        next_cjk[:-1] = cjk[1:]
+        last |= nonspace[:-1] & (cjk | next_cjk)
+    return np.flatnonzero(last)
+
+
+def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> float:
+    """The most characters covered by the keys falling in one bucket: at least the coverage of
+    any one key."""
+    buckets = keys * _MIX
+    buckets >>= shift
+    return float(np.bincount(buckets.view(np.int64), weights=chars).max())
+
+
+def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray | None,
+                       total: int, cfg: FilterConfig) -> bool:
+    """True when `top_ngram_passes` is certainly True for a text of character values `values`
+    (`cjk`: see _unit_ends, `total`: its non-space characters); False when only the exact count
+    can tell."""
+    ends = _unit_ends(values, cjk)
+    m = len(ends)
+    if m < max(1, cfg.top_ngram_min_units):
+        return True
+    # spaces are 0: the sum over a unit is the difference of the prefix sums at consecutive ends
+    at_ends = prefix.take(ends)
+    hashes = np.empty_like(at_ends)
+    hashes[0] = at_ends[0]
+    np.subtract(at_ends[1:], at_ends[:-1], out=hashes[1:])
+    if len(values) <= _FIELD_MASK:
+        lengths = (hashes & np.uint64(_FIELD_MASK)).view(np.int64)
+    else:   # a unit may be too long for its field: count its characters instead
+        at_ends = np.cumsum(values != 0).take(ends)
+        lengths = np.diff(at_ends, prepend=0)
+    shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 4 buckets per unit
+    best = None
+    for n, limit in cfg.max_top_ngram_fraction:
+        if m < n:
+            break
+        if best is None:
+            best = _bucket_cover(hashes, lengths, shift)  # >= the coverage of every unit
+        if n * best <= limit * total:
+            continue  # the exact check skips this order too: its best unit covers no more
+        if n == 1:
+            return False
+        k = m - n + 1
+        grams = hashes[:k].copy()
+        gram_chars = lengths[:k].copy()
+        for j in range(1, n):
+            grams *= _GRAM
+            grams += hashes[j:j + k]
+            gram_chars += lengths[j:j + k]
+        if _bucket_cover(grams, gram_chars, shift) / total > limit:
+            return False
+    return True
+
+
+def _line_counts(text: str, rare: bool) -> tuple[int, int]:
+    """(lines starting with a bullet, lines ending in an ellipsis) among the lines of `text` split
+    at LF: LF + bullet (ellipsis + LF) counted in the text, plus the first (last) line; an empty
+    line neither starts nor ends with one (`rare`: whether the text may hold a non-ASCII one)."""
+    bullets = text.startswith(_BULLETS) + text.count("\n-") + text.count("\n*")
+    ellipses = text.endswith(_ELLIPSES) + text.count("...\n")
+    if rare:
+        for c in _RARE:
+            if c in text:
+                if c in _BULLETS:
+                    bullets += text.count("\n" + c)
+                else:
+                    ellipses += text.count(c + "\n")
+    return bullets, ellipses
+
+
+def _repeats(parts: list[str], n: int, chars: int) -> tuple[float, float]:
+    """duplicate_fractions(parts), given the number of non-empty parts and the characters of all:
+    the same numbers from the set of distinct parts alone (most texts repeat nothing)."""
+    if n < 2:
+        return 0.0, 0.0
+    distinct = set(parts)
+    distinct.discard("")
+    if len(distinct) == n:
+        return 0.0, 0.0
+    return (n - len(distinct)) / n, (chars - sum(map(len, distinct))) / max(1, chars)
+
+
 # --------------------------------------------------------------------------- the filter chain
 
 def quality_reason(text: str, cfg: FilterConfig) -> str | None:
@@ -273,32 +436,46 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    cps = None if text.isascii() else code_points(text)
-    classes = char_classes(text, cps)
-    nonspace = max(1, sum(classes) - classes[_SPACE])
-    if classes[_SYMBOL] > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
+    cps, values, top = _text_values(text)
+    prefix = np.cumsum(values)   # modulo 2**64: fields and differences are exact all the same
+    nonspace, letters, symbols = _class_counts(values, prefix)
+    total = nonspace
+    nonspace = max(1, nonspace)
+    if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
         return "symbol_ratio"
-    if classes[_LETTER] < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
+    if letters < cfg.min_letter_ratio * nonspace and "letter_ratio" not in off:
         return "letter_ratio"
-    lines = list(filter(None, text.split("\n")))
-    n_lines = max(1, len(lines))
-    bullets = sum(map(str.startswith, lines, repeat(_BULLETS)))
-    if bullets > cfg.max_bullet_lines * n_lines and "bullet_lines" not in off:
+    lines = text.split("\n")
+    n_lines = len(lines) - lines.count("")
+    bullets, ellipses = _line_counts(text, top >= 0xB7)
+    if bullets > cfg.max_bullet_lines * max(1, n_lines) and "bullet_lines" not in off:
         return "bullet_lines"
-    ellipses = sum(map(str.endswith, lines, repeat(_ELLIPSES)))
-    if ellipses > cfg.max_ellipsis_lines * n_lines and "ellipsis_lines" not in off:
+    if ellipses > cfg.max_ellipsis_lines * max(1, n_lines) and "ellipsis_lines" not in off:
         return "ellipsis_lines"
+    dup_lines = _repeats(lines, n_lines, len(text) - len(lines) + 1)
     if "\n\n" in text:  # else one paragraph: nothing repeats
-        dup_count, dup_chars = duplicate_fractions(text.split("\n\n"))
+        # A repeated paragraph repeats its first line, a whole line when no paragraph starts or
+        # ends with LF (no LF x 3): then without repeated lines there is nothing to split.
+        dup_count, dup_chars = 0.0, 0.0
+        if dup_lines[0] or "\n\n\n" in text:
+            paragraphs = text.split("\n\n")
+            dup_count, dup_chars = _repeats(paragraphs, len(paragraphs) - paragraphs.count(""),
+                                            len(text) - 2 * len(paragraphs) + 2)
         if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
             return "dup_paragraphs"
         if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
             return "dup_paragraph_chars"
-    dup_count, dup_chars = duplicate_fractions(lines)
+    dup_count, dup_chars = dup_lines
     if dup_count > cfg.max_dup_line_fraction and "dup_lines" not in off:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
-    if "top_ngram" not in off and not top_ngram_passes(text, cfg, cps):
-        return "top_ngram"
-    return None
+    if "top_ngram" in off:
+        return None
+    cjk = None
+    if top >= _CJK_START:
+        cjk = _is_cjk().take(cps)
+        cjk = cjk if cjk.any() else None
+    if _top_ngram_cleared(values, prefix, cjk, total, cfg):
+        return None
+    return None if top_ngram_passes(text, cfg, cps if top > 0x7F else None) else "top_ngram"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dataprep.clean import normalize
-from dataprep.filters import (FILTER_NAMES, FilterConfig, char_classes, most_common_ngram,
+from dataprep.filters import (FILTER_NAMES, FilterConfig, char_counts, most_common_ngram,
                               quality_reason, top_ngram_failure,
                               top_ngram_passes, units)
 from dataprep.readers import InputFile, read_file
@@ -88,10 +88,12 @@ def _is_han(ch):
     return "\u4e00" <= ch <= "\u9fff"
 
 
-def test_character_classes_agree_on_ascii_and_unicode_paths():
+def test_character_counts_agree_on_ascii_unicode_and_long_paths():
     ascii_text = "Hello, world 123!\n\t#$ \x7f"
-    assert char_classes(ascii_text) == [5, 10, 3, 4, 1]  # space, letter, digit, symbol, other
-    assert char_classes(ascii_text + "中，\U0001F600") == [5, 11, 3, 6, 1]  # 😀 is a symbol
+    assert char_counts(ascii_text) == (18, 10, 4)  # non-space, letters, symbols
+    assert char_counts(ascii_text + "中，\U0001F600") == (21, 11, 6)  # 😀 is a symbol
+    # past 2**14 characters the packed counts would overflow: counted one class at a time
+    assert char_counts((ascii_text + "中，\U0001F600") * 1000) == (21000, 11000, 6000)
 
 
 def test_chinese_units_are_characters():
