@@ -38,7 +38,6 @@ import importlib.metadata
 import os
 import platform
 import shutil
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -121,7 +120,6 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
 def _build_local(out: Path, work: WorkDir, files, cfg: BuildConfig, config: dict, run: dict,
                  created: bool) -> BuildResult:
     times = run["time_s"]
-    preload = _preload_writer()
     try:
         with _worker_pool(cfg, work) as pool:
             # a given tokenizer and a core to spare: stages 4 and 5 start with stage 1 (see the
@@ -145,8 +143,6 @@ def _build_local(out: Path, work: WorkDir, files, cfg: BuildConfig, config: dict
         _remove_work(out, work, created)
         failure.write_report(out, str(e), bad, run.get("docs_read"))
         raise
-    finally:
-        preload.join()   # an interpreter exiting in the middle of that import aborts
 
 
 def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
@@ -240,15 +236,6 @@ def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
         return WorkerPool(cfg.run.workers, setup)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
-
-
-def _preload_writer() -> threading.Thread:
-    """Import MindSpore's MindRecord writer (1-2 s) in the background while the workers run stage 1;
-    the write stage's own import then finds it loaded (Python's import lock makes this safe)."""
-    thread = threading.Thread(target=importlib.import_module, args=("mindspore.mindrecord",),
-                              daemon=True)
-    thread.start()
-    return thread
 
 
 def _timed(times: dict, name: str, fn, *args):
