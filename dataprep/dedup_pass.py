@@ -175,8 +175,8 @@ class DedupPass:
         return Decisions(keep, pa.table(rows, schema=DUPLICATES_SCHEMA),
                          attributes_table(table, fate))
 
-    def _chunk_texts(self, chunk: int) -> list:
-        """The texts of a consumed chunk (the last few read are kept)."""
+    def _chunk_texts(self, chunk: int) -> pa.ChunkedArray:
+        """The text column of a consumed chunk (the last few read are kept)."""
         if chunk not in self._texts:
             if len(self._texts) >= 4:
                 self._texts.pop(next(iter(self._texts)))
