@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+# pq.read_table imports pyarrow.dataset at first use; imported here, a Ctrl-C cannot land inside that
+# import mid-build, where importlib drops it (see dataprep.interrupt)
+import pyarrow.dataset  # noqa: F401
 import pyarrow.parquet as pq
 from tqdm import tqdm
 

@@ -21,6 +21,7 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from dataprep import interrupt
 from dataprep.stages import WorkerSetup, init_worker
 
 
@@ -71,6 +72,7 @@ class WorkerPool:
 
 
 def _next_result(pending: deque, idle):
+    interrupt.check()     # a Ctrl-C that a library swallowed stops the build here
     while idle is not None and not pending[0].done() and idle():
         pass
     return pending.popleft().result()

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from dataprep import interrupt
 from dataprep.config import BuildConfig
 from dataprep.dedup_pass import DedupResult
 from dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
@@ -64,6 +65,7 @@ class Stages:
             waiting = list(stage_of)
             while waiting:
                 ready, waiting = ray.wait(waiting, num_returns=1)
+                interrupt.check()
                 for ref in ready:
                     p = stage_of[ref]
                     left[id(p)] -= 1
