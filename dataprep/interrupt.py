@@ -6,12 +6,18 @@ chunks, raises it again until the command has handled it."""
 from __future__ import annotations
 
 import signal
+import threading
 
 _pending = False
 
 
 def install() -> None:
-    """Ctrl-C raises KeyboardInterrupt, as by default, and is remembered for `check()`."""
+    """Ctrl-C raises KeyboardInterrupt, as by default, and is remembered for `check()`. Only from the
+    main thread, the one Python delivers signals to (a command run in another thread keeps the
+    handler it has)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
     def on_interrupt(signum, frame):
         global _pending
         _pending = True
