@@ -20,13 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     parser = _parser()
     args = parser.parse_args(argv)
-    interrupt.install()
     try:
-        return args.func(args)
+        with interrupt.catching():
+            return args.func(args)
     except ConfigError as e:
         return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
-        interrupt.handled()
         if args.command == "build":
             print(f"\ndataprep build: interrupted; the finished work is kept in "
                   f"{args.out}/.build; rerun the same command to resume: dataprep "

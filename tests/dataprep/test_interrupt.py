@@ -1,4 +1,5 @@
-"""A Ctrl-C that a library swallows is raised again at the next check, once, until handled."""
+"""A Ctrl-C that a library swallows is raised again at the next check while the command runs; the
+command's handler and anything pending go away with it."""
 from __future__ import annotations
 
 import os
@@ -18,18 +19,16 @@ def _swallowing_library_call():
         pass
 
 
-def test_a_swallowed_interrupt_is_raised_again_until_handled():
+def test_a_swallowed_interrupt_is_raised_again_while_the_command_runs():
     before = signal.getsignal(signal.SIGINT)
-    try:
-        interrupt.install()
+    with interrupt.catching():
         interrupt.check()                   # nothing pending: no-op
         _swallowing_library_call()
         with pytest.raises(KeyboardInterrupt):
             interrupt.check()
         with pytest.raises(KeyboardInterrupt):
-            interrupt.check()               # still pending: every check until handled
-        interrupt.handled()
+            interrupt.check()               # every check until the command ends
+    assert signal.getsignal(signal.SIGINT) is before
+    interrupt.check()                       # nothing left over for the next command
+    with interrupt.catching():
         interrupt.check()
-    finally:
-        interrupt.handled()
-        signal.signal(signal.SIGINT, before)
