@@ -11,8 +11,10 @@ import sentencepiece as spm
 from dataprep.dedup import DedupConfig
 from dataprep.filters import FILTER_NAMES, FilterConfig
 from dataprep.readers import Document
-from dataprep.stages import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk, init_worker,
-                             split_of, tokenize_chunk)
+from dataprep import stages
+from dataprep.stages import (ChunkTask, DocMemo, SplitTokens, WorkerSetup, clean_chunk,
+                             init_worker, split_of, tokenize_chunk)
+from real_text import man_texts
 
 SENTENCES = ["The package manager keeps a list of installed packages.",
              "A mirror serves the archive over HTTP to every client machine.",
@@ -68,3 +70,47 @@ def test_stage_1_stores_the_split_and_stage_4_follows_the_stored_column(tmp_path
         want = [d.doc_id for d, s, k in zip(docs, stored, keep) if s == other and k]
         assert got[split].doc_ids == want
         assert len(got[split].lens) == len(want) and got[split].lens.sum() == got[split].tokens.size
+
+
+def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path, monkeypatch):
+    """A text met again (in the same chunk or a later one) is not processed again, and the chunk
+    files are byte for byte those of a run without the memo, kept and dropped documents alike."""
+    texts = [man_texts("en", 3)[i][1] for i in range(3)] + ["too short", "Write to the maintainer, x.y@example.com, with questions about the package."]
+    order = [0, 1, 0, 3, 4, 2, 1, 3, 4, 0]   # repeats within a chunk and across chunks
+    docs = [Document(f"d{i}", texts[t], "t.jsonl") for i, t in enumerate(order)]
+    tasks = [ChunkTask(0, docs[:5], [], 0), ChunkTask(1, docs[5:], [], 1)]
+    calls = []
+    real = stages.process_document
+    monkeypatch.setattr(stages, "process_document", lambda t, s: calls.append(t) or real(t, s))
+
+    def run(root, memo):
+        monkeypatch.setattr(stages, "_memo", memo)
+        for d in ("docs", "tokens"):
+            (root / d).mkdir(parents=True)
+        init_worker(WorkerSetup(str(root / "docs"), str(root / "tokens"), FilterConfig(),
+                                DedupConfig(), valid_fraction=0.5, split_seed=7))
+        markers = [clean_chunk(t) for t in tasks]
+        return [{k: v for k, v in m.items() if k not in ("pid", "cpu_s")} for m in markers]
+
+    with_memo = run(tmp_path / "a", DocMemo())
+    assert sorted(calls) == sorted(texts)               # once per distinct text
+    calls.clear()
+    without = run(tmp_path / "b", DocMemo(budget=0))    # nothing fits: every text processed
+    assert len(calls) == len(docs)
+    assert with_memo == without and with_memo[0]["filters"]["too_short"][0] == 1
+    for name in ("00000.parquet", "00001.parquet"):
+        a, b = (tmp_path / r / "docs" / name for r in "ab")
+        assert a.read_bytes() == b.read_bytes()
+    assert pq.read_table(tmp_path / "a/docs/00000.parquet").column("pii").to_pylist()[4] == 1
+
+
+def test_the_memo_keeps_the_most_recently_used_within_its_budget():
+    memo = DocMemo(budget=40)
+    results = {k: stages.DocResult("x" * 10, "", {}, b"") for k in "abcde"}
+    for k in "abcd":
+        memo.put(k.encode(), results[k])
+    assert memo.get(b"a") is results["a"]          # a is now the most recent
+    memo.put(b"e", results["e"])                    # 50 > 40: the least recent (b) goes
+    assert memo.get(b"b") is None and memo.get(b"a") is results["a"] and memo.size == 40
+    memo.put(b"big", stages.DocResult("x" * 11, "", {}, b""))   # over a quarter: not kept
+    assert memo.get(b"big") is None and memo.size == 40
