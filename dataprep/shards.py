@@ -115,23 +115,36 @@ class ShardWriter:
 
 
 def mindrecord() -> types.ModuleType:
-    """The `mindspore.mindrecord` package, imported without running `mindspore/__init__.py` when
-    MindSpore is not loaded yet. That file imports the whole framework (nn, train, ops: 1.0 of the
-    1.35 CPU-seconds of `import mindspore.mindrecord`, measured with MindSpore 2.10, a sixth of a
-    64 MB build's main process), while the writer needs only its own subpackage, `mindspore.log`
-    and two extension modules. The package object stands in only while the subpackage imports;
-    a later `import mindspore` runs the real one and reuses the submodules already loaded
+    """The `mindspore.mindrecord` package, imported without the rest of MindSpore when MindSpore is
+    not loaded yet. `mindspore/__init__.py` imports the whole framework (nn, train, ops: 1.1 of
+    the 1.35 CPU-seconds of `import mindspore.mindrecord`, measured with MindSpore 2.10, a sixth of
+    a 64 MB build's main process), while the writer needs only its own subpackage, `mindspore.log`
+    and the `_c_mindrecord` extension. Loading `_c_expression` alone is not an option: its exit
+    hook then imports the framework while Python shuts down, and aborts.
+
+    So, while the subpackage imports, a bare package object stands in for `mindspore`, and for
+    `mindspore._c_expression` a module whose two functions (used only by MindRecord encryption)
+    import the real ones when first called. Both are gone from sys.modules afterwards: a later
+    `import mindspore` runs the real package and reuses the submodules already loaded
     (tests/dataprep/test_shards_import.py)."""
     if "mindspore" in sys.modules or "mindspore.mindrecord" in sys.modules:
         return importlib.import_module("mindspore.mindrecord")
-    spec = importlib.util.find_spec("mindspore")
     package = types.ModuleType("mindspore")
-    package.__path__ = list(spec.submodule_search_locations)
-    sys.modules["mindspore"] = package
+    package.__path__ = list(importlib.util.find_spec("mindspore").submodule_search_locations)
+    expression = types.ModuleType("mindspore._c_expression")
+    for name in ("_encrypt", "_decrypt_data"):
+        setattr(expression, name, _deferred(name))
+    sys.modules.update({"mindspore": package, "mindspore._c_expression": expression})
     try:
         return importlib.import_module("mindspore.mindrecord")
     finally:
-        del sys.modules["mindspore"]
+        del sys.modules["mindspore"], sys.modules["mindspore._c_expression"]
+
+
+def _deferred(name: str):
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module("mindspore._c_expression"), name)(*args, **kwargs)
+    return call
 
 
 def _pow2_floor(n: int) -> int:
