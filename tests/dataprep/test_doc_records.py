@@ -105,12 +105,12 @@ def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path
 
 
 def test_the_memo_keeps_the_most_recently_used_within_its_budget():
-    memo = DocMemo(budget=40)
+    memo = DocMemo(budget=44)          # raw and cleaned characters count
     results = {k: stages.DocResult("x" * 10, "", {}, b"") for k in "abcde"}
     for k in "abcd":
-        memo.put(k.encode(), results[k])
-    assert memo.get(b"a") is results["a"]          # a is now the most recent
-    memo.put(b"e", results["e"])                    # 50 > 40: the least recent (b) goes
-    assert memo.get(b"b") is None and memo.get(b"a") is results["a"] and memo.size == 40
-    memo.put(b"big", stages.DocResult("x" * 11, "", {}, b""))   # over a quarter: not kept
-    assert memo.get(b"big") is None and memo.size == 40
+        memo.put(k, results[k])
+    assert memo.get("a") is results["a"]          # a is now the most recent
+    memo.put("e", results["e"])                    # 55 > 44: the least recent (b) goes
+    assert memo.get("b") is None and memo.get("a") is results["a"] and memo.size == 44
+    memo.put("big", stages.DocResult("x" * 9, "", {}, b""))   # 12 > a quarter: not kept
+    assert memo.get("big") is None and memo.size == 44
