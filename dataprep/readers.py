@@ -43,8 +43,9 @@ _TEXT_CHUNK = 1 << 22
 class InputFile:
     path: Path  # absolute path
     rel: str    # stable name used in doc_ids (relative to the INPUT directory, or the file name)
-    # A byte range of an uncompressed jsonl file (split_jsonl), read as a part of the whole: its
-    # lines numbered from first_line + 1. end < 0: the whole file.
+    # A part of a large file, read as a part of the whole (split_input): a byte range of an
+    # uncompressed jsonl file, its lines numbered from first_line + 1, or a range of row groups
+    # of an uncompressed parquet file, its rows numbered from first_line + 1. end < 0: the whole.
     start: int = 0
     end: int = -1
     first_line: int = 0
@@ -148,9 +149,12 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
     with raw:
         stream = _decompressed(raw, compression)
         if inp.end >= 0:
-            if kind != "jsonl" or compression:
-                raise ValueError(f"{inp.rel}: byte ranges are for uncompressed jsonl only")
-            yield from _read_jsonl_range(inp, raw, text_field, id_field, max_record_bytes)
+            if kind not in ("jsonl", "parquet") or compression:
+                raise ValueError(f"{inp.rel}: parts are for uncompressed jsonl and parquet only")
+            if kind == "jsonl":
+                yield from _read_jsonl_range(inp, raw, text_field, id_field, max_record_bytes)
+            else:
+                yield from _read_parquet(inp, stream, None, text_field, id_field, max_record_bytes)
         elif kind != "parquet" and (why := _binary(stream)):
             yield BadRecord(inp.rel, 0, "binary_file", f"{why}; file skipped")
         elif kind == "jsonl":
@@ -317,6 +321,41 @@ def _read_jsonl_range(inp: InputFile, raw: BinaryIO, text_field: str, id_field: 
             yield _json_record(inp.rel, line, s, text_field, id_field)
 
 
+def split_input(inp: InputFile, part_bytes: int) -> list[InputFile]:
+    """A large uncompressed jsonl or parquet file as parts of about part_bytes, in file order (the
+    file itself where it cannot or need not be cut: a compressed stream cannot be entered in the
+    middle)."""
+    kind, compression = file_format(inp.path)
+    if compression or inp.path.stat().st_size <= part_bytes:
+        return [inp]
+    if kind == "jsonl":
+        return split_jsonl(inp, part_bytes)
+    if kind == "parquet":
+        return split_parquet(inp, part_bytes)
+    return [inp]
+
+
+def split_parquet(inp: InputFile, part_bytes: int) -> list[InputFile]:
+    """An uncompressed parquet file cut between row groups into parts of about part_bytes of
+    compressed data (one row group may be larger), each knowing the rows before it. Reads only
+    the file's footer; a file that pyarrow cannot open stays whole, to be reported by its reader."""
+    try:
+        meta = pq.ParquetFile(inp.path).metadata
+    except (pa.ArrowException, OSError):
+        return [inp]
+    groups = [(meta.row_group(g).num_rows,
+               sum(meta.row_group(g).column(c).total_compressed_size
+                   for c in range(meta.num_columns))) for g in range(meta.num_row_groups)]
+    parts, start, rows, size = [], 0, 0, 0
+    for g, (n, nbytes) in enumerate(groups):
+        size += nbytes
+        if size >= part_bytes or g == len(groups) - 1:
+            parts.append(InputFile(inp.path, inp.rel, start, g + 1, rows))
+            rows += sum(k for k, _ in groups[start:g + 1])
+            start, size = g + 1, 0
+    return parts if len(parts) > 1 else [inp]
+
+
 def split_jsonl(inp: InputFile, part_bytes: int) -> list[InputFile]:
     """An uncompressed jsonl file cut at line starts into parts of about part_bytes (the file itself
     if it is not larger), each knowing the number of lines before it. Reads the file once, in
@@ -472,7 +511,8 @@ def _split_lines(chunk: bytes) -> list[bytes]:
 
 def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, text_field: str,
                   id_field: str, cap: int = 0) -> Iterator[Document | BadRecord]:
-    """Rows streamed batch by batch; rows are numbered from 1 (0 means the whole file)."""
+    """Rows streamed batch by batch; rows are numbered from 1 (0 means the whole file). A part
+    (inp.end >= 0) reads its row groups [inp.start, inp.end), numbered as in the whole file."""
     try:
         source = io.BytesIO(stream.read()) if compression else stream
         pf = pq.ParquetFile(source)
@@ -491,9 +531,11 @@ def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, tex
         yield BadRecord(inp.rel, 0, "text_not_string", f"column {text_field!r} is {text_type}")
         return
     columns = [text_field] + ([id_field] if id_field in names and id_field != text_field else [])
-    row = 0
+    part = inp.end >= 0
+    row = inp.first_line if part else 0
+    groups = range(inp.start, inp.end) if part else None
     try:
-        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
+        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=columns):
             texts = batch.column(0)
             sizes = pc.binary_length(texts).to_numpy(zero_copy_only=False) if cap > 0 else None
             if sizes is not None and (sizes > cap).any():   # null sizes are NaN: never over
@@ -510,7 +552,7 @@ def _read_parquet(inp: InputFile, stream: BinaryIO, compression: str | None, tex
     except (pa.ArrowException, OSError) as e:
         yield BadRecord(inp.rel, row + 1, "unreadable", f"parquet read failed: {e}")
         return
-    if row == 0:
+    if row == 0 and not part:    # a part never reports the file empty
         yield BadRecord(inp.rel, 0, "empty_file", "no rows")
 
 

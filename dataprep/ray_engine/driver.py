@@ -216,10 +216,11 @@ def _lap(t0: float) -> float:
 
 def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
     """Work units from the sorted inputs: a file each, large uncompressed jsonl files cut into
-    parts of about run.ray_unit_bytes at line starts (tasks count the lines). Depends only on the
-    inputs and that size, never on the cluster."""
+    parts of about run.ray_unit_bytes at line starts (tasks count the lines) and large parquet
+    files between row groups. Depends only on the inputs and that size, never on the cluster."""
     big = [k for k, f in enumerate(files)
-           if file_format(f.path) == ("jsonl", None) and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
+           if file_format(f.path) in (("jsonl", None), ("parquet", None))
+           and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
     parts = dict(zip(big, stages.run("plan", tasks_units.plan_file,
                                      [(ctx, files[k]) for k in big]))) if big else {}
     return [p for k, f in enumerate(files) for p in (parts[k]["parts"] if k in parts else [f])]

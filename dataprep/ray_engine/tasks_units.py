@@ -18,7 +18,7 @@ from dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
 from dataprep.ray_engine.shuffle import PartitionedWriter
-from dataprep.readers import InputFile, split_jsonl
+from dataprep.readers import InputFile, split_input
 from dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.files import atomic_open, atomic_write_json
 
@@ -29,8 +29,8 @@ GROUP_KEYS = [("label", pa.int64()), ("order", pa.int64())]
 
 
 def plan_file(ctx: Ctx, inp: InputFile) -> dict:
-    """The parts of one large uncompressed jsonl file (readers.split_jsonl)."""
-    return {"parts": split_jsonl(inp, ctx.cfg.run.ray_unit_bytes)}
+    """The parts of one large uncompressed jsonl or parquet file (readers.split_input)."""
+    return {"parts": split_input(inp, ctx.cfg.run.ray_unit_bytes)}
 
 
 def docs_unit(ctx: Ctx, unit: Unit) -> dict:

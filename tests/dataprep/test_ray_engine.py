@@ -12,6 +12,7 @@ import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 127.0.0.1 only
 
+import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 import ray  # noqa: E402
@@ -143,6 +144,9 @@ def messy(corpus, tmp_path_factory):
     en = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 40][:300]
     rows = [json.dumps({"text": p}).encode() if k % 37 else b'{"text": 1' for k, p in enumerate(en)]
     (root / "e.jsonl").write_bytes(b"\n".join(rows) + b"\n\n" + rows[5] + b"\n")
+    # a parquet file of many row groups, cut into several units, with null texts (bad rows)
+    texts = [None if k % 41 == 3 else p for k, p in enumerate(en[:200])]
+    pq.write_table(pa.table({"text": texts}), root / "f.parquet", row_group_size=16)
     return root
 
 
@@ -154,8 +158,11 @@ def test_bad_input_is_counted_as_locally_and_strict_names_file_and_line(ray_addr
     assert run_build([messy], distributed, "--engine", "ray", "--set", "run.ray_partitions=3",
                      "--set", "run.ray_unit_bytes=8KiB") == 0
     rep, ref = _report(distributed), _report(local)
-    assert rep["ray"]["units"] > rep["stages"]["read"]["files"]   # e.jsonl was cut into parts
+    # e.jsonl and f.parquet were cut into parts
+    assert rep["ray"]["units"] >= rep["stages"]["read"]["files"] + 2
+    assert rep["ray"]["tasks"]["plan"] == 2
     assert rep["bad_records"]["e.jsonl"]["invalid_json"][0] >= 2
+    assert rep["bad_records"]["f.parquet"]["missing_text_field"][0] == 5
     assert rep["bad_records"] == ref["bad_records"]
     assert rep["bad_records"]["a.jsonl"]["duplicate_doc_id"][0] == 1
     assert rep["bad_records"]["d.jsonl"]["duplicate_doc_id"][0] == 1
