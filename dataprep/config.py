@@ -70,7 +70,7 @@ class RunConfig:
                                    # GiB of input, 2 to 256: from the inputs, never the cluster)
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
     ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
-    ray_unit_bytes: Size = 256 << 20   # engine ray: uncompressed jsonl/parquet files are cut into work units
+    ray_unit_bytes: Size = 256 << 20   # engine ray: jsonl/parquet files cut into work units of this
     # engine local: kept documents whose near-dedup signatures and LSH entries stay in memory
     # (~2 KB each); beyond, the index is frozen into segments in DIR/.build (same results)
     dedup_memory_docs: int = 1 << 15
