@@ -126,40 +126,129 @@ def _ipv4_anchors(text: str):
     return (m.start() for m in _MAYBE_IPV4.finditer(text))
 
 
-# (kind, pattern, validator, where to look): where to look is either a function giving trigger
-# positions, each of which any match must share a whitespace-free stretch with (e-mail addresses
-# hold an @, IPv4 addresses a _MAYBE_IPV4 match, IPv6 addresses two colons; none holds a space or
-# a line break), or "numbers" (ID, card and phone numbers, which may hold spaces: the whole text,
-# when it has 7 digits close together).
-_RULES = (
+# (kind, pattern, validator, trigger positions): every match shares a whitespace-free stretch with
+# one of the trigger positions (e-mail addresses hold an @, IPv4 addresses a _MAYBE_IPV4 match, IPv6
+# addresses two colons; none holds a space or a line break)
+_TOKEN_RULES = (
     ("EMAIL", _EMAIL, None, _at_signs),
     ("IP", _IPV4, None, _ipv4_anchors),
     ("IP", _IPV6, _ipv6_ok, _ipv6_anchors),
-    ("ID_NUMBER", _ID, id_number_valid, "numbers"),
-    ("CARD", _CARD, _card_ok, "numbers"),
-    ("PHONE", _PHONE, None, "numbers"),
+)
+# ID, card and phone numbers, which may hold spaces, run only when the text (before the e-mail and
+# IP placeholders) has 7 digits close together (_MAYBE_NUMBER)
+_NUMBER_RULES = (
+    ("ID_NUMBER", _ID, id_number_valid),
+    ("CARD", _CARD, _card_ok),
+    ("PHONE", _PHONE, None),
 )
 
 
 def redact(text: str) -> tuple[str, dict[str, int]]:
     """(text with every match replaced by `<KIND>`, {kind: matches}) ({} when there is none).
 
-    The same result as `pattern.sub` over the whole text for each kind in turn, but e-mail and IP
-    patterns only search the whitespace-free stretches where a match can be."""
+    The same result as `pattern.sub` over the whole text for each kind in turn (the number kinds
+    only when _MAYBE_NUMBER finds something in the text as given), but each pattern searches only
+    the stretches where one of its matches can be."""
     counts: dict[str, int] = {}
-    numbers = _MAYBE_NUMBER.search(text) is not None
-    for kind, pattern, valid, where in _RULES:
-        def repl(m, kind=kind, valid=valid):
-            if valid is not None and not valid(m.group(0)):
-                return m.group(0)
-            counts[kind] = counts.get(kind, 0) + 1
-            return f"<{kind}>"
-        if where == "numbers":
-            if numbers:
-                text = pattern.sub(repl, text)
-        else:
-            text = _sub_in_tokens(pattern, repl, text, where(text))
+    original = text
+    for kind, pattern, valid, where in _TOKEN_RULES:
+        text = _sub_in_tokens(pattern, _replacer(kind, valid, counts), text, where(text))
+    windows = _number_windows(text)
+    if windows and _MAYBE_NUMBER.search(original) is not None:
+        text = _sub_in_windows(text, windows, counts)
     return text, counts
+
+
+def _replacer(kind: str, valid, counts: dict[str, int]):
+    """The `repl` of `pattern.sub` for a kind: its placeholder, counted, where `valid` agrees."""
+    placeholder = f"<{kind}>"
+
+    def repl(m: re.Match) -> str:
+        if valid is not None and not valid(m.group(0)):
+            return m.group(0)
+        counts[kind] = counts.get(kind, 0) + 1
+        return placeholder
+    return repl
+
+
+# Where an ID, card or phone number can be. Every match of the three patterns is made of
+# characters of S = digits and " .()+Xx-" only, and holds one of three cores: 11 digits in a row
+# (ID, card, mobile), 3 digits, a space or hyphen and 4 digits (grouped card and mobile numbers, all
+# North American forms), or "+" and a digit (+86, +CC). So a match lies inside a maximal run of S
+# characters that holds a core, and a pattern's matches in the text are its matches in each such
+# run, searched with the characters either side of the run in view (they are not in S, so no match
+# holds them, and none of the three kinds' placeholders changes them).
+#
+# The runs are found on a one-byte-per-character sketch of the text, built at C speed: the UTF-8
+# encoding with its continuation bytes deleted (so the sketch's offsets are the text's), each
+# remaining byte mapped to "0" (a digit), " " (space or hyphen), "+", "." (the rest of S) or "a"
+# (not in S). A non-ASCII character is known here by its lead byte only: one whose lead byte also
+# starts some non-ASCII digit (Arabic-Indic, Devanagari, fullwidth, ...; `\d` matches them) becomes
+# "0". That only widens runs and adds cores, never loses one: a widened run is still bounded by
+# characters outside S, and a spurious core only costs a search that finds nothing.
+def _sketch_table() -> bytes:
+    table = bytearray(b"a" * 256)
+    for c in b"0123456789":
+        table[c] = ord("0")
+    for c in b" -":
+        table[c] = ord(" ")
+    for c in b".()Xx":
+        table[c] = ord(".")
+    table[ord("+")] = ord("+")
+    digit = re.compile(r"\d")
+    for cp in range(0x80, 0x110000):
+        if digit.match(chr(cp)):
+            table[chr(cp).encode()[0]] = ord("0")
+    return bytes(table)
+
+
+_SKETCH = _sketch_table()
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+_CORES = (b"+0", b"000 0000", b"0" * 11)
+
+
+def _number_windows(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each run of S characters (see above) that holds a core, in order."""
+    sketch = text.encode("utf-8", "surrogatepass").translate(_SKETCH, _UTF8_CONTINUATION)
+    cores = []
+    for core in _CORES:
+        i = sketch.find(core)
+        while i >= 0:
+            cores.append(i)
+            i = sketch.find(core, i + 1)
+    if not cores:
+        return []
+    cores.sort()
+    windows, end = [], 0
+    for i in cores:
+        if i < end:
+            continue
+        end = sketch.find(b"a", i)
+        if end < 0:
+            end = len(sketch)
+        windows.append((sketch.rfind(b"a", 0, i) + 1, end))
+    return windows
+
+
+def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str, int]) -> str:
+    """The number kinds, one after the other, each as `pattern.sub` over the whole text, where
+    every match lies in one of the windows: each window is searched with one character of context
+    on either side, which no match holds (see _number_windows)."""
+    out, done = [], 0
+    repls = [(pattern, _replacer(kind, valid, counts)) for kind, pattern, valid in _NUMBER_RULES]
+    for start, end in windows:
+        a, b = max(start - 1, 0), end + 1
+        piece = text[a:b]
+        new = piece
+        for pattern, repl in repls:
+            new = pattern.sub(repl, new)
+        if new != piece:
+            out += (text[done:a], new)
+            done = a + len(piece)
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _sub_in_tokens(pattern: re.Pattern, repl, text: str, triggers) -> str:
