@@ -242,9 +242,10 @@ def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str,
         new = piece
         for pattern, repl in repls:
             new = pattern.sub(repl, new)
-        if new != piece:
-            out += (text[done:a], new)
-            done = a + len(piece)
+        if new != piece:   # the context characters are the same in both: keep the middle
+            right = len(piece) - (start - a) - (end - start)
+            out += (text[done:start], new[start - a:len(new) - right])
+            done = end
     if not out:
         return text
     out.append(text[done:])
