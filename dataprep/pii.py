@@ -96,15 +96,12 @@ def _card_ok(s: str) -> bool:
     return 13 <= len(digits) <= 19 and bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits)
 
 
-# cheap scans that rule a kind out for most texts (one pass instead of a pass per pattern)
-_MAYBE_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
-# the same shape from its first dot: a pattern that starts with a literal lets the engine skip to
-# the dots at C speed (10x faster than trying \d at every position); it matches somewhere exactly
-# when _MAYBE_IPV4 does, and in most texts nowhere
+# IPv4 addresses hold the shape \d.\d{1,3}.\d{1,3}.\d; searched from its first dot (a pattern that
+# starts with a literal lets the engine skip to the dots at C speed, 10x faster than trying \d at
+# every position), it is found in most texts nowhere
 _ANY_IPV4 = re.compile(r"\.(?<=\d\.)\d{1,3}\.\d{1,3}\.\d")
 _MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
 _IPV6_ANCHOR = re.compile(r":[0-9A-Fa-f]{0,4}:")        # two of the colons of (hex{0,4}:){2,7}
-_SPACE_OR_LF = re.compile("[ \n]")
 
 
 def _at_signs(text: str):
@@ -114,20 +111,23 @@ def _at_signs(text: str):
         i = text.find("@", i + 1)
 
 
-def _ipv6_anchors(text: str):
-    if "::" in text or text.count(":") >= 3:
-        return (m.start() for m in _IPV6_ANCHOR.finditer(text))
-    return ()
-
-
 def _ipv4_anchors(text: str):
-    if _ANY_IPV4.search(text) is None:
+    """The first dot of each _ANY_IPV4 match: every IPv4 address holds the shape, and an occurrence
+    of it that overlaps a match (finditer does not report it) is in the same token."""
+    return (m.start() for m in _ANY_IPV4.finditer(text))
+
+
+def _ipv6_anchors(text: str):
+    # an IPv6 address holds "::" or three colons (found with at most three finds, not a count)
+    i = text.find(":")
+    j = text.find(":", i + 1) if i >= 0 else -1
+    if j < 0 or (j != i + 1 and text.find(":", j + 1) < 0):
         return ()
-    return (m.start() for m in _MAYBE_IPV4.finditer(text))
+    return (m.start() for m in _IPV6_ANCHOR.finditer(text, i))
 
 
 # (kind, pattern, validator, trigger positions): every match shares a whitespace-free stretch with
-# one of the trigger positions (e-mail addresses hold an @, IPv4 addresses a _MAYBE_IPV4 match, IPv6
+# one of the trigger positions (e-mail addresses hold an @, IPv4 addresses the _ANY_IPV4 shape, IPv6
 # addresses two colons; none holds a space or a line break)
 _TOKEN_RULES = (
     ("EMAIL", _EMAIL, None, _at_signs),
@@ -152,7 +152,7 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
     counts: dict[str, int] = {}
     original = text
     for kind, pattern, valid, where in _TOKEN_RULES:
-        text = _sub_in_tokens(pattern, _replacer(kind, valid, counts), text, where(text))
+        text = _sub_in_tokens(pattern, kind, valid, counts, text, where(text))
     windows = _number_windows(text)
     if windows and _MAYBE_NUMBER.search(original) is not None:
         text = _sub_in_windows(text, windows, counts)
@@ -208,25 +208,23 @@ _CORES = (b"+0", b"000 0000", b"0" * 11)
 
 
 def _number_windows(text: str) -> list[tuple[int, int]]:
-    """The (start, end) of each run of S characters (see above) that holds a core, in order."""
+    """The (start, end) of each run of S characters (see above) that holds a core and at least
+    6 digits (every match has 6), in order."""
     sketch = text.encode("utf-8", "surrogatepass").translate(_SKETCH, _UTF8_CONTINUATION)
-    cores = []
+    ends = {}   # end of a run -> a core in it
     for core in _CORES:
         i = sketch.find(core)
         while i >= 0:
-            cores.append(i)
-            i = sketch.find(core, i + 1)
-    if not cores:
-        return []
-    cores.sort()
-    windows, end = [], 0
-    for i in cores:
-        if i < end:
-            continue
-        end = sketch.find(b"a", i)
-        if end < 0:
-            end = len(sketch)
-        windows.append((sketch.rfind(b"a", 0, i) + 1, end))
+            end = sketch.find(b"a", i)
+            if end < 0:
+                end = len(sketch)
+            ends.setdefault(end, i)
+            i = sketch.find(core, end)
+    windows = []
+    for end in sorted(ends):
+        start = sketch.rfind(b"a", 0, ends[end]) + 1
+        if sketch.count(b"0", start, end) >= 6:
+            windows.append((start, end))
     return windows
 
 
@@ -252,23 +250,34 @@ def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str,
     return "".join(out)
 
 
-def _sub_in_tokens(pattern: re.Pattern, repl, text: str, triggers) -> str:
-    """pattern.sub(repl, text) for a pattern whose every match holds no space or line break and
-    holds one of the (increasing) trigger positions: only the stretches between spaces and line
-    breaks around the triggers are searched. The search of a stretch starts at its first character
-    with the text before it still visible to a lookbehind, and ends one character after it, for a
-    lookahead."""
-    out, done, scanned = [], 0, 0
+def _sub_in_tokens(pattern: re.Pattern, kind: str, valid, counts: dict[str, int], text: str,
+                   triggers) -> str:
+    """pattern.sub over the text, each match (that `valid` accepts, if given) becoming `<KIND>`, for
+    a pattern whose every match holds no space or line break and holds one of the (increasing)
+    trigger positions: only the stretches between spaces and line breaks around the triggers are
+    searched. The search of a stretch starts at its first character with the text before it still
+    visible to a lookbehind, and ends one character after it, for a lookahead."""
+    out, done, scanned, found = [], 0, 0, 0
+    find, rfind, size = text.find, text.rfind, len(text)
+    placeholder = f"<{kind}>"
     for i in triggers:
         if i < scanned:
             continue
-        start = max(text.rfind(" ", scanned, i), text.rfind("\n", scanned, i), scanned - 1) + 1
-        end = _SPACE_OR_LF.search(text, i)
-        scanned = end.start() if end else len(text)
+        start = max(rfind(" ", scanned, i), rfind("\n", scanned, i), scanned - 1) + 1
+        scanned = find(" ", i)
+        if scanned < 0:
+            scanned = size
+        lf = find("\n", i, scanned)
+        if lf >= 0:
+            scanned = lf
         for m in pattern.finditer(text, start, scanned + 1):
-            out += (text[done:m.start()], repl(m))
+            if valid is not None and not valid(m.group()):
+                continue
+            out += (text[done:m.start()], placeholder)
             done = m.end()
-    if not out:
+            found += 1
+    if not found:
         return text
+    counts[kind] = counts.get(kind, 0) + found
     out.append(text[done:])
     return "".join(out)
