@@ -139,11 +139,12 @@ _TOKEN_RULES = (
     ("IP", _IPV6, _ipv6_ok, _ipv6_anchors),
 )
 # ID, card and phone numbers, which may hold spaces, run only when the text (before the e-mail and
-# IP placeholders) has 7 digits close together (_MAYBE_NUMBER)
+# IP placeholders) has 7 digits close together (_MAYBE_NUMBER); (kind, pattern, validator, the
+# fewest digits of a valid match)
 _NUMBER_RULES = (
-    ("ID_NUMBER", _ID, id_number_valid),
-    ("CARD", _CARD, _card_ok),
-    ("PHONE", _PHONE, None),
+    ("ID_NUMBER", _ID, id_number_valid, 17),
+    ("CARD", _CARD, _card_ok, 13),
+    ("PHONE", _PHONE, None, 6),
 )
 
 
@@ -157,8 +158,8 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
     original = text
     for kind, pattern, valid, where in _TOKEN_RULES:
         text = _sub_in_tokens(pattern, kind, valid, counts, text, where(text))
-    windows = _number_windows(text)
-    if windows and _MAYBE_NUMBER.search(original) is not None:
+    windows, seven_digits = _number_windows(text)
+    if windows and (seven_digits or _MAYBE_NUMBER.search(original) is not None):
         text = _sub_in_windows(text, windows, counts)
     return text, counts
 
@@ -208,23 +209,21 @@ def _sketch_table() -> bytes:
 
 _SKETCH = _sketch_table()
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
-_CORES = (b"000 0000", b"0" * 11)   # and "+0", found from the (rare) "+" with a memchr
+_DIGIT_CORES = (b"000 0000", b"0" * 11)
+# "+" and a digit, from which the match (+86 or +CC, no + inside) has at least 6 digits: timezone
+# offsets ("+0100") and tables ("+----+") are ruled out here, at C speed, and the search for the
+# literal "+0" is fast
+_PLUS_CORE = re.compile(rb"\+0(?:[ .+]*0){5}")
 
 
-def _number_windows(text: str) -> list[tuple[int, int]]:
-    """The (start, end) of each run of S characters (see above) that holds a core and at least
-    6 digits (every match has 6), in order."""
+def _number_windows(text: str) -> tuple[list[tuple[int, int, int]], bool]:
+    """([(start, end, digits in the sketch)] of each run of S characters (see above) that holds a
+    core, in order; True when one of the cores is made of ASCII digits, which says that the text
+    had 7 digits close together before the e-mail and IP placeholders went in, as no placeholder
+    holds a character of S)."""
     sketch = text.encode("utf-8", "surrogatepass").translate(_SKETCH, _UTF8_CONTINUATION)
     ends = {}   # end of a run -> a core in it
-    i = sketch.find(b"+")
-    while i >= 0:
-        if sketch[i + 1:i + 2] == b"0":
-            end = sketch.find(b"a", i)
-            if end < 0:
-                end = len(sketch)
-            ends.setdefault(end, i)
-        i = sketch.find(b"+", i + 1)
-    for core in _CORES:
+    for core in _DIGIT_CORES:
         i = sketch.find(core)
         while i >= 0:
             end = sketch.find(b"a", i)
@@ -232,26 +231,32 @@ def _number_windows(text: str) -> list[tuple[int, int]]:
                 end = len(sketch)
             ends.setdefault(end, i)
             i = sketch.find(core, end)
+    seven_digits = bool(ends) and text.isascii()
+    for m in _PLUS_CORE.finditer(sketch):
+        end = sketch.find(b"a", m.end())
+        ends.setdefault(end if end >= 0 else len(sketch), m.start())
     windows = []
     for end in sorted(ends):
         start = sketch.rfind(b"a", 0, ends[end]) + 1
-        if sketch.count(b"0", start, end) >= 6:
-            windows.append((start, end))
-    return windows
+        windows.append((start, end, sketch.count(b"0", start, end)))
+    return windows, seven_digits
 
 
-def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str, int]) -> str:
+def _sub_in_windows(text: str, windows: list[tuple[int, int, int]], counts: dict[str, int]) -> str:
     """The number kinds, one after the other, each as `pattern.sub` over the whole text, where
     every match lies in one of the windows: each window is searched with one character of context
-    on either side, which no match holds (see _number_windows)."""
+    on either side, which no match holds (see _number_windows). A kind whose valid matches have
+    more digits than a window is not searched there: it would change nothing."""
     out, done = [], 0
-    repls = [(pattern, _replacer(kind, valid, counts)) for kind, pattern, valid in _NUMBER_RULES]
-    for start, end in windows:
+    repls = [(pattern, _replacer(kind, valid, counts), least)
+             for kind, pattern, valid, least in _NUMBER_RULES]
+    for start, end, digits in windows:
         a, b = max(start - 1, 0), end + 1
         piece = text[a:b]
         new = piece
-        for pattern, repl in repls:
-            new = pattern.sub(repl, new)
+        for pattern, repl, least in repls:
+            if digits >= least:
+                new = pattern.sub(repl, new)
         if new != piece:   # the context characters are the same in both: keep the middle
             right = len(piece) - (start - a) - (end - start)
             out += (text[done:start], new[start - a:len(new) - right])
@@ -270,24 +275,28 @@ def _sub_in_tokens(pattern: re.Pattern, kind: str, valid, counts: dict[str, int]
     searched. The search of a stretch starts at its first character with the text before it still
     visible to a lookbehind, and ends one character after it, for a lookahead."""
     out, done, scanned, found = [], 0, 0, 0
-    find, rfind, size = text.find, text.rfind, len(text)
+    find, rfind, search, size = text.find, text.rfind, pattern.search, len(text)
     placeholder = f"<{kind}>"
     for i in triggers:
         if i < scanned:
             continue
-        start = max(rfind(" ", scanned, i), rfind("\n", scanned, i), scanned - 1) + 1
+        space = rfind(" ", scanned, i)
+        lf = rfind("\n", space + 1 if space >= 0 else scanned, i)
+        start = (lf if lf >= 0 else space if space >= 0 else scanned - 1) + 1
         scanned = find(" ", i)
         if scanned < 0:
             scanned = size
         lf = find("\n", i, scanned)
         if lf >= 0:
             scanned = lf
-        for m in pattern.finditer(text, start, scanned + 1):
-            if valid is not None and not valid(m.group()):
-                continue
-            out += (text[done:m.start()], placeholder)
-            done = m.end()
-            found += 1
+        m = search(text, start, scanned + 1)
+        while m is not None:
+            a, b = m.span()
+            if valid is None or valid(m.group()):
+                out += (text[done:a], placeholder)
+                done = b
+                found += 1
+            m = search(text, b, scanned + 1) if b < scanned else None
     if not found:
         return text
     counts[kind] = counts.get(kind, 0) + found
