@@ -105,7 +105,10 @@ def _card_ok(s: str) -> bool:
 # every position), it is found in most texts nowhere
 _ANY_IPV4 = re.compile(r"\.(?<=\d\.)\d{1,3}\.\d{1,3}\.\d")
 _MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
-_IPV6_ANCHOR = re.compile(r":[0-9A-Fa-f]{0,4}:")        # two of the colons of (hex{0,4}:){2,7}
+# an address ipaddress accepts holds "::" or, without it, 7 colons (6 before an IPv4 tail) with 1-4
+# hex digits between them: clock times ("12:30:45") and "a: b" are no trigger (the pattern still
+# finds them in a stretch that has one, as whole-text substitution would)
+_IPV6_ANCHOR = re.compile(r":(?::|(?:[0-9A-Fa-f]{1,4}:){5})")
 
 
 def _at_signs(text: str):
@@ -130,9 +133,10 @@ def _ipv6_anchors(text: str):
     return (m.start() for m in _IPV6_ANCHOR.finditer(text, i))
 
 
-# (kind, pattern, validator, trigger positions): every match shares a whitespace-free stretch with
-# one of the trigger positions (e-mail addresses hold an @, IPv4 addresses the _ANY_IPV4 shape, IPv6
-# addresses two colons; none holds a space or a line break)
+# (kind, pattern, validator, trigger positions): every match (that the validator accepts) shares a
+# whitespace-free stretch with one of the trigger positions (e-mail addresses hold an @, IPv4
+# addresses the _ANY_IPV4 shape, IPv6 addresses an _IPV6_ANCHOR; none holds a space or a line
+# break), so the stretches without one stay as they are
 _TOKEN_RULES = (
     ("EMAIL", _EMAIL, None, _at_signs),
     ("IP", _IPV4, None, _ipv4_anchors),

@@ -300,7 +300,8 @@ _NEAR_MISSES = ["1.2.3.4", "192.168.10.254", "10.0.0.1.5", "v1.2.3.4", "2.10.0",
                 "::1", "fe80::1:2", "2001:db8::ff00:42:8329", "1:2:3:4:5:6:7:8", "12:30:45",
                 "a@b.cd", "li.lei@example-mail.cn", "x.y@z", "<PHONE>", "<CARD>", "<ID_NUMBER>",
                 "<EMAIL>", "<IP>", "2024-01-15", "+0100", "1,234,567", "１２３４５６７８９０１", "٣٤٥٦٧٨٩",
-                "1996-1999", "m=111352423504277&w=2", "da39a3ee5e6b4b0d3255bfef95601890afd80709"]
+                "1996-1999", "m=111352423504277&w=2", "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+                "1:2:3:4:5:6:1.2.3.4", "a:b:c:d:e:f:1:2", "12:30:45:", "a:b:c:d:e:f:g", "Foo::Bar"]
 _SEPARATORS = list(" -.()+Xx\n:_a中<>/,=") + ["１", "٣", "é", "가", "，", "  ", "\t", "😀", "。"]
 
 
@@ -387,3 +388,44 @@ def test_fast_path_equals_whole_text_substitution_on_real_text_with_planted_pii(
             assert redact(planted) == want, planted
             changed += want[0] != planted
     assert changed > len(texts) * 2
+
+
+def _ipv6(rng) -> str:
+    groups = ["".join(rng.choice("0123456789abcdefABCDEF") for _ in range(rng.randint(1, 4)))
+              for _ in range(8)]
+    form = rng.randrange(4)
+    if form == 0:
+        return ":".join(groups)
+    if form == 1:   # an IPv4 tail (which the IPv4 pattern takes first, unless a "-" follows)
+        return ":".join(groups[:6]) + ":" + ".".join(str(rng.randrange(256)) for _ in range(4)) + \
+            rng.choice(["", "-"])
+    i, j = sorted(rng.sample(range(9), 2))   # "::" for groups i..j
+    return ":".join(groups[:i]) + "::" + ":".join(groups[j:])
+
+
+def test_ipv6_search_equals_whole_text_substitution():
+    """IPv6 addresses are searched only in stretches holding "::" or six colons with hex between:
+    on colon-heavy texts with full, compressed and IPv4-tailed addresses, slightly broken or not,
+    next to clock times and other colons, redact must give what whole-text substitution gives."""
+    import random
+    rng = random.Random(16)
+    alphabet = "0123456789abcdefXg" + ":" * 8 + ". \n"
+
+    def piece() -> str:
+        r = rng.random()
+        if r < 0.5:
+            s = _ipv6(rng)
+            if rng.random() < 0.4:
+                i = rng.randrange(len(s))
+                s = s[:i] + rng.choice(["", ":", ".", "g", " ", "1"]) + s[i + rng.randint(0, 1):]
+            return s
+        if r < 0.7:
+            return rng.choice(["12:30:45", "::", "Foo::Bar", "a: b", "1.2.3.4", "::1", ":"])
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+    found = 0
+    for _ in range(3000):
+        text = "".join(piece() for _ in range(rng.randint(1, 6)))
+        want = _plain_redact(text)
+        assert redact(text) == want, text
+        found += want[1].get("IP", 0)
+    assert found > 500
