@@ -3,6 +3,8 @@ stores it in the chunk file, stage 4 takes it from there and writes the doc ids 
 (SplitTokens), and stage 5 packs them and writes the provenance from that record alone."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -114,3 +116,40 @@ def test_the_memo_keeps_the_most_recently_used_within_its_budget():
     assert memo.get("b") is None and memo.get("a") is results["a"] and memo.size == 44
     memo.put("big", stages.DocResult("x" * 9, "", {}, b""))   # 12 > a quarter: not kept
     assert memo.get("big") is None and memo.size == 44
+
+
+def test_an_evaluation_file_rewritten_under_its_name_is_read_again(tmp_path):
+    """A process that served one build (a Ray worker lives across builds) and then serves the same
+    build dir with the evaluation file rewritten forgets its memo and cached index."""
+    from dataprep.config import load_build_config
+    from dataprep.workdir import WorkDir
+
+    text = man_texts("en", 1)[0][1]
+    evals = tmp_path / "eval.jsonl"
+    work = WorkDir(tmp_path / "out")
+    docs = [Document("d0", text, "t.jsonl")]
+    dropped = []
+    for passage in (text[100:600], "nothing of the kind appears in the document at all " * 3):
+        evals.write_text(json.dumps({"text": passage}) + "\n")
+        cfg = load_build_config(overrides={"decontam.files": [str(evals)],
+                                           "decontam.action": "drop"})
+        for d in (work.docs, work.tokens):
+            d.mkdir(parents=True, exist_ok=True)
+            for f in d.iterdir():
+                f.unlink()
+        init_worker(stages.worker_setup(cfg, work))
+        dropped.append(clean_chunk(ChunkTask(0, docs, [], 1))["filters"]["decontam"][0])
+    assert dropped == [1, 0]
+
+
+def test_a_tokenizer_written_again_at_the_same_path_is_loaded_again(tmp_path):
+    sample = tmp_path / "sample.txt"
+    model = tmp_path / "m.model"
+    sizes = []
+    for vocab in (60, 90):
+        sample.write_text("\n".join(SENTENCES * 3) + "\n")
+        spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(tmp_path / "new"),
+                                       vocab_size=vocab, hard_vocab_limit=False, minloglevel=2)
+        (tmp_path / "new.model").replace(model)
+        sizes.append(stages._processor(str(model)).get_piece_size())
+    assert sizes[0] != sizes[1]
