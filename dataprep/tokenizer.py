@@ -13,6 +13,7 @@ A reused model keeps its own ids; pad falls back to eos when the model has no pa
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -65,6 +66,17 @@ def copy_tokenizer(src: str, model_path: Path) -> None:
 
 
 def tokenizer_info(model_path: Path, file: str = "tokenizer.model") -> TokenizerInfo:
+    """The manifest's description of the model at `model_path` (a build asks up to three times:
+    computed once per file, by its identity)."""
+    try:
+        st = os.stat(model_path)
+    except OSError as e:
+        raise TokenizerError(f"{model_path}: cannot read the tokenizer model ({e})") from None
+    return _tokenizer_info(str(model_path), file, (st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer_info(model_path: str, file: str, identity: tuple) -> TokenizerInfo:
     import sentencepiece as spm
     try:
         sp = spm.SentencePieceProcessor(model_file=str(model_path))
