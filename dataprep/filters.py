@@ -267,7 +267,10 @@ _ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
 _FIELD_MASK = (1 << _BITS) - 1
 _RANDOM_MASK = ~np.uint64((1 << 3 * _BITS) - 1)
 _CJK_START = min(a for a, _ in _CJK_RANGES)   # no code point below it is CJK
-_RARE = tuple(c for c in _BULLETS + _ELLIPSES if not c.isascii())  # non-ASCII line markers
+# the non-ASCII line markers by code point: (marker, code point, whether it is a bullet)
+_RARE = sorted(((c, ord(c), c in _BULLETS) for c in _BULLETS + _ELLIPSES if not c.isascii()),
+               key=lambda r: r[1])
+_MASK = np.uint64(_FIELD_MASK)
 
 
 def _values_of(cps: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -347,7 +350,7 @@ def _unit_ends(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
     return np.flatnonzero(last)
 
 
-def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> float:
+def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: int) -> float:
     """The most characters covered by the keys falling in one bucket: at least the coverage of
     any one key."""
     buckets = keys * _MIX
@@ -366,12 +369,12 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
     m = len(sums)
     if m < max(1, cfg.top_ngram_min_units):
         return True
-    lengths = (sums & np.uint64(_FIELD_MASK)).view(np.int64)   # no unit can overflow its field
-    shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 4 buckets per unit
+    lengths = (sums & _MASK).view(np.int64)   # no unit can overflow its field
+    shift = 64 - max(8, (4 * m).bit_length())   # >= 4 buckets per unit
     # the top bits of a unit's sum are a sum of its characters' random bits: a hash already
     buckets = (sums >> shift).view(np.int64)
     cover = np.bincount(buckets, weights=lengths)   # characters per bucket, exact in float64
-    best = cover.max()   # >= the coverage of every unit
+    best = float(cover.max())   # >= the coverage of every unit
     window = None
     for n, limit in cfg.max_top_ngram_fraction:
         if m < n:
@@ -411,7 +414,7 @@ def _unit_sums(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
         after_cjk[0] = False
         after_cjk[1:] = cjk[:-1]
         start |= nonspace & (cjk | after_cjk)
-    starts = np.flatnonzero(start)
+    starts = start.nonzero()[0]
     if not len(starts):
         return values[:0]
     # from one start to the next: a unit and the spaces after it, which add 0
@@ -461,19 +464,20 @@ def _top_ngram_cleared_long(values: np.ndarray, cjk: np.ndarray | None, total: i
 _LF_BULLET = re.compile("\n[-*]")
 
 
-def _line_counts(text: str, rare: bool) -> tuple[int, int]:
+def _line_counts(text: str, top: int) -> tuple[int, int]:
     """(lines starting with a bullet, lines ending in an ellipsis) among the lines of `text` split
     at LF: LF + bullet (ellipsis + LF) counted in the text, plus the first (last) line; an empty
-    line neither starts nor ends with one (`rare`: whether the text may hold a non-ASCII one)."""
+    line neither starts nor ends with one (`top`: the largest code point of `text`)."""
     bullets = text.startswith(_BULLETS) + len(_LF_BULLET.findall(text))
     ellipses = text.endswith(_ELLIPSES) + text.count("...\n")
-    if rare:
-        for c in _RARE:
-            if c in text:
-                if c in _BULLETS:
-                    bullets += text.count("\n" + c)
-                else:
-                    ellipses += text.count(c + "\n")
+    for c, cp, bullet in _RARE:
+        if cp > top:
+            break
+        if c in text:
+            if bullet:
+                bullets += text.count("\n" + c)
+            else:
+                ellipses += text.count(c + "\n")
     return bullets, ellipses
 
 
@@ -508,7 +512,7 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "letter_ratio"
     lines = text.split("\n")
     n_lines = len(lines) - lines.count("")
-    bullets, ellipses = _line_counts(text, top >= 0xB7)
+    bullets, ellipses = _line_counts(text, top)
     if bullets > cfg.max_bullet_lines * max(1, n_lines) and "bullet_lines" not in off:
         return "bullet_lines"
     if ellipses > cfg.max_ellipsis_lines * max(1, n_lines) and "ellipsis_lines" not in off:
