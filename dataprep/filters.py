@@ -386,8 +386,7 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
         # An n-gram occurs at most as often as each of its units, so it covers at most the sum
         # of its units' coverages: at most the largest sum of bucket covers over n units in a row.
         if window is None:
-            window = np.zeros(m + 1)
-            np.cumsum(cover.take(buckets), out=window[1:])
+            window = _running_cover(cover, buckets)
         if (window[n:] - window[:-n]).max() / total <= limit:   # as the exact check divides
             continue
         k = m - n + 1
@@ -402,9 +401,19 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
     return True
 
 
+def _running_cover(cover: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Running sums of the bucket cover of each unit (`buckets`: the bucket of each unit), from 0:
+    the difference of two n apart is the sum over those n units in a row."""
+    window = np.zeros(len(buckets) + 1)
+    np.cumsum(cover.take(buckets), out=window[1:])
+    return window
+
+
 def _unit_sums(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
     """The sum of the character values of each unit of a text of character values `values` (of
     at most _FIELD_MASK characters; `cjk`: see _top_ngram_cleared), in order."""
+    if not len(values):
+        return values
     nonspace = values.astype(bool)   # spaces are 0
     start = np.empty_like(nonspace)   # a non-space character after a space or at the start
     start[0] = nonspace[0]
