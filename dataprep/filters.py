@@ -26,10 +26,11 @@ unless noted; "non-space" characters exclude whitespace):
 How it is computed (the definitions above are the contract; this is only speed): one table gather
 gives every character a 64-bit value whose sums are the class counts and, over a unit, a hash of
 the unit; lines and paragraphs are counted with whole-text string methods and one set. The top
-n-gram filter is first decided by an upper bound over hashed units (the most characters that the
-units or n-grams of one hash bucket cover): where that bound is under a limit the exact coverage is
-too, so the text passes; only where it is not does the exact Counter-based count run. Every result
-is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
+n-gram filter is first decided by upper bounds over hashed units, cheapest first: the most
+characters that the units of one hash bucket cover (times n), the most that the buckets of n units
+in a row cover, the most that the n-grams of one bucket cover. Where a bound is under a limit the
+exact coverage is too, so the text passes; only where none is does the exact Counter-based count
+run. Every result is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
 straightforward implementation).
 """
 from __future__ import annotations
@@ -258,9 +259,10 @@ def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
 # 14-27), a 1 if it is a symbol (bits 28-41) and fixed random bits above. Summed over a text of
 # fewer than 2**14 characters, the fields are its non-space, letter and symbol counts; summed
 # over a unit, the value is a hash of the unit (of its characters, not their order) whose low
-# field is its length. The top n-gram check becomes an upper bound over these hashes, which only
-# ever clears a text: where it cannot, the exact count above decides, so the result is always the
-# definition's.
+# field is its length. The top n-gram check becomes upper bounds over these hashes, which only
+# ever clear a text: where they cannot, the exact count above decides, so the result is always the
+# definition's. Each numpy call costs about a microsecond whatever the array's size, so the common
+# path keeps them few: one sum for the counts, one reduceat for the unit hashes, one bincount.
 
 _BITS = 14
 _ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
