@@ -127,6 +127,8 @@ def _bmp_class() -> np.ndarray:
 
 
 _ASCII_CLASS = bytes(_category_class(cp) for cp in range(128))
+_ASCII_TABLE = _ASCII_CLASS + bytes(128)   # for bytes.translate
+_SHORT = 2000   # characters: a text this short takes the no-numpy path where it can
 
 
 def code_points(text: str) -> np.ndarray:
@@ -513,8 +515,21 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    cps, values, top = _text_values(text)
-    nonspace, letters, symbols = _class_counts(values)
+    if len(text) <= _SHORT and text.isascii():
+        # a short ASCII text: counted with bytes methods, no numpy call (each costs about a
+        # microsecond, more than counting a few hundred characters); its character values only
+        # if top_ngram may need them
+        cps = values = None
+        top = 0x7F
+        classes = text.encode("ascii").translate(_ASCII_TABLE)
+        spaces = classes.count(b"\x00")
+        nonspace = len(classes) - spaces
+        letters, symbols = classes.count(b"\x01"), classes.count(b"\x03")
+        few_units = spaces + 1 < max(1, cfg.top_ngram_min_units)   # a unit ends at a space
+    else:
+        cps, values, top = _text_values(text)
+        nonspace, letters, symbols = _class_counts(values)
+        few_units = False
     total = nonspace
     nonspace = max(1, nonspace)
     if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
@@ -553,8 +568,10 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
-    if "top_ngram" in off:
+    if "top_ngram" in off or few_units:   # fewer units than top_ngram looks at: it passes
         return None
+    if values is None:
+        cps, values, top = _text_values(text)
     cjk = None
     if top >= _CJK_START:
         cjk = _is_cjk().take(cps)

@@ -271,3 +271,22 @@ def test_paragraphs_split_only_where_they_can_repeat():
                 cfg = dataclasses.replace(BASE, min_chars=0, disabled=FILTER_NAMES[:6],
                                           **{field: limit})
                 _agree(text, cfg)
+
+
+def test_short_ascii_texts_around_the_unit_minimum():
+    """A short ASCII text is counted without numpy and skips top_ngram when it has fewer spaces
+    than the unit minimum: around that minimum, with any whitespace between units, and with
+    spam that top_ngram fails once it is checked, the answers are the reference's."""
+    rng = random.Random(4)
+    seps = [" ", "  ", "\n", "\t", " \n ", "\r\n", "\x0b", "\x1f"]
+    for n_units in (1, 2, 49, 50, 51, 98, 99, 100, 101, 150):
+        for trial in range(6):
+            words = ["spam", "eggs"] * n_units if trial % 2 else [
+                "".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, 7)))
+                for _ in range(n_units)]
+            words = words[:n_units]
+            sep = seps[trial % len(seps)]
+            text = sep.join(words) + rng.choice(("", " ", "\n", "..."))
+            for min_units in (0, 1, 50, n_units - 1, n_units, n_units + 1, 100):
+                for cfg in (BASE, TIGHT, LATE[0]):
+                    _agree(text, dataclasses.replace(cfg, top_ngram_min_units=max(0, min_units)))
