@@ -1,12 +1,14 @@
-"""Benchmark of the heuristic quality filters and of whitespace squeezing against the
+"""Benchmark of the heuristic quality filters, of normalize and of whitespace squeezing against the
 straightforward implementations they replaced, on the corpus of bench_quality.py (manual pages in
 every installed language, normalised), per CPU-second, alternated (A B A B) in one process.
 
     .venv/bin/python bench/bench_filters.py [--mb 4] [--pairs 5]
 
 The reference filters are tests/dataprep/filters_reference.py (the implementation before the
-numpy fast path); the reference squeeze is one split and join per line. Both sides decide every
-document identically (checked here once more before timing). The per-character tables of both
+numpy fast path); the reference normalize is tests/dataprep/clean_reference.py (every step on
+every text, whitespace squeezed line by line); the reference squeeze is one split and join per
+line. Both sides decide every document and give every text identically (checked here once more
+before timing). The per-character tables of both
 are built before timing: the figures are the steady state of a worker.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests" / "dataprep")]
 
+import clean_reference  # noqa: E402
 import filters_reference  # noqa: E402
 from bench_quality import corpus  # noqa: E402
 from dataprep.clean import normalize, squeeze_whitespace  # noqa: E402
@@ -59,9 +62,11 @@ def main() -> None:
     assert [quality_reason(t, cfg) for t in texts] == [
         filters_reference.quality_reason(t, cfg) for t in texts]
     assert all(squeeze_whitespace(t) == old_squeeze(t) for t in raw)
+    assert texts == [clean_reference.normalize(t) for t in raw]
     print(f"corpus: {len(texts)} documents, {sum(len(t.encode()) for t in texts) / 1e6:.1f} MB")
     compare("quality filters (heuristic)", lambda t: quality_reason(t, cfg),
             lambda t: filters_reference.quality_reason(t, cfg), texts, args.pairs)
+    compare("normalize (raw)", normalize, clean_reference.normalize, raw, args.pairs)
     compare("squeeze whitespace (raw)", squeeze_whitespace, old_squeeze, raw, args.pairs)
 
 

@@ -14,15 +14,25 @@
    and vertical tab become newlines;
 5. whitespace: runs of spaces and tabs become one space, lines are stripped, more than one blank line
    in a row becomes one, the whole text is stripped.
+
+Speed (the steps above are the contract): an ASCII text takes steps 4 and 5's mapping of other
+whitespace in one bytes.translate; any other text is scanned once for surrogates, invisible
+characters and whitespace other than space and LF, and steps 1, 4 and that mapping run only where
+the scan finds one (or NFKC changed the text). Runs of blanks are then collapsed by whole-text
+calls. tests/dataprep/test_clean_equivalence.py checks the result against the steps applied one by
+one to every text.
 """
 from __future__ import annotations
 
 import html
 import re
 import unicodedata
+from itertools import repeat
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ASCII_CONTROLS = bytes([*range(0x00, 0x09), *range(0x0E, 0x1C), 0x7F])
+# the other ASCII whitespace, as step 5 maps it (CR apart: CRLF is one break)
+_ASCII_MAP = bytes.maketrans(b"\x0b\x0c\x1c\x1d\x1e\t\x1f", b"\n\n\n\n\n  ")
 
 # Element names from the HTML living standard (plus a few obsolete ones still common in scraped text).
 _BLOCK_TAGS = ("address article aside blockquote body br center dd details dialog div dl dt fieldset "
@@ -54,18 +64,54 @@ def normalize(text: str) -> str:
     """The cleaned form of `text` (see the module docstring)."""
     if ("<" in text or "&" in text) and _HTML_HINT.search(text):
         text = strip_html(text)
-    if text.isascii():  # ASCII: only C0 controls and DEL to drop, at C speed
-        text = text.encode("ascii").translate(None, _ASCII_CONTROLS).decode("ascii")
+    if text.isascii():  # ASCII: C0 controls and DEL out, other whitespace mapped, at C speed
+        data = text.encode("ascii").translate(_ASCII_MAP, _ASCII_CONTROLS)
+        if b"\r" in data:   # CRLF is one line break
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        text = data.decode("ascii")
     else:
-        if _SURROGATE.search(text):
+        # One scan finds whether any of the rarer steps has work; most texts need none of them.
+        special = _SPECIAL.search(text)
+        if special and _SURROGATE.search(text):
             text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "ignore")
         if not unicodedata.is_normalized("NFKC", text):
             text = _nfkc_keeping_cjk_punctuation(text)
-        text = _INVISIBLE.sub("", text)
-    text = squeeze_whitespace(text)
-    while "\n\n\n" in text:
-        text = text.replace("\n\n\n", "\n\n")
-    return text.strip("\n")
+            special = True   # NFKC may make any of them (e.g. U+3000 becomes a space)
+        if special:
+            text = _map_whitespace(_INVISIBLE.sub("", text))
+    if len(text) > _BLOCK_CHARS:   # bounded copies: block by block
+        text = squeeze_whitespace(text, _BLOCK_CHARS)
+        while "\n\n\n" in text:
+            text = text.replace("\n\n\n", "\n\n")
+        return text.strip("\n")
+    return _collapse(text)
+
+
+# Whitespace other than space and LF, the invisible characters, surrogates: where none is present
+# (most texts) steps 1 and 4 and the mapping of whitespace have nothing to do.
+_SPECIAL = re.compile("[\ud800-\udfff\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029"
+                      "\u202f\u205f\u3000" + _INVISIBLE.pattern[1:])
+_BLOCK_CHARS = 1 << 20
+# A space run, and an LF next to a space or starting a run of three LFs ("\n" first: the search
+# skips to each LF at C speed; " \n" in text and the like are several times slower).
+_SPACES = re.compile("  +")
+_LF_NEXT_TO_BLANK = re.compile("\n(?:(?<= \n)| |\n\n)")
+_LFS = re.compile("\n\n\n+")
+
+
+def _collapse(text: str) -> str:
+    """Step 5 for a text whose only whitespace is space and LF: equal to squeeze_whitespace, then
+    LF x 3 to LF x 2 until none is left, then strip("\n"). Every run of whitespace becomes one
+    space if it holds no LF, one LF if it holds one, two if more, and nothing at either end."""
+    if _LF_NEXT_TO_BLANK.search(text):
+        # strip every line at C speed (map, no Python loop): indented text has a space run at
+        # nearly every LF, which this removes in one pass
+        text = "\n".join(map(str.strip, text.split("\n"), repeat(" ")))
+        if "\n\n\n" in text:
+            text = _LFS.sub("\n\n", text)
+    if "  " in text:   # runs inside lines
+        text = _SPACES.sub(" ", text)
+    return text.strip(" \n")
 
 
 def squeeze_whitespace(text: str, block: int = 1 << 20) -> str:
@@ -93,22 +139,29 @@ _BLANKS = ("\t", "\x1f", "\xa0", "\u1680", *map(chr, range(0x2000, 0x200B)), "\u
 _ASCII_BREAKS, _ASCII_BLANKS = _BREAKS[:7], _BLANKS[:2]
 
 
+def _map_whitespace(text: str) -> str:
+    """Every line break of splitlines (CRLF as one) becomes LF, every other whitespace character a
+    space."""
+    ascii_only = text.isascii()
+    for b in _ASCII_BREAKS if ascii_only else _BREAKS:
+        if b in text:
+            text = text.replace(b, "\n")
+    for c in _ASCII_BLANKS if ascii_only else _BLANKS:
+        if c in text:
+            text = text.replace(c, " ")
+    return text
+
+
 def _squeeze(text: str) -> str:
     """squeeze_whitespace of one block, with whole-text str.replace calls instead of a split and
     a join per line (several times faster): every break becomes LF, the last one dropped (as
     splitlines does), every other whitespace character a space, runs of spaces one space, and
     spaces next to a line break or an end go."""
-    ascii_only = text.isascii()
-    for b in _ASCII_BREAKS if ascii_only else _BREAKS:
-        if b in text:
-            text = text.replace(b, "\n")
+    text = _map_whitespace(text)
     if text.endswith("\n"):
         text = text[:-1]
-    for c in _ASCII_BLANKS if ascii_only else _BLANKS:
-        if c in text:
-            text = text.replace(c, " ")
-    while "  " in text:
-        text = text.replace("  ", " ")
+    if "  " in text:
+        text = _SPACES.sub(" ", text)
     if " \n" in text:
         text = text.replace(" \n", "\n")
     if "\n " in text:

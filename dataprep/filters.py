@@ -26,10 +26,11 @@ unless noted; "non-space" characters exclude whitespace):
 How it is computed (the definitions above are the contract; this is only speed): one table gather
 gives every character a 64-bit value whose sums are the class counts and, over a unit, a hash of
 the unit; lines and paragraphs are counted with whole-text string methods and one set. The top
-n-gram filter is first decided by an upper bound over hashed units (the most characters that the
-units or n-grams of one hash bucket cover): where that bound is under a limit the exact coverage is
-too, so the text passes; only where it is not does the exact Counter-based count run. Every result
-is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
+n-gram filter is first decided by upper bounds over hashed units, cheapest first: the most
+characters that the units of one hash bucket cover (times n), the most that the buckets of n units
+in a row cover, the most that the n-grams of one bucket cover. Where a bound is under a limit the
+exact coverage is too, so the text passes; only where none is does the exact Counter-based count
+run. Every result is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
 straightforward implementation).
 """
 from __future__ import annotations
@@ -126,6 +127,8 @@ def _bmp_class() -> np.ndarray:
 
 
 _ASCII_CLASS = bytes(_category_class(cp) for cp in range(128))
+_ASCII_TABLE = _ASCII_CLASS + bytes(128)   # for bytes.translate
+_SHORT = 2000   # characters: a text this short takes the no-numpy path where it can
 
 
 def code_points(text: str) -> np.ndarray:
@@ -258,16 +261,20 @@ def duplicate_fractions(parts: list[str]) -> tuple[float, float]:
 # 14-27), a 1 if it is a symbol (bits 28-41) and fixed random bits above. Summed over a text of
 # fewer than 2**14 characters, the fields are its non-space, letter and symbol counts; summed
 # over a unit, the value is a hash of the unit (of its characters, not their order) whose low
-# field is its length. The top n-gram check becomes an upper bound over these hashes, which only
-# ever clears a text: where it cannot, the exact count above decides, so the result is always the
-# definition's.
+# field is its length. The top n-gram check becomes upper bounds over these hashes, which only
+# ever clear a text: where they cannot, the exact count above decides, so the result is always the
+# definition's. Each numpy call costs about a microsecond whatever the array's size, so the common
+# path keeps them few: one sum for the counts, one reduceat for the unit hashes, one bincount.
 
 _BITS = 14
 _ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
 _FIELD_MASK = (1 << _BITS) - 1
 _RANDOM_MASK = ~np.uint64((1 << 3 * _BITS) - 1)
 _CJK_START = min(a for a, _ in _CJK_RANGES)   # no code point below it is CJK
-_RARE = tuple(c for c in _BULLETS + _ELLIPSES if not c.isascii())  # non-ASCII line markers
+# the non-ASCII line markers by code point: (marker, code point, whether it is a bullet)
+_RARE = sorted(((c, ord(c), c in _BULLETS) for c in _BULLETS + _ELLIPSES if not c.isascii()),
+               key=lambda r: r[1])
+_MASK = np.uint64(_FIELD_MASK)
 
 
 def _values_of(cps: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -305,11 +312,10 @@ def _char_values(cps: np.ndarray, top: int) -> np.ndarray:
     return out
 
 
-def _class_counts(values: np.ndarray, prefix: np.ndarray) -> tuple[int, int, int]:
-    """(non-space characters, letters, symbols) of a text of character values `values` (`prefix`:
-    their cumulative sums)."""
+def _class_counts(values: np.ndarray) -> tuple[int, int, int]:
+    """(non-space characters, letters, symbols) of a text of character values `values`."""
     if len(values) <= _FIELD_MASK:   # no field can overflow into the next
-        packed = int(prefix[-1]) if len(prefix) else 0
+        packed = int(values.sum())   # modulo 2**64: only the random bits above wrap
         return (packed & _FIELD_MASK, (packed >> _BITS) & _FIELD_MASK,
                 (packed >> 2 * _BITS) & _FIELD_MASK)
     return tuple(int(np.count_nonzero(values & np.uint64(one)))
@@ -328,8 +334,7 @@ def _text_values(text: str) -> tuple[np.ndarray, np.ndarray, int]:
 
 def char_counts(text: str) -> tuple[int, int, int]:
     """(non-space characters, letters, symbols) of `text`, as the ratio filters count them."""
-    values = _text_values(text)[1]
-    return _class_counts(values, np.cumsum(values))
+    return _class_counts(_text_values(text)[1])
 
 
 _GRAM = np.uint64(0xC2B2AE3D27D4EB4F)  # combines the hashes of a gram's units
@@ -349,7 +354,7 @@ def _unit_ends(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
     return np.flatnonzero(last)
 
 
-def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> float:
+def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: int) -> float:
     """The most characters covered by the keys falling in one bucket: at least the coverage of
     any one key."""
     buckets = keys * _MIX
@@ -357,11 +362,82 @@ def _bucket_cover(keys: np.ndarray, chars: np.ndarray, shift: np.uint64) -> floa
     return float(np.bincount(buckets.view(np.int64), weights=chars).max())
 
 
-def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray | None,
-                       total: int, cfg: FilterConfig) -> bool:
+def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
+                       cfg: FilterConfig) -> bool:
     """True when `top_ngram_passes` is certainly True for a text of character values `values`
-    (`cjk`: see _unit_ends, `total`: its non-space characters); False when only the exact count
-    can tell."""
+    (`cjk`: which characters are CJK units, None when none is; `total`: its non-space
+    characters); False when only the exact count can tell."""
+    if len(values) > _FIELD_MASK:
+        return _top_ngram_cleared_long(values, cjk, total, cfg)
+    sums = _unit_sums(values, cjk)
+    m = len(sums)
+    if m < max(1, cfg.top_ngram_min_units):
+        return True
+    lengths = (sums & _MASK).view(np.int64)   # no unit can overflow its field
+    shift = 64 - max(8, (4 * m).bit_length())   # >= 4 buckets per unit
+    # the top bits of a unit's sum are a sum of its characters' random bits: a hash already
+    buckets = (sums >> shift).view(np.int64)
+    cover = np.bincount(buckets, weights=lengths)   # characters per bucket, exact in float64
+    best = float(cover.max())   # >= the coverage of every unit
+    window = None
+    for n, limit in cfg.max_top_ngram_fraction:
+        if m < n:
+            break
+        if n * best <= limit * total:
+            continue  # the exact check skips this order too: its best unit covers no more
+        if n == 1:
+            return False
+        # An n-gram occurs at most as often as each of its units, so it covers at most the sum
+        # of its units' coverages: at most the largest sum of bucket covers over n units in a row.
+        if window is None:
+            window = _running_cover(cover, buckets)
+        if (window[n:] - window[:-n]).max() / total <= limit:   # as the exact check divides
+            continue
+        k = m - n + 1
+        grams = sums[:k].copy()
+        gram_chars = lengths[:k].copy()
+        for j in range(1, n):
+            grams *= _GRAM
+            grams += sums[j:j + k]
+            gram_chars += lengths[j:j + k]
+        if _bucket_cover(grams, gram_chars, shift) / total > limit:
+            return False
+    return True
+
+
+def _running_cover(cover: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Running sums of the bucket cover of each unit (`buckets`: the bucket of each unit), from 0:
+    the difference of two n apart is the sum over those n units in a row."""
+    window = np.zeros(len(buckets) + 1)
+    np.cumsum(cover.take(buckets), out=window[1:])
+    return window
+
+
+def _unit_sums(values: np.ndarray, cjk: np.ndarray | None) -> np.ndarray:
+    """The sum of the character values of each unit of a text of character values `values` (of
+    at most _FIELD_MASK characters; `cjk`: see _top_ngram_cleared), in order."""
+    if not len(values):
+        return values
+    nonspace = values.astype(bool)   # spaces are 0
+    start = np.empty_like(nonspace)   # a non-space character after a space or at the start
+    start[0] = nonspace[0]
+    np.greater(nonspace[1:], nonspace[:-1], out=start[1:])
+    if cjk is not None:   # or a CJK character, or one right after a CJK character
+        after_cjk = np.empty_like(cjk)
+        after_cjk[0] = False
+        after_cjk[1:] = cjk[:-1]
+        start |= nonspace & (cjk | after_cjk)
+    starts = start.nonzero()[0]
+    if not len(starts):
+        return values[:0]
+    # from one start to the next: a unit and the spaces after it, which add 0
+    return np.add.reduceat(values, starts)
+
+
+def _top_ngram_cleared_long(values: np.ndarray, cjk: np.ndarray | None, total: int,
+                            cfg: FilterConfig) -> bool:
+    """_top_ngram_cleared of a text longer than the packed fields hold (units counted apart)."""
+    prefix = np.cumsum(values)   # modulo 2**64: differences are exact all the same
     ends = _unit_ends(values, cjk)
     m = len(ends)
     if m < max(1, cfg.top_ngram_min_units):
@@ -371,11 +447,8 @@ def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray |
     hashes = np.empty_like(at_ends)
     hashes[0] = at_ends[0]
     np.subtract(at_ends[1:], at_ends[:-1], out=hashes[1:])
-    if len(values) <= _FIELD_MASK:
-        lengths = (hashes & np.uint64(_FIELD_MASK)).view(np.int64)
-    else:   # a unit may be too long for its field: count its characters instead
-        at_ends = np.cumsum(values != 0).take(ends)
-        lengths = np.diff(at_ends, prepend=0)
+    at_ends = np.cumsum(values != 0).take(ends)   # a unit may be too long for its field
+    lengths = np.diff(at_ends, prepend=0)
     shift = np.uint64(64 - max(8, (4 * m).bit_length()))   # >= 4 buckets per unit
     best = None
     for n, limit in cfg.max_top_ngram_fraction:
@@ -399,19 +472,25 @@ def _top_ngram_cleared(values: np.ndarray, prefix: np.ndarray, cjk: np.ndarray |
     return True
 
 
-def _line_counts(text: str, rare: bool) -> tuple[int, int]:
+# LF + ASCII bullet: the search skips from LF to LF at C speed (two str.count calls scan twice,
+# each slower than that)
+_LF_BULLET = re.compile("\n[-*]")
+
+
+def _line_counts(text: str, top: int) -> tuple[int, int]:
     """(lines starting with a bullet, lines ending in an ellipsis) among the lines of `text` split
     at LF: LF + bullet (ellipsis + LF) counted in the text, plus the first (last) line; an empty
-    line neither starts nor ends with one (`rare`: whether the text may hold a non-ASCII one)."""
-    bullets = text.startswith(_BULLETS) + text.count("\n-") + text.count("\n*")
+    line neither starts nor ends with one (`top`: the largest code point of `text`)."""
+    bullets = text.startswith(_BULLETS) + len(_LF_BULLET.findall(text))
     ellipses = text.endswith(_ELLIPSES) + text.count("...\n")
-    if rare:
-        for c in _RARE:
-            if c in text:
-                if c in _BULLETS:
-                    bullets += text.count("\n" + c)
-                else:
-                    ellipses += text.count(c + "\n")
+    for c, cp, bullet in _RARE:
+        if cp > top:
+            break
+        if c in text:
+            if bullet:
+                bullets += text.count("\n" + c)
+            else:
+                ellipses += text.count(c + "\n")
     return bullets, ellipses
 
 
@@ -436,9 +515,21 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_short"
     if len(text) > cfg.max_chars and "too_long" not in off:
         return "too_long"
-    cps, values, top = _text_values(text)
-    prefix = np.cumsum(values)   # modulo 2**64: fields and differences are exact all the same
-    nonspace, letters, symbols = _class_counts(values, prefix)
+    if len(text) <= _SHORT and text.isascii():
+        # a short ASCII text: counted with bytes methods, no numpy call (each costs about a
+        # microsecond, more than counting a few hundred characters); its character values only
+        # if top_ngram may need them
+        cps = values = None
+        top = 0x7F
+        classes = text.encode("ascii").translate(_ASCII_TABLE)
+        spaces = classes.count(b"\x00")
+        nonspace = len(classes) - spaces
+        letters, symbols = classes.count(b"\x01"), classes.count(b"\x03")
+        few_units = spaces + 1 < max(1, cfg.top_ngram_min_units)   # a unit ends at a space
+    else:
+        cps, values, top = _text_values(text)
+        nonspace, letters, symbols = _class_counts(values)
+        few_units = False
     total = nonspace
     nonspace = max(1, nonspace)
     if symbols > cfg.max_symbol_ratio * nonspace and "symbol_ratio" not in off:
@@ -447,20 +538,27 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "letter_ratio"
     lines = text.split("\n")
     n_lines = len(lines) - lines.count("")
-    bullets, ellipses = _line_counts(text, top >= 0xB7)
+    bullets, ellipses = _line_counts(text, top)
     if bullets > cfg.max_bullet_lines * max(1, n_lines) and "bullet_lines" not in off:
         return "bullet_lines"
     if ellipses > cfg.max_ellipsis_lines * max(1, n_lines) and "ellipsis_lines" not in off:
         return "ellipsis_lines"
     dup_lines = _repeats(lines, n_lines, len(text) - len(lines) + 1)
-    if "\n\n" in text:  # else one paragraph: nothing repeats
-        # A repeated paragraph repeats its first line, a whole line when no paragraph starts or
-        # ends with LF (no LF x 3): then without repeated lines there is nothing to split.
-        dup_count, dup_chars = 0.0, 0.0
-        if dup_lines[0] or "\n\n\n" in text:
+    # A repeated paragraph repeats its first line, a whole line when no paragraph starts or ends
+    # with LF (no LF x 3, which needs two empty lines): else there is nothing to split, and the
+    # fractions are 0, which fail only a negative limit. Without LF x 2 there is one paragraph,
+    # checked by no limit.
+    dup_paragraphs = None
+    if dup_lines[0] or (len(lines) - n_lines >= 2 and "\n\n\n" in text):
+        if "\n\n" in text:
             paragraphs = text.split("\n\n")
-            dup_count, dup_chars = _repeats(paragraphs, len(paragraphs) - paragraphs.count(""),
-                                            len(text) - 2 * len(paragraphs) + 2)
+            dup_paragraphs = _repeats(paragraphs, len(paragraphs) - paragraphs.count(""),
+                                      len(text) - 2 * len(paragraphs) + 2)
+    elif (min(cfg.max_dup_paragraph_fraction, cfg.max_dup_paragraph_char_fraction) < 0
+          and "\n\n" in text):
+        dup_paragraphs = 0.0, 0.0
+    if dup_paragraphs is not None:
+        dup_count, dup_chars = dup_paragraphs
         if dup_count > cfg.max_dup_paragraph_fraction and "dup_paragraphs" not in off:
             return "dup_paragraphs"
         if dup_chars > cfg.max_dup_paragraph_char_fraction and "dup_paragraph_chars" not in off:
@@ -470,12 +568,14 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
         return "dup_lines"
     if dup_chars > cfg.max_dup_line_char_fraction and "dup_line_chars" not in off:
         return "dup_line_chars"
-    if "top_ngram" in off:
+    if "top_ngram" in off or few_units:   # fewer units than top_ngram looks at: it passes
         return None
+    if values is None:
+        cps, values, top = _text_values(text)
     cjk = None
     if top >= _CJK_START:
         cjk = _is_cjk().take(cps)
         cjk = cjk if cjk.any() else None
-    if _top_ngram_cleared(values, prefix, cjk, total, cfg):
+    if _top_ngram_cleared(values, cjk, total, cfg):
         return None
     return None if top_ngram_passes(text, cfg, cps if top > 0x7F else None) else "top_ngram"

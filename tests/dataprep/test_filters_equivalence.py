@@ -228,3 +228,65 @@ def test_fast_path_decides_most_texts(real_docs, monkeypatch):
     for text in reached:
         quality_reason(text, BASE)
     assert len(reached) > 500 and len(exact) < 0.03 * len(reached), (len(exact), len(reached))
+
+
+def test_each_stage_of_the_bound_decides(real_docs, monkeypatch):
+    """The hashed bound clears a text at the unit stage, at the window stage (the sum of unit
+    coverages over n units in a row) or at the n-gram stage, else the exact count decides: each
+    stage both clears and passes texts on, many times, and every answer is the reference's."""
+    entered = {"window": set(), "gram": set(), "exact": set()}   # ids of the checks that got there
+    check = [0]
+
+    def counted(name, fn):
+        def wrapper(*args):
+            entered[name].add(check[0])
+            return fn(*args)
+        return wrapper
+    monkeypatch.setattr(filters, "_running_cover", counted("window", filters._running_cover))
+    monkeypatch.setattr(filters, "_bucket_cover", counted("gram", filters._bucket_cover))
+    monkeypatch.setattr(filters, "top_ngram_passes", counted("exact", filters.top_ngram_passes))
+    rng = random.Random(9)
+    texts = real_docs[1::3] + [_adversarial(rng) for _ in range(400)]
+    reached = 0
+    for text in texts:
+        for cfg in (BASE, TIGHT, LATE[0]):
+            check[0] += 1
+            _agree(text, cfg)
+            reached += len(ref.units(text)) >= cfg.top_ngram_min_units
+    window, gram, exact = entered["window"], entered["gram"], entered["exact"]
+    cleared_at_window = window - gram - exact
+    cleared_at_gram = (gram & window) - exact
+    assert min(len(cleared_at_window), len(cleared_at_gram), len(window & exact)) > 30, (
+        reached, len(window), len(gram), len(exact))
+
+
+def test_paragraphs_split_only_where_they_can_repeat():
+    """Paragraphs are split only where a line repeats or LF x 3 occurs: the fractions of the texts
+    that skip the split are 0, which only a negative limit fails."""
+    texts = ["a b\n\nc d\n\na b", "a\n\n\nb\n\na\n", "\nx y\n\nx y\n", "p\n\n\n\np", "p\nq\n\nr\ns",
+             "one\n\ntwo", "one two", "x\n\ny\n\nx\n\ny\n\n\n", "\n\n\n", "l\nl\n\nm"]
+    for text in texts:
+        for limit in (-1e-300, -0.0, 0.0, 0.2, 0.5):
+            for field in ("max_dup_paragraph_fraction", "max_dup_paragraph_char_fraction"):
+                cfg = dataclasses.replace(BASE, min_chars=0, disabled=FILTER_NAMES[:6],
+                                          **{field: limit})
+                _agree(text, cfg)
+
+
+def test_short_ascii_texts_around_the_unit_minimum():
+    """A short ASCII text is counted without numpy and skips top_ngram when it has fewer spaces
+    than the unit minimum: around that minimum, with any whitespace between units, and with
+    spam that top_ngram fails once it is checked, the answers are the reference's."""
+    rng = random.Random(4)
+    seps = [" ", "  ", "\n", "\t", " \n ", "\r\n", "\x0b", "\x1f"]
+    for n_units in (1, 2, 49, 50, 51, 98, 99, 100, 101, 150):
+        for trial in range(6):
+            words = ["spam", "eggs"] * n_units if trial % 2 else [
+                "".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, 7)))
+                for _ in range(n_units)]
+            words = words[:n_units]
+            sep = seps[trial % len(seps)]
+            text = sep.join(words) + rng.choice(("", " ", "\n", "..."))
+            for min_units in (0, 1, 50, n_units - 1, n_units, n_units + 1, 100):
+                for cfg in (BASE, TIGHT, LATE[0]):
+                    _agree(text, dataclasses.replace(cfg, top_ngram_min_units=max(0, min_units)))
