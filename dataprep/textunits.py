@@ -83,9 +83,32 @@ _UNIT_POW = _Powers(0xD6E8FEB86659FD93)
 _take, _nonzero = np.ndarray.take, np.ndarray.nonzero
 
 
+_PIECE = 1 << 15
+# a character of no unit: where a text can be cut without changing its units (a CJK character
+# that is no letter, ・, is a unit)
+_NO_UNIT = re.compile(rf"[^\w{CJK}]|_")
+
+
 def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, hashes) of the units of `text`: character offsets (int64) and uint64 hashes
-    of their folded lower case."""
+    of their folded lower case. A long text goes in pieces of about _PIECE characters cut after
+    a character of no unit: each piece's arrays then stay in the processor's cache."""
+    if len(text) <= 2 * _PIECE:
+        return _units(text)
+    parts, origin = [], 0
+    while origin < len(text):
+        end = len(text)
+        if end - origin > 2 * _PIECE:
+            cut = _NO_UNIT.search(text, origin + _PIECE)
+            if cut:
+                end = cut.end()
+        starts, ends, hashes = _units(text[origin:end])
+        parts.append((starts + origin, ends + origin, hashes))
+        origin = end
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+def _units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if text.isascii():
         return _runs(np.frombuffer(text.encode("ascii").translate(_ASCII_LOW), np.uint8))
     try:

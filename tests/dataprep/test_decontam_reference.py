@@ -207,3 +207,31 @@ def test_a_dotted_capital_i_unit_is_found():
     doc = "Giriş. " + item + " Son."
     assert index.find(doc) == Reference([("e:1", item)], 13).find(doc)
     assert index.find(doc)[0] == [0]
+
+
+def test_a_long_text_in_pieces_is_the_text_whole(monkeypatch):
+    """units() cuts a long text after a character of no unit: the units, their hashes and the
+    matches are those of the text taken whole, with cut points next to a run of a Latin letter
+    and CJK characters ("linux内核" is one unit), a CJK character that is no letter (・, a unit),
+    an underscore (no unit, but a word character), a long run with no cut point at all, and
+    evaluation passages across the cut points."""
+    monkeypatch.setattr(textunits, "_PIECE", 64)   # many pieces, in a text of a few KB
+    rng = random.Random(23)
+    passage = " ".join(t for _, t in man_texts("en", 2, min_chars=500, seed=3))[100:500]
+    hard = ["linux内核模块", "a・b・c", "x_y_z", "ΟΔΟΣ", "İstanbul", "中文abc", "Z" * 300]
+    for round_ in range(40):
+        parts = [rng.choice(hard + [passage, _pool_text(rng, 50)]) for _ in range(30)]
+        text = rng.choice(["", " ", "_", "・"]).join(parts)
+        starts, ends, hashes = textunits.units(text)
+        whole = textunits._units(text)
+        assert len(text) > 2 * textunits._PIECE
+        assert np.array_equal(starts, whole[0]) and np.array_equal(ends, whole[1])
+        assert np.array_equal(hashes, whole[2])
+        assert list(zip(starts.tolist(), ends.tolist())) == [m.span() for m in _UNIT.finditer(text)]
+    items = [("eval.jsonl:1", passage), ("eval.jsonl:2", "linux内核模块的加载与卸载需要权限")]
+    index, reference = EvalIndex(items, 13), Reference(items, 13)
+    for cut in range(0, len(passage), 7):   # the passage split at every 7th character
+        doc = _pool_text(rng, 100) + passage[:cut] + rng.choice(["\n", " — ", "_"]) + \
+            passage[cut:] + "linux内核模块的加载与卸载需要权限" * 3
+        assert index.find(doc) == reference.find(doc)
+    assert index.find("Z" * 200 + " " + passage + " ")[0] == [0]
