@@ -80,6 +80,8 @@ class EvalIndex:
         self.grams, self.lengths = grams, sorted(windows)
         self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
         self._known = _Bitmap(np.unique(np.concatenate(unit_hashes or [np.zeros(0, np.uint64)])))
+        self._known_pairs = _Bitmap(np.unique(np.concatenate(
+            [_pairs(h) for h in unit_hashes] or [np.zeros(0, np.uint64)])))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
@@ -90,6 +92,10 @@ class EvalIndex:
         # (most documents have none: a substring search over its bytes says so at C speed)
         known = self._known.has(hashes)
         if b"\1" * self.lengths[0] not in known.tobytes():
+            return [], []
+        # and all its n - 1 pairs of neighbouring units: common words are known one by one, but
+        # far fewer of their pairs are
+        if b"\1" * (self.lengths[0] - 1) not in self._known_pairs.has(_pairs(hashes)).tobytes():
             return [], []
         run = np.zeros(len(hashes) + 1, np.int32)
         known.cumsum(out=run[1:])
@@ -149,6 +155,16 @@ class EvalIndex:
         new = np.flatnonzero(a[1:] > reach[:-1]) + 1
         return np.unique(np.concatenate(items)).tolist(), list(zip(a[np.append(0, new)].tolist(),
                                        reach[np.append(new - 1, len(a) - 1)].tolist()))
+
+
+_PAIR = np.uint64(0x94D049BB133111EB)
+
+
+def _pairs(hashes: np.ndarray) -> np.ndarray:
+    """A hash of each pair of neighbouring units."""
+    pairs = hashes[:-1] * _PAIR
+    pairs += hashes[1:]
+    return pairs
 
 
 class _Bitmap:

@@ -235,3 +235,35 @@ def test_a_long_text_in_pieces_is_the_text_whole(monkeypatch):
             passage[cut:] + "linux内核模块的加载与卸载需要权限" * 3
         assert index.find(doc) == reference.find(doc)
     assert index.find("Z" * 200 + " " + passage + " ")[0] == [0]
+
+
+def test_the_pre_checks_keep_matches_at_the_edges_and_across_lines():
+    """find() rules a document out when it has no run of n - 1 known pairs of neighbouring units
+    (after no run of n known units). Documents that must get through: a match at the very start
+    or end, the whole document one window, CJK windows with punctuation between characters,
+    case (Greek lower case with its final sigma), dotted capital I, a window across line breaks
+    and hyphens; and items of one or two units. The same words in another order must not match,
+    nor a window whose first and last words are longer."""
+    en = ("The quick brown fox jumps over the lazy dog while five boxing wizards jump quickly "
+          "and a wizard's job is to vex chumps quickly in fog")
+    zh = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏"
+    tr = "İstanbul İzmir Iğdır ıspanak İlk iş günü İçerik ılık ikinci ırmak İçin ilgi ışık"
+    el = "ΤΟ ΠΡΟΓΡΑΜΜΑ ΕΚΤΥΠΩΝΕΙ ΤΟ ΟΝΟΜΑ ΤΟΥ ΑΡΧΕΙΟΥ ΚΑΙ ΤΟ ΜΕΓΕΘΟΣ ΤΟΥ ΣΤΗΝ ΟΘΟΝΗ ΜΑΣ"
+    items = [(f"e:{i}", t) for i, t in enumerate([en, zh, tr, el, "two words", "alone"])]
+    index, reference = EvalIndex(items, 13), Reference(items, 13)
+    words = en.split()
+    window = " ".join(words[:13])
+    must = [window, window + " and more", "Some text before. " + " ".join(words[-13:]),
+            "\n".join(words[2:16]), " ".join(words[:6]) + "-\n" + " ".join(words[6:14]),
+            window.upper(), window.title(), "(" + window + ")",
+            "前言" + zh[:13], zh[-13:] + "。", "，".join(zh[3:16]), " ".join(zh[:13]),
+            "Başlık: " + tr, tr + "\n", el.lower(), el.title(),
+            "say two words", "TWO\nWORDS", "alone", "(alone)"]
+    must_not = [" ".join(reversed(words)), " ".join(words[1::2] + words[::2]),
+                " ".join(words[:12]) + " cat " + " ".join(words[12:20]), zh[::-1],
+                "two, other words", "alonely", "x" + window + "x",
+                tr.lower()]   # İ lower-cases to i and a combining dot: "i̇stanbul" is two units
+    for doc in must + must_not:
+        assert index.find(doc) == reference.find(doc), doc
+    assert all(index.find(doc)[0] for doc in must)
+    assert not any(index.find(doc)[0] for doc in must_not)
