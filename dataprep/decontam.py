@@ -65,6 +65,8 @@ class EvalIndex:
         grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
         windows: dict[int, list[np.ndarray]] = {}
         unit_hashes: list[np.ndarray] = []
+        keys: list[int] = []        # the byte keys of the units, and of their pairs
+        key_pairs: list[np.ndarray] = []
         for number, (_, text) in enumerate(items):
             starts, ends, hashes = textunits.units(text)
             ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
@@ -72,6 +74,12 @@ class EvalIndex:
             if not ids:
                 continue
             unit_hashes.append(hashes)
+            item_keys = [textunits.byte_key(text[a:b])
+                         for a, b in zip(starts.tolist(), ends.tolist())]
+            keys += [k for k in item_keys if k is not None]
+            both = np.array([a is not None and b is not None
+                             for a, b in zip(item_keys, item_keys[1:])], bool)
+            key_pairs.append(_pairs(np.array([k or 0 for k in item_keys], np.uint64))[both])
             n = min(ngram, len(ids))
             windows.setdefault(n, []).append(
                 textunits.windows(textunits.window_prefix(hashes), n))
@@ -82,20 +90,23 @@ class EvalIndex:
         self._known = _Bitmap(np.unique(np.concatenate(unit_hashes or [np.zeros(0, np.uint64)])))
         self._known_pairs = _Bitmap(np.unique(np.concatenate(
             [_pairs(h) for h in unit_hashes] or [np.zeros(0, np.uint64)])))
+        self._key_known = _Bitmap(np.unique(np.array(keys, np.uint64)))
+        self._key_pairs = _Bitmap(np.unique(np.concatenate(key_pairs or [np.zeros(0, np.uint64)])))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
         if not self.grams:
             return [], []
-        starts, ends, hashes = textunits.units(text)
-        # a window can match only where all its n units may be known: a run of n in the bitmap
-        # (most documents have none: a substring search over its bytes says so at C speed)
-        known = self._known.has(hashes)
-        if b"\1" * self.lengths[0] not in known.tobytes():
+        # a window can match only where all its n units may be known: a run of n in a bitmap
+        # (a substring search over its bytes says so at C speed), and all its n - 1 pairs of
+        # neighbouring units (common words are known one by one, far fewer of their pairs are).
+        # Most documents have neither: first with the byte keys, which cost less than the hashes
+        keyed = textunits.byte_keys(text)
+        if keyed is not None and not self._may_match(keyed[2], self._key_known, self._key_pairs):
             return [], []
-        # and all its n - 1 pairs of neighbouring units: common words are known one by one, but
-        # far fewer of their pairs are
-        if b"\1" * (self.lengths[0] - 1) not in self._known_pairs.has(_pairs(hashes)).tobytes():
+        starts, ends, hashes = textunits.units(text)
+        known = self._known.has(hashes)
+        if not self._may_match(hashes, self._known, self._known_pairs, known):
             return [], []
         run = np.zeros(len(hashes) + 1, np.int32)
         known.cumsum(out=run[1:])
@@ -114,6 +125,15 @@ class EvalIndex:
         if not found:
             return [], []
         return self._exact(text, starts, ends, found)
+
+    def _may_match(self, hashes: np.ndarray, units: "_Bitmap", pairs: "_Bitmap",
+                   known: np.ndarray | None = None) -> bool:
+        """Whether the units (hashes or keys) hold a run of lengths[0] that may be known, whose
+        pairs may be known too."""
+        if known is None:
+            known = units.has(hashes)
+        return (b"\1" * self.lengths[0] in known.tobytes() and
+                b"\1" * (self.lengths[0] - 1) in pairs.has(_pairs(hashes)).tobytes())
 
     def _exact(self, text: str, starts: np.ndarray, ends: np.ndarray,
                found: list[tuple[int, np.ndarray]]) -> tuple[list[int], list[tuple[int, int]]]:

@@ -185,8 +185,12 @@ def _documents(items, en_hosts, zh) -> list[str]:
     return docs
 
 
-@pytest.mark.parametrize("ngram", [13, 4])
-def test_find_is_the_reference_on_thousands_of_documents(evaluation, ngram):
+@pytest.mark.parametrize("ngram, keys_from", [(13, None), (4, None), (13, 0)])
+def test_find_is_the_reference_on_thousands_of_documents(evaluation, ngram, keys_from,
+                                                         monkeypatch):
+    """keys_from=0: every document short enough takes the first look with the byte keys."""
+    if keys_from is not None:
+        monkeypatch.setattr(textunits, "_KEYS_FROM", keys_from)
     items, en_hosts, zh = evaluation
     index, reference = EvalIndex(items, ngram), Reference(items, ngram)
     docs = _documents(items, en_hosts, zh)
@@ -267,3 +271,32 @@ def test_the_pre_checks_keep_matches_at_the_edges_and_across_lines():
         assert index.find(doc) == reference.find(doc), doc
     assert all(index.find(doc)[0] for doc in must)
     assert not any(index.find(doc)[0] for doc in must_not)
+
+
+def test_byte_keys_are_the_units_and_a_function_of_the_folded_lower_case(monkeypatch):
+    """byte_keys() finds the regex units of a text whose characters fold below 256 (Latin-1, or
+    with typographic quotes and dashes), each with the key byte_key() gives the unit alone; equal
+    lower-cased units have equal keys, and different short ones different keys; a text with a character folding to 256 or more has none."""
+    monkeypatch.setattr(textunits, "_KEYS_FROM", 0)
+    rng = random.Random(8)
+    pool = "abcXYZ019 ßÀàÿµªº×÷_-'.,\n\t\0\u00a0\u2014\u2019\u201c\u212a\u212b"   # K, Å signs fold
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 80))) for _ in range(2000)]
+    texts += [t for lang in ("en", "de", "fr") for _, t in man_texts(lang, 4)]
+    texts += ["", "a", "abcdefgh", "abcdefghi", "ABCDEFGH abcdefgh", "Straße STRASSE", "İi"]
+    by_lower: dict[str, int] = {}
+    for text in texts:
+        keyed = textunits.byte_keys(text)
+        assert keyed is not None, repr(text)
+        starts, ends, keys = keyed
+        spans = [m.span() for m in _UNIT.finditer(text)]
+        assert list(zip(starts.tolist(), ends.tolist())) == spans, repr(text)
+        for (a, b), k in zip(spans, keys.tolist()):
+            assert textunits.byte_key(text[a:b]) == k, repr(text[a:b])
+            assert by_lower.setdefault(text[a:b].lower(), k) == k, repr(text[a:b])
+    # up to 8 characters a key is the unit; longer units share a key with their first 8 and
+    # their length (the first look only: the hashes decide)
+    short = {u: k for u, k in by_lower.items() if len(u) <= 8}
+    assert len(set(short.values())) == len(short) > 1000
+    for text in ["ΟΔΟΣ", "abc Ω", "中文", "a\U0001d400"]:
+        assert textunits.byte_keys(text) is None
+        assert textunits.byte_key(text.split()[-1]) is None
