@@ -8,7 +8,10 @@ units). A document matches an item when it contains one of the item's n-grams.
 
 Matching is vectorised (`textunits`): the units of a document and their hashes come from a few
 whole-array numpy passes. A bitmap of the evaluation units' hashes marks the units that may be
-known; only a run of n of them can be an n-gram of the index, and most documents have none. The
+known, a second one the pairs of neighbouring units; only a run of n known units whose n - 1
+pairs are known too can be an n-gram of the index, and most documents have none (a text of a few
+thousand characters that folds below 256 gets this first look with cheaper keys of its units,
+`textunits.byte_keys`, and is hashed only if it passes). The
 windows in such runs are hashed from prefix sums and looked up by binary search, and only those
 hits are compared exactly (unit strings against the vocabulary, n-grams against the index), so
 the result is the plain search's. `action: cut` removes the span from the first to the last unit
