@@ -8,7 +8,10 @@ units). A document matches an item when it contains one of the item's n-grams.
 
 Matching is vectorised (`textunits`): the units of a document and their hashes come from a few
 whole-array numpy passes. A bitmap of the evaluation units' hashes marks the units that may be
-known; only a run of n of them can be an n-gram of the index, and most documents have none. The
+known, a second one the pairs of neighbouring units; only a run of n known units whose n - 1
+pairs are known too can be an n-gram of the index, and most documents have none (a text of a few
+thousand characters that folds below 256 gets this first look with cheaper keys of its units,
+`textunits.byte_keys`, and is hashed only if it passes). The
 windows in such runs are hashed from prefix sums and looked up by binary search, and only those
 hits are compared exactly (unit strings against the vocabulary, n-grams against the index), so
 the result is the plain search's. `action: cut` removes the span from the first to the last unit
@@ -65,6 +68,8 @@ class EvalIndex:
         grams: dict[tuple, int] = {}     # n-gram of unit ids -> first item holding it
         windows: dict[int, list[np.ndarray]] = {}
         unit_hashes: list[np.ndarray] = []
+        keys: list[int] = []        # the byte keys of the units, and of their pairs
+        key_pairs: list[np.ndarray] = []
         for number, (_, text) in enumerate(items):
             starts, ends, hashes = textunits.units(text)
             ids = [self.vocab.setdefault(text[a:b].lower(), len(self.vocab))
@@ -72,6 +77,12 @@ class EvalIndex:
             if not ids:
                 continue
             unit_hashes.append(hashes)
+            item_keys = [textunits.byte_key(text[a:b])
+                         for a, b in zip(starts.tolist(), ends.tolist())]
+            keys += [k for k in item_keys if k is not None]
+            both = np.array([a is not None and b is not None
+                             for a, b in zip(item_keys, item_keys[1:])], bool)
+            key_pairs.append(_pairs(np.array([k or 0 for k in item_keys], np.uint64))[both])
             n = min(ngram, len(ids))
             windows.setdefault(n, []).append(
                 textunits.windows(textunits.window_prefix(hashes), n))
@@ -80,16 +91,25 @@ class EvalIndex:
         self.grams, self.lengths = grams, sorted(windows)
         self.hashes = {n: np.unique(np.concatenate(w)) for n, w in windows.items()}
         self._known = _Bitmap(np.unique(np.concatenate(unit_hashes or [np.zeros(0, np.uint64)])))
+        self._known_pairs = _Bitmap(np.unique(np.concatenate(
+            [_pairs(h) for h in unit_hashes] or [np.zeros(0, np.uint64)])))
+        self._key_known = _Bitmap(np.unique(np.array(keys, np.uint64)))
+        self._key_pairs = _Bitmap(np.unique(np.concatenate(key_pairs or [np.zeros(0, np.uint64)])))
 
     def find(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(matched item numbers, sorted; character spans of the matches, merged)."""
         if not self.grams:
             return [], []
+        # a window can match only where all its n units may be known: a run of n in a bitmap
+        # (a substring search over its bytes says so at C speed), and all its n - 1 pairs of
+        # neighbouring units (common words are known one by one, far fewer of their pairs are).
+        # Most documents have neither: first with the byte keys, which cost less than the hashes
+        keyed = textunits.byte_keys(text)
+        if keyed is not None and not self._may_match(keyed[2], self._key_known, self._key_pairs):
+            return [], []
         starts, ends, hashes = textunits.units(text)
-        # a window can match only where all its n units may be known: a run of n in the bitmap
-        # (most documents have none: a substring search over its bytes says so at C speed)
         known = self._known.has(hashes)
-        if b"\1" * self.lengths[0] not in known.tobytes():
+        if not self._may_match(hashes, self._known, self._known_pairs, known):
             return [], []
         run = np.zeros(len(hashes) + 1, np.int32)
         known.cumsum(out=run[1:])
@@ -108,6 +128,15 @@ class EvalIndex:
         if not found:
             return [], []
         return self._exact(text, starts, ends, found)
+
+    def _may_match(self, hashes: np.ndarray, units: "_Bitmap", pairs: "_Bitmap",
+                   known: np.ndarray | None = None) -> bool:
+        """Whether the units (hashes or keys) hold a run of lengths[0] that may be known, whose
+        pairs may be known too."""
+        if known is None:
+            known = units.has(hashes)
+        return (b"\1" * self.lengths[0] in known.tobytes() and
+                b"\1" * (self.lengths[0] - 1) in pairs.has(_pairs(hashes)).tobytes())
 
     def _exact(self, text: str, starts: np.ndarray, ends: np.ndarray,
                found: list[tuple[int, np.ndarray]]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -149,6 +178,16 @@ class EvalIndex:
         new = np.flatnonzero(a[1:] > reach[:-1]) + 1
         return np.unique(np.concatenate(items)).tolist(), list(zip(a[np.append(0, new)].tolist(),
                                        reach[np.append(new - 1, len(a) - 1)].tolist()))
+
+
+_PAIR = np.uint64(0x94D049BB133111EB)
+
+
+def _pairs(hashes: np.ndarray) -> np.ndarray:
+    """A hash of each pair of neighbouring units."""
+    pairs = hashes[:-1] * _PAIR
+    pairs += hashes[1:]
+    return pairs
 
 
 class _Bitmap:

@@ -83,9 +83,32 @@ _UNIT_POW = _Powers(0xD6E8FEB86659FD93)
 _take, _nonzero = np.ndarray.take, np.ndarray.nonzero
 
 
+_PIECE = 1 << 15
+# a character of no unit: where a text can be cut without changing its units (a CJK character
+# that is no letter, ・, is a unit)
+_NO_UNIT = re.compile(rf"[^\w{CJK}]|_")
+
+
 def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, hashes) of the units of `text`: character offsets (int64) and uint64 hashes
-    of their folded lower case."""
+    of their folded lower case. A long text goes in pieces of about _PIECE characters cut after
+    a character of no unit: each piece's arrays then stay in the processor's cache."""
+    if len(text) <= 2 * _PIECE:
+        return _units(text)
+    parts, origin = [], 0
+    while origin < len(text):
+        end = len(text)
+        if end - origin > 2 * _PIECE:
+            cut = _NO_UNIT.search(text, origin + _PIECE)
+            if cut:
+                end = cut.end()
+        starts, ends, hashes = _units(text[origin:end])
+        parts.append((starts + origin, ends + origin, hashes))
+        origin = end
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+def _units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if text.isascii():
         return _runs(np.frombuffer(text.encode("ascii").translate(_ASCII_LOW), np.uint8))
     try:
@@ -173,6 +196,63 @@ def _slice_hashes(low: np.ndarray, starts: np.ndarray) -> np.ndarray:
     h = np.add.reduceat(np.multiply(low, p.up[:n]), starts)
     h *= _take(p.down, starts)
     return h
+
+
+# The byte keys, for a first look at a text whose folded lower case fits a byte a character
+# (every code point below 256, or Latin text with typographic quotes and dashes): a unit's key is
+# its first 8 folded characters (zeros past its end) and its length, gathered at the unit starts
+# instead of a pass over every character like the hash. A function of the folded lower case,
+# like the hash (equal units, equal keys), in a space of its own: keys are compared with keys.
+_LENGTH_MIX = 0x9E3779B97F4A7C15
+_KEY_SPREAD = 0xBF58476D1CE4E5B9   # odd: the top bits, which the bitmaps look at, see every bit
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)   # the low k bytes
+_IS_UNIT = bytes(1 if c else 0 for c in _LATIN1_LOW)
+# below this many characters the fixed cost of each numpy call outweighs what the keys save
+_KEYS_FROM = 4096
+
+
+def byte_keys(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(starts, ends, keys) of the units of `text` (character offsets, uint64 keys), or None
+    when the folded lower case of a character of `text` is 256 or more, or when `text` is short
+    (_KEYS_FROM) or long (units() goes in pieces)."""
+    if not _KEYS_FROM <= len(text) <= 2 * _PIECE:
+        return None
+    try:
+        low = text.encode("latin-1").translate(_LATIN1_LOW)
+    except UnicodeEncodeError:
+        b = text.encode("utf-16-le", "surrogatepass")
+        if len(b) != 2 * len(text):
+            return None
+        folded = _take(code_point_tables()[0], np.frombuffer(b, np.uint16))
+        if folded.max() > 0xFF:
+            return None
+        low = folded.astype(np.uint8).tobytes()
+    is_unit = np.frombuffer(b"\0" + low.translate(_IS_UNIT) + b"\0", np.int8)
+    edges = _nonzero(is_unit[1:] != is_unit[:-1])[0]
+    starts, ends = edges[::2], edges[1::2]
+    length = ends - starts
+    # the 8 bytes at every offset (past the end: zeros), a view; take copies it once
+    at = np.ndarray((len(low),), np.uint64, low + bytes(8), 0, (1,))
+    keys = _take(at, starts)
+    keys &= _take(_MASKS, np.minimum(length, 8))
+    keys += length.astype(np.uint64) * np.uint64(_LENGTH_MIX)
+    keys *= np.uint64(_KEY_SPREAD)
+    return starts, ends, keys
+
+
+def byte_key(unit: str) -> int | None:
+    """byte_keys' key of a unit (as found in any text), or None when a character of it folds to
+    256 or more (no text byte_keys takes holds it)."""
+    if max(unit) < "\u0100":
+        folded = unit.encode("latin-1").translate(_LATIN1_LOW)
+    else:
+        lower = code_point_tables(_BMP if max(unit) < "\U00010000" else _UNICODE)[0]
+        cps = [int(lower[ord(c)]) for c in unit]
+        if max(cps) > 0xFF:
+            return None
+        folded = bytes(cps)
+    key = int.from_bytes(folded[:8], "little") + len(folded) * _LENGTH_MIX
+    return key * _KEY_SPREAD % (1 << 64)
 
 
 def window_prefix(unit_hashes: np.ndarray) -> np.ndarray:

@@ -185,8 +185,12 @@ def _documents(items, en_hosts, zh) -> list[str]:
     return docs
 
 
-@pytest.mark.parametrize("ngram", [13, 4])
-def test_find_is_the_reference_on_thousands_of_documents(evaluation, ngram):
+@pytest.mark.parametrize("ngram, keys_from", [(13, None), (4, None), (13, 0)])
+def test_find_is_the_reference_on_thousands_of_documents(evaluation, ngram, keys_from,
+                                                         monkeypatch):
+    """keys_from=0: every document short enough takes the first look with the byte keys."""
+    if keys_from is not None:
+        monkeypatch.setattr(textunits, "_KEYS_FROM", keys_from)
     items, en_hosts, zh = evaluation
     index, reference = EvalIndex(items, ngram), Reference(items, ngram)
     docs = _documents(items, en_hosts, zh)
@@ -207,3 +211,92 @@ def test_a_dotted_capital_i_unit_is_found():
     doc = "Giriş. " + item + " Son."
     assert index.find(doc) == Reference([("e:1", item)], 13).find(doc)
     assert index.find(doc)[0] == [0]
+
+
+def test_a_long_text_in_pieces_is_the_text_whole(monkeypatch):
+    """units() cuts a long text after a character of no unit: the units, their hashes and the
+    matches are those of the text taken whole, with cut points next to a run of a Latin letter
+    and CJK characters ("linux内核" is one unit), a CJK character that is no letter (・, a unit),
+    an underscore (no unit, but a word character), a long run with no cut point at all, and
+    evaluation passages across the cut points."""
+    monkeypatch.setattr(textunits, "_PIECE", 64)   # many pieces, in a text of a few KB
+    rng = random.Random(23)
+    passage = " ".join(t for _, t in man_texts("en", 2, min_chars=500, seed=3))[100:500]
+    hard = ["linux内核模块", "a・b・c", "x_y_z", "ΟΔΟΣ", "İstanbul", "中文abc", "Z" * 300]
+    for round_ in range(40):
+        parts = [rng.choice(hard + [passage, _pool_text(rng, 50)]) for _ in range(30)]
+        text = rng.choice(["", " ", "_", "・"]).join(parts)
+        starts, ends, hashes = textunits.units(text)
+        whole = textunits._units(text)
+        assert len(text) > 2 * textunits._PIECE
+        assert np.array_equal(starts, whole[0]) and np.array_equal(ends, whole[1])
+        assert np.array_equal(hashes, whole[2])
+        assert list(zip(starts.tolist(), ends.tolist())) == [m.span() for m in _UNIT.finditer(text)]
+    items = [("eval.jsonl:1", passage), ("eval.jsonl:2", "linux内核模块的加载与卸载需要权限")]
+    index, reference = EvalIndex(items, 13), Reference(items, 13)
+    for cut in range(0, len(passage), 7):   # the passage split at every 7th character
+        doc = _pool_text(rng, 100) + passage[:cut] + rng.choice(["\n", " — ", "_"]) + \
+            passage[cut:] + "linux内核模块的加载与卸载需要权限" * 3
+        assert index.find(doc) == reference.find(doc)
+    assert index.find("Z" * 200 + " " + passage + " ")[0] == [0]
+
+
+def test_the_pre_checks_keep_matches_at_the_edges_and_across_lines():
+    """find() rules a document out when it has no run of n - 1 known pairs of neighbouring units
+    (after no run of n known units). Documents that must get through: a match at the very start
+    or end, the whole document one window, CJK windows with punctuation between characters,
+    case (Greek lower case with its final sigma), dotted capital I, a window across line breaks
+    and hyphens; and items of one or two units. The same words in another order must not match,
+    nor a window whose first and last words are longer."""
+    en = ("The quick brown fox jumps over the lazy dog while five boxing wizards jump quickly "
+          "and a wizard's job is to vex chumps quickly in fog")
+    zh = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏"
+    tr = "İstanbul İzmir Iğdır ıspanak İlk iş günü İçerik ılık ikinci ırmak İçin ilgi ışık"
+    el = "ΤΟ ΠΡΟΓΡΑΜΜΑ ΕΚΤΥΠΩΝΕΙ ΤΟ ΟΝΟΜΑ ΤΟΥ ΑΡΧΕΙΟΥ ΚΑΙ ΤΟ ΜΕΓΕΘΟΣ ΤΟΥ ΣΤΗΝ ΟΘΟΝΗ ΜΑΣ"
+    items = [(f"e:{i}", t) for i, t in enumerate([en, zh, tr, el, "two words", "alone"])]
+    index, reference = EvalIndex(items, 13), Reference(items, 13)
+    words = en.split()
+    window = " ".join(words[:13])
+    must = [window, window + " and more", "Some text before. " + " ".join(words[-13:]),
+            "\n".join(words[2:16]), " ".join(words[:6]) + "-\n" + " ".join(words[6:14]),
+            window.upper(), window.title(), "(" + window + ")",
+            "前言" + zh[:13], zh[-13:] + "。", "，".join(zh[3:16]), " ".join(zh[:13]),
+            "Başlık: " + tr, tr + "\n", el.lower(), el.title(),
+            "say two words", "TWO\nWORDS", "alone", "(alone)"]
+    must_not = [" ".join(reversed(words)), " ".join(words[1::2] + words[::2]),
+                " ".join(words[:12]) + " cat " + " ".join(words[12:20]), zh[::-1],
+                "two, other words", "alonely", "x" + window + "x",
+                tr.lower()]   # İ lower-cases to i and a combining dot: "i̇stanbul" is two units
+    for doc in must + must_not:
+        assert index.find(doc) == reference.find(doc), doc
+    assert all(index.find(doc)[0] for doc in must)
+    assert not any(index.find(doc)[0] for doc in must_not)
+
+
+def test_byte_keys_are_the_units_and_a_function_of_the_folded_lower_case(monkeypatch):
+    """byte_keys() finds the regex units of a text whose characters fold below 256 (Latin-1, or
+    with typographic quotes and dashes), each with the key byte_key() gives the unit alone; equal
+    lower-cased units have equal keys, and different short ones different keys; a text with a character folding to 256 or more has none."""
+    monkeypatch.setattr(textunits, "_KEYS_FROM", 0)
+    rng = random.Random(8)
+    pool = "abcXYZ019 ßÀàÿµªº×÷_-'.,\n\t\0\u00a0\u2014\u2019\u201c\u212a\u212b"   # K, Å signs fold
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 80))) for _ in range(2000)]
+    texts += [t for lang in ("en", "de", "fr") for _, t in man_texts(lang, 4)]
+    texts += ["", "a", "abcdefgh", "abcdefghi", "ABCDEFGH abcdefgh", "Straße STRASSE", "İi"]
+    by_lower: dict[str, int] = {}
+    for text in texts:
+        keyed = textunits.byte_keys(text)
+        assert keyed is not None, repr(text)
+        starts, ends, keys = keyed
+        spans = [m.span() for m in _UNIT.finditer(text)]
+        assert list(zip(starts.tolist(), ends.tolist())) == spans, repr(text)
+        for (a, b), k in zip(spans, keys.tolist()):
+            assert textunits.byte_key(text[a:b]) == k, repr(text[a:b])
+            assert by_lower.setdefault(text[a:b].lower(), k) == k, repr(text[a:b])
+    # up to 8 characters a key is the unit; longer units share a key with their first 8 and
+    # their length (the first look only: the hashes decide)
+    short = {u: k for u, k in by_lower.items() if len(u) <= 8}
+    assert len(set(short.values())) == len(short) > 1000
+    for text in ["ΟΔΟΣ", "abc Ω", "中文", "a\U0001d400"]:
+        assert textunits.byte_keys(text) is None
+        assert textunits.byte_key(text.split()[-1]) is None
