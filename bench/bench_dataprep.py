@@ -220,6 +220,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-dataprep"))
     ap.add_argument("--engine", choices=("local", "ray"), default="local")
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="--engine ray: CPU counts")
+    ap.add_argument("--unit-mb", type=int, help="--engine ray: run.ray_unit_bytes in MB "
+                    "(default: --mb / 16)")
     ap.add_argument("--reps", type=int, default=1, help="--engine ray: alternating repetitions")
     ap.add_argument("--pin", action="store_true",
                     help="--engine ray: run each build on exactly its CPU count of cores (affinity)")
@@ -405,9 +407,10 @@ def bench_ray(args) -> None:
 def _one(corpus: Path, args, model: Path, ref: float, engine: str, cpus: int,
          address: str | None) -> dict:
     """One build of the Ray benchmark, printed as a row."""
-    # work units of mb/16: enough of them to keep every CPU busy to the end of a stage
+    # work units of mb/16 by default: enough of them to keep every CPU busy to the end of a stage
+    unit = args.unit_mb or max(1, args.mb // 16)
     extra = ("--engine", "ray", "--ray-address", address,
-             "--set", f"run.ray_unit_bytes={max(1, args.mb // 16)}MB") if engine == "ray" else ()
+             "--set", f"run.ray_unit_bytes={unit}MB") if engine == "ray" else ()
     load = os.getloadavg()[0]
     r = run_build(corpus, args.work / "out", model, cpus, *extra)
     rep = r["report"]

@@ -90,7 +90,7 @@ def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None
     """Write atomically: a retried task overwrites its own file, a killed one leaves no file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
+        pq.write_table(table, tmp, compression="lz4", row_group_size=row_group_size)   # scratch
 
 
 def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:
