@@ -393,16 +393,22 @@ def _top_ngram_cleared(values: np.ndarray, cjk: np.ndarray | None, total: int,
             window = _running_cover(cover, buckets)
         if (window[n:] - window[:-n]).max() / total <= limit:   # as the exact check divides
             continue
-        k = m - n + 1
-        grams = sums[:k].copy()
-        gram_chars = lengths[:k].copy()
-        for j in range(1, n):
-            grams *= _GRAM
-            grams += sums[j:j + k]
-            gram_chars += lengths[j:j + k]
-        if _bucket_cover(grams, gram_chars, shift) / total > limit:
+        if _ngram_cover(sums, lengths, n, shift) / total > limit:
             return False
     return True
+
+
+def _ngram_cover(hashes: np.ndarray, lengths: np.ndarray, n: int, shift: int) -> float:
+    """_bucket_cover of the n-grams of units with these hashes and character lengths (an n-gram's
+    hash mixes its units' hashes in order)."""
+    k = len(hashes) - n + 1
+    grams = hashes[:k].copy()
+    gram_chars = lengths[:k].copy()
+    for j in range(1, n):
+        grams *= _GRAM
+        grams += hashes[j:j + k]
+        gram_chars += lengths[j:j + k]
+    return _bucket_cover(grams, gram_chars, shift)
 
 
 def _running_cover(cover: np.ndarray, buckets: np.ndarray) -> np.ndarray:
@@ -460,14 +466,7 @@ def _top_ngram_cleared_long(values: np.ndarray, cjk: np.ndarray | None, total: i
             continue  # the exact check skips this order too: its best unit covers no more
         if n == 1:
             return False
-        k = m - n + 1
-        grams = hashes[:k].copy()
-        gram_chars = lengths[:k].copy()
-        for j in range(1, n):
-            grams *= _GRAM
-            grams += hashes[j:j + k]
-            gram_chars += lengths[j:j + k]
-        if _bucket_cover(grams, gram_chars, shift) / total > limit:
+        if _ngram_cover(hashes, lengths, n, shift) / total > limit:
             return False
     return True
 
