@@ -40,8 +40,7 @@ from dataprep.pii import PiiConfig, redact
 from dataprep.quality import load_model
 from dataprep.readers import BadRecord, Document, InputFile, read_file
 from dataprep.workdir import read_json
-from loader.manifest import sha256_file
-from mspretrain.files import atomic_open, atomic_path, atomic_write_json
+from mspretrain.files import atomic_open, atomic_path, atomic_write_json, file_identity
 
 SPLITS = ("train", "valid")
 
@@ -56,9 +55,9 @@ class WorkerSetup:
     split_seed: int
     pii: PiiConfig = PiiConfig()
     decontam: DecontamConfig = DecontamConfig()
-    # sha256 of the contents of the files the stages read (evaluation sets, quality model): a
-    # file rewritten under the same name makes another setup (see init_worker)
-    files_digest: str = ""
+    # file_identity of each file the stages read (evaluation sets, quality model): a file
+    # rewritten under the same name makes another setup (see init_worker)
+    files: tuple = ()
 
 
 _setup: WorkerSetup | None = None
@@ -417,8 +416,7 @@ def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:
 def _processor(model: str):
     """The loaded model at `model`, by the file's identity, not only its name: a process that lives
     across builds (a Ray worker) may see another build's tokenizer written at the same path."""
-    st = os.stat(model)
-    key = (model, st.st_ino, st.st_mtime_ns, st.st_size)
+    key = (model, file_identity(model))
     if key not in _sp_cache:
         import sentencepiece as spm
         _sp_cache.clear()
@@ -430,6 +428,6 @@ def worker_setup(cfg, work) -> WorkerSetup:
     """What every process running the chunk functions needs, from the build config and its work dir
     (dataprep.config.BuildConfig, dataprep.workdir.WorkDir); both engines use it."""
     files = [*cfg.decontam.files, *([cfg.filters.quality.model] if cfg.filters.quality.model else [])]
-    digest = hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
     return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam, digest)
+                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam,
+                       tuple(file_identity(f) for f in files))

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from loader.manifest import TokenizerInfo, sha256_file
-from mspretrain.files import atomic_open, publish
+from mspretrain.files import atomic_open, file_identity, publish
 
 
 class TokenizerError(RuntimeError):
@@ -69,10 +69,10 @@ def tokenizer_info(model_path: Path, file: str = "tokenizer.model") -> Tokenizer
     """The manifest's description of the model at `model_path` (a build asks up to three times:
     computed once per file, by its identity)."""
     try:
-        st = os.stat(model_path)
+        identity = file_identity(model_path)
     except OSError as e:
         raise TokenizerError(f"{model_path}: cannot read the tokenizer model ({e})") from None
-    return _tokenizer_info(str(model_path), file, (st.st_ino, st.st_mtime_ns, st.st_size))
+    return _tokenizer_info(str(model_path), file, identity)
 
 
 @functools.lru_cache(maxsize=4)

@@ -67,3 +67,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, obj, indent: int = 1) -> None:
     """Sorted keys, UTF-8 kept as is, a final newline: the same object gives the same bytes."""
     atomic_write_text(path, json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent) + "\n")
+
+
+def file_identity(path: str | os.PathLike) -> tuple[int, int, int]:
+    """(inode, mtime in ns, size): changes when the file is rewritten, in place or replaced by a
+    rename, so a cache keyed by it never serves an older file of the same name."""
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns, st.st_size
