@@ -80,7 +80,7 @@ def normalize(text: str) -> str:
         if special:
             text = _map_whitespace(_INVISIBLE.sub("", text))
     if len(text) > _BLOCK_CHARS:   # bounded copies: block by block
-        text = squeeze_whitespace(text, _BLOCK_CHARS)
+        text = squeeze_whitespace(text)
         while "\n\n\n" in text:
             text = text.replace("\n\n\n", "\n\n")
         return text.strip("\n")
@@ -114,7 +114,7 @@ def _collapse(text: str) -> str:
     return text.strip(" \n")
 
 
-def squeeze_whitespace(text: str, block: int = 1 << 20) -> str:
+def squeeze_whitespace(text: str, block: int = _BLOCK_CHARS) -> str:
     """Runs of whitespace inside each line become one space, lines are stripped and joined by LF:
     "\n".join(" ".join(line.split()) for line in text.splitlines()).
 
