@@ -165,7 +165,7 @@ def run_build(corpus: Path, out: Path, model: Path, workers: int, *extra: str) -
     process alone and the report of one build."""
     import shutil
     shutil.rmtree(out, ignore_errors=True)
-    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
             "--tokenizer", str(model), "--workers", str(workers), "--no-progress", *extra]
     t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

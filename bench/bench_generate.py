@@ -35,8 +35,8 @@ EOS_ID = 2          # the exported tokenizer keeps unk 0, bos 1, eos 2, pad 3 (d
 
 
 def prompts_from_valid(run_dir: Path, n: int, length: int) -> list[list[int]]:
-    from loader import Loader
-    from train.runinfo import read_run
+    from mspretrain.loader import Loader
+    from mspretrain.train.runinfo import read_run
     data = read_run(run_dir)["dataset"]["path"]
     with Loader(data, split="valid", global_batch_size=n, seed=0, num_workers=0) as ld:
         return next(ld)["input_ids"][:, :length].tolist()
@@ -45,7 +45,7 @@ def prompts_from_valid(run_dir: Path, n: int, length: int) -> list[list[int]]:
 class Ours:
     def __init__(self, run_dir: Path, batch: int, steps_per_call: int):
         import mindspore as ms
-        from train.generate import Generator, RunModel
+        from mspretrain.train.generate import Generator, RunModel
 
         ms.set_context(mode=ms.GRAPH_MODE)
         ms.set_device("CPU")
@@ -54,7 +54,7 @@ class Ours:
                              steps_per_call=steps_per_call)
 
     def run(self, prompts, new: int) -> tuple[float, list]:
-        from train.generate import Sampling
+        from mspretrain.train.generate import Sampling
         t = time.perf_counter()
         out = self.gen.generate(prompts, Sampling(max_new_tokens=new))
         return time.perf_counter() - t, out
@@ -125,7 +125,7 @@ def main() -> int:
         from hf_helpers import build_spm_dataset, train_run
         data = build_spm_dataset(tmp / "data")
         run_dir = train_run(tmp / "run", data, steps=20)
-    from train.hf import export_run
+    from mspretrain.train.hf import export_run
     hf_dir = export_run(run_dir, tmp / "hf")
     prompts = prompts_from_valid(run_dir, args.prompts, args.prompt_len)
     n_tok = len(prompts) * args.new

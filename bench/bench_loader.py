@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]                      # the package before tests/loader (a test folder)
 sys.path.append(str(REPO / "tests"))            # for synthetic.make_dataset
 
-from loader import Loader                          # noqa: E402
-from loader.manifest import load_manifest          # noqa: E402
-from loader.order import SampleOrder               # noqa: E402
+from mspretrain.loader import Loader                          # noqa: E402
+from mspretrain.loader.manifest import load_manifest          # noqa: E402
+from mspretrain.loader.order import SampleOrder               # noqa: E402
 
 
 def build(root: Path, samples: int, seq_length: int) -> Path:

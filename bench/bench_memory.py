@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_memory.py [--sizes 256,512,1024] [--batches 1,4] [--steps 2]
         [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
-Every measurement is a fresh subprocess that builds train/model.py's Llama with train/step.py's
+Every measurement is a fresh subprocess that builds mspretrain/train/model.py's Llama with mspretrain/train/step.py's
 TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic loss scaling) and runs GRAPH_MODE
 steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
@@ -60,10 +60,10 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     import psutil
     import mindspore as ms
 
-    from train.config import load_config
-    from train.model import CausalLMLoss, Llama, count_params, model_args
-    from train.optim import build_optimizer
-    from train.step import apply_precision, build_train_step
+    from mspretrain.train.config import load_config
+    from mspretrain.train.model import CausalLMLoss, Llama, count_params, model_args
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.step import apply_precision, build_train_step
 
     def mark() -> dict:
         return {"rss": psutil.Process().memory_info().rss,
@@ -147,8 +147,8 @@ def main() -> None:
         print("RESULT " + json.dumps(res), flush=True)
         return
 
-    from train.config import load_config
-    from train.memory import estimate
+    from mspretrain.train.config import load_config
+    from mspretrain.train.memory import estimate
 
     if opts.document_mask:
         return document_mask_runs(opts)
@@ -209,8 +209,8 @@ def main() -> None:
 
 def document_mask_runs(opts) -> None:
     """Step-phase growth with the packed-document features on minus off, against the planner's term."""
-    from train.config import load_config
-    from train.memory import document_activation_bytes
+    from mspretrain.train.config import load_config
+    from mspretrain.train.memory import document_activation_bytes
 
     print(f"seq {SEQ}, layers {LAYERS}, vocab {VOCAB}, {opts.dtype}; step-phase growth on - off (MB = 1e6 bytes)")
     print(f"{'hidden':>6} {'batch':>5} | {'off':>6} {'on':>6} {'on-off':>7} | {'estimate':>8} {'err':>7}")

@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "dataprep")]
 
-from dataprep.clean import normalize  # noqa: E402
-from dataprep.decontam import DecontamConfig, EvalIndex, cut  # noqa: E402
-from dataprep.dedup import DedupConfig, signatures  # noqa: E402
-from dataprep.filters import FilterConfig, quality_reason  # noqa: E402
-from dataprep.langid import identify, window  # noqa: E402
-from dataprep.pii import PiiConfig, redact  # noqa: E402
-from dataprep.quality import QualityFilterConfig, train  # noqa: E402
-from dataprep.stages import WorkerSetup, process_document  # noqa: E402
+from mspretrain.dataprep.clean import normalize  # noqa: E402
+from mspretrain.dataprep.decontam import DecontamConfig, EvalIndex, cut  # noqa: E402
+from mspretrain.dataprep.dedup import DedupConfig, signatures  # noqa: E402
+from mspretrain.dataprep.filters import FilterConfig, quality_reason  # noqa: E402
+from mspretrain.dataprep.langid import identify, window  # noqa: E402
+from mspretrain.dataprep.pii import PiiConfig, redact  # noqa: E402
+from mspretrain.dataprep.quality import QualityFilterConfig, train  # noqa: E402
+from mspretrain.dataprep.stages import WorkerSetup, process_document  # noqa: E402
 from real_text import man_languages, man_texts  # noqa: E402
 
 _CODE = {"zh_CN": "zh", "zh_TW": "zh", "pt_BR": "pt"}

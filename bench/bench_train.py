@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (train/model.py's Llama and CausalLMLoss,
+The reference, run in the same invocation on the same model (mspretrain/train/model.py's Llama and CausalLMLoss,
 same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
 `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
@@ -13,7 +13,7 @@ reference) and the ratios are of the sums. Targets: train launch >= 0.95x the re
 
 MFU's peak is this machine's fp32 matmul rate, measured here in the same run: the faster of a numpy
 sgemm (1024^3) and a MindSpore GRAPH_MODE MatMul of the model's largest projection shape
-([batch*seq, hidden] x [hidden, ffn]). The training itself is the real `python -m train launch` on a
+([batch*seq, hidden] x [hidden, ffn]). The training itself is the real `python -m mspretrain.train launch` on a
 real MindRecord dataset with the real loader (worker processes, prefetch); the figures come from its
 metrics.jsonl, skipping the first steps (graph compile). Target: data wait under 2% of step time.
 
@@ -103,7 +103,7 @@ def train_cmd(args, tmp: Path, mode: str, peak: float, extra: tuple = (),
             f"recompute.mode={mode}", f"train.peak_tflops={peak / 1e12}", "optim.clip_norm=1.0",
             f"checkpoint.every_steps={args.steps}", "eval.every_steps=0", f"log.every_steps={args.steps}",
             *extra]
-    cmd = [sys.executable, "-m", "train", "launch", "--config", str(REPO / "configs" / "tiny.yaml"),
+    cmd = [sys.executable, "-m", "mspretrain.train", "launch", "--config", str(REPO / "configs" / "tiny.yaml"),
            "--set", *sets]
     return cmd, tmp / "run" / "metrics.jsonl"
 
@@ -146,11 +146,11 @@ def reference_run(args) -> tuple[float, float] | None:
 
 
 def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip) -> None:
-    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on train/model.py's Llama."""
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/model.py's Llama."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -275,7 +275,7 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -309,7 +309,7 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
 
 def document_mask_runs(args, peak: float) -> int:
     """Step time with the three packed-document features on and off, on the same packed dataset."""
-    from train import packing
+    from mspretrain.train import packing
 
     mode = args.recompute.split(",")[0]
     eos_rate = 1.0 / args.doc_length

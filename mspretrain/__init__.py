@@ -1,1 +1,1 @@
-"""Infrastructure shared by `dataprep` and `train`: the config layer and atomic file writes."""
+"""mspretrain: dataprep (build datasets), loader (read them), train (the MindSpore trainer), common."""

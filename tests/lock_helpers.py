@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 HOLD = """
 import sys, time
-from mspretrain.lock import {fn}
+from mspretrain.common.lock import {fn}
 with {fn}(sys.argv[1], "x"):
     print("locked", flush=True)
     time.sleep(600)

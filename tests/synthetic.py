@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.shards import ShardWriter
-from loader.manifest import (FORMAT_VERSION, Manifest, SplitInfo, TokenizerInfo, compute_fingerprint,
+from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.loader.manifest import (FORMAT_VERSION, Manifest, SplitInfo, TokenizerInfo, compute_fingerprint,
                              write_manifest)
 
 

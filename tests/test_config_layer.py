@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dataprep.cli import main as dataprep_main
-from dataprep.config import load_build_config
-from mspretrain.config import EXIT_CONFIG, ConfigError, parse_set
-from train.cli import main as train_main
-from train.config import load_config
+from mspretrain.dataprep.cli import main as dataprep_main
+from mspretrain.dataprep.config import load_build_config
+from mspretrain.common.config import EXIT_CONFIG, ConfigError, parse_set
+from mspretrain.train.cli import main as train_main
+from mspretrain.train.config import load_config
 
 TINY = "configs/tiny.yaml"
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mspretrain.files import atomic_open, atomic_path, atomic_write_json, atomic_write_text
+from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, atomic_write_text
 
 
 def test_replaces_whole_files(tmp_path):

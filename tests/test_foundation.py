@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from dataprep.shards import ShardWriter, shard_capacity
-from loader.manifest import ManifestError, load_manifest
+from mspretrain.dataprep.shards import ShardWriter, shard_capacity
+from mspretrain.loader.manifest import ManifestError, load_manifest
 from synthetic import make_dataset
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from lock_helpers import hold, kill
-from mspretrain.lock import LockedError, out_dir_lock
+from mspretrain.common.lock import LockedError, out_dir_lock
 
 
 def test_second_holder_is_refused_naming_the_pid_and_a_killed_holder_is_recovered(tmp_path):
@@ -30,9 +30,9 @@ def test_files_mindspore_writes_get_the_umask(tmp_path):
     import mindspore as ms
     import numpy as np
 
-    from mspretrain.fsmode import current_umask
+    from mspretrain.common.fsmode import current_umask
     from synthetic import make_dataset
-    from train import checkpoint as ckpt
+    from mspretrain.train import checkpoint as ckpt
 
     old = os.umask(0o022)
     try:

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dataprep.cli import main as dataprep_main
+from mspretrain.dataprep.cli import main as dataprep_main
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo" / "corpus"

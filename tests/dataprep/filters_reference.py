@@ -13,7 +13,7 @@ from operator import mul
 
 import numpy as np
 
-from dataprep.filters import FilterConfig
+from mspretrain.dataprep.filters import FilterConfig
 
 # --------------------------------------------------------------------------- character classes
 

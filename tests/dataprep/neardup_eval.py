@@ -25,10 +25,10 @@ from pathlib import Path
 
 import zstandard
 
-from dataprep.clean import normalize
+from mspretrain.dataprep.clean import normalize
 import numpy as np
 
-from dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
+from mspretrain.dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
 
 SHARE = Path("/usr/share")
 
@@ -188,7 +188,7 @@ def flagged_pairs(texts: list[str], cfg: DedupConfig, verify: bool = True) -> se
 
 
 def _language(text: str) -> str:
-    from dataprep.langid import identify
+    from mspretrain.dataprep.langid import identify
     return identify(text)[0]
 
 

@@ -10,13 +10,13 @@ import pytest
 import sentencepiece as spm
 
 from dataprep_helpers import dataset_bytes, run_build, tree_snapshot
-from dataprep.build import WORK_LAYOUT
-from dataprep.clean import normalize
-from dataprep.inspection import read_sample
-from dataprep.readers import Document, list_inputs, read_file
-from dataprep.verify import verify_dataset
-from dataprep.workdir import WorkDir
-from loader.manifest import load_manifest
+from mspretrain.dataprep.build import WORK_LAYOUT
+from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.inspection import read_sample
+from mspretrain.dataprep.readers import Document, list_inputs, read_file
+from mspretrain.dataprep.verify import verify_dataset
+from mspretrain.dataprep.workdir import WorkDir
+from mspretrain.loader.manifest import load_manifest
 
 
 @pytest.mark.slow
@@ -173,9 +173,9 @@ def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
     says it has none; results still come back in task order."""
     import time
 
-    from dataprep.config import BuildConfig
-    from dataprep.stages import WorkerSetup
-    from dataprep.workers import WorkerPool
+    from mspretrain.dataprep.config import BuildConfig
+    from mspretrain.dataprep.stages import WorkerSetup
+    from mspretrain.dataprep.workers import WorkerPool
     cfg = BuildConfig()
     setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
     calls = []
@@ -192,7 +192,7 @@ def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
 
 
 def test_with_eos_puts_each_document_then_eos_back_to_back():
-    from dataprep.stages import _with_eos
+    from mspretrain.dataprep.stages import _with_eos
     docs = [np.array([5, 6, 7], np.int32), np.zeros(0, np.int32), np.array([9], np.int32)]
     tokens, lens = _with_eos(docs, 2)
     assert tokens.tolist() == [5, 6, 7, 2, 2, 9, 2] and tokens.dtype == np.int32
@@ -207,8 +207,8 @@ def test_pyarrow_uses_malloc_in_build_processes_unless_told_otherwise():
     import os
     import subprocess
     import sys
-    code = ("import os, dataprep, dataprep.config; unset = 'ARROW_DEFAULT_MEMORY_POOL' not in os.environ; "
-            "from dataprep.cli import main; main(['verify', 'no-such-dir']); "
+    code = ("import os, mspretrain.dataprep, mspretrain.dataprep.config; unset = 'ARROW_DEFAULT_MEMORY_POOL' not in os.environ; "
+            "from mspretrain.dataprep.cli import main; main(['verify', 'no-such-dir']); "
             "import pyarrow as pa; print(unset, pa.default_memory_pool().backend_name)")
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

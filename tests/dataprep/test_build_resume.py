@@ -20,7 +20,7 @@ COMMAND = ["--workers", "1", "--set", "run.chunk_bytes=4KiB"]
 
 
 def _start(corpus: Path, out: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
             *TEST_SETTINGS, *COMMAND]
     return subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -75,13 +75,13 @@ def test_crash_while_publishing_then_rerun_gives_the_same_bytes(corpus, referenc
                                                                  monkeypatch):
     """Killed after moving its outputs into DIR but before the manifest (which marks a finished
     build): the rerun takes them back and finishes."""
-    import dataprep.build
+    import mspretrain.dataprep.build as build
 
     def crash(*args):
         raise KeyboardInterrupt("simulated kill before the manifest is written")
 
     out = tmp_path / "data"
-    monkeypatch.setattr(dataprep.build, "write_manifest", crash)
+    monkeypatch.setattr(build, "write_manifest", crash)
     assert run_build([corpus], out, "--workers", "1") == 130
     assert (out / "shards").is_dir() and (out / ".build").is_dir()
     assert not (out / "manifest.json").exists()
@@ -137,7 +137,7 @@ def test_given_tokenizer_overlapped_stages_and_a_sigkill_give_the_same_bytes(cor
     given = ["--tokenizer", str(reference / "tokenizer.model")]
     settings = [a for a in TEST_SETTINGS if a not in ("--vocab-size", "1200")]
     out = tmp_path / "straight"
-    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
             *settings, *COMMAND, *given]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
 """The command line and the config: YAML + flags + --set, sizes, errors that name the key; inspect;
-`python -m dataprep` and the console script; --tokenizer MODEL reuse."""
+`python -m mspretrain.dataprep` and the console script; --tokenizer MODEL reuse."""
 from __future__ import annotations
 
 import subprocess
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dataprep_helpers import REPO, TEST_SETTINGS
-from dataprep.cli import main
-from dataprep.config import ConfigError, load_build_config, manifest_config
-from mspretrain.config import parse_size
-from loader.manifest import load_manifest
+from mspretrain.dataprep.cli import main
+from mspretrain.dataprep.config import ConfigError, load_build_config, manifest_config
+from mspretrain.common.config import parse_size
+from mspretrain.loader.manifest import load_manifest
 
 
 @pytest.mark.parametrize("text, size", [("2GiB", 2 << 30), ("64MB", 64_000_000), ("512k", 512_000),
@@ -64,7 +64,7 @@ def test_vocab_size_and_tokenizer_are_exclusive(tmp_path):
 
 
 def test_module_and_console_script_both_run():
-    for argv in ([sys.executable, "-m", "dataprep", "--help"],
+    for argv in ([sys.executable, "-m", "mspretrain.dataprep", "--help"],
                  [str(Path(sys.executable).with_name("dataprep")), "build", "--help"]):
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dataprep_helpers import run_build
-from dataprep.decontam import DecontamError, EvalIndex, cut, read_items, units
+from mspretrain.dataprep.decontam import DecontamError, EvalIndex, cut, read_items, units
 from real_text import decoded_samples, write_corpus
 
 
@@ -56,7 +56,7 @@ def test_the_fast_pre_check_never_hides_a_match(monkeypatch):
         piece = " ".join(units(evals[i])[:13])
         docs.append(host[:200] + " " + piece + " " + host[200:])
     fast = [index.find(d) for d in docs]
-    from dataprep.decontam import _Bitmap
+    from mspretrain.dataprep.decontam import _Bitmap
     monkeypatch.setattr(_Bitmap, "has", lambda self, hashes: np.ones(len(hashes), bool))
     exact = [index.find(d) for d in docs]
     assert fast == exact
@@ -150,7 +150,7 @@ def test_all_stages_on_same_bytes_for_any_workers_and_after_sigkill(corpus, tmp_
     assert dataset_bytes(tmp_path / "w1") == dataset_bytes(tmp_path / "w3")
 
     out = tmp_path / "killed"
-    argv = [sys.executable, "-m", "dataprep", "build", str(root), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(root), "--out", str(out),
             *TEST_SETTINGS, "--workers", "1", *stages]
     proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,11 +10,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sentencepiece as spm
 
-from dataprep.dedup import DedupConfig
-from dataprep.filters import FILTER_NAMES, FilterConfig
-from dataprep.readers import Document
-from dataprep import stages
-from dataprep.stages import (ChunkTask, DocMemo, SplitTokens, WorkerSetup, clean_chunk,
+from mspretrain.dataprep.dedup import DedupConfig
+from mspretrain.dataprep.filters import FILTER_NAMES, FilterConfig
+from mspretrain.dataprep.readers import Document
+from mspretrain.dataprep import stages
+from mspretrain.dataprep.stages import (ChunkTask, DocMemo, SplitTokens, WorkerSetup, clean_chunk,
                              init_worker, split_of, tokenize_chunk)
 from real_text import man_texts
 
@@ -121,8 +121,8 @@ def test_the_memo_keeps_the_most_recently_used_within_its_budget():
 def test_an_evaluation_file_rewritten_under_its_name_is_read_again(tmp_path):
     """A process that served one build (a Ray worker lives across builds) and then serves the same
     build dir with the evaluation file rewritten forgets its memo and cached index."""
-    from dataprep.config import load_build_config
-    from dataprep.workdir import WorkDir
+    from mspretrain.dataprep.config import load_build_config
+    from mspretrain.dataprep.workdir import WorkDir
 
     text = man_texts("en", 1)[0][1]
     evals = tmp_path / "eval.jsonl"

@@ -45,7 +45,7 @@ def test_binary_files_are_skipped_whole_and_named(with_binary, tmp_path, capsys)
 
 
 def test_binary_detection_by_content():
-    from dataprep.binary import binary_reason
+    from mspretrain.dataprep.binary import binary_reason
     assert "ELF" in binary_reason(open(sys.executable, "rb").read(1 << 16))
     assert "NUL" in binary_reason(b"plain text\x00more")
     assert "UTF-8" in binary_reason(bytes(range(128, 256)) * 4)
@@ -97,7 +97,7 @@ def test_a_vocabulary_the_corpus_cannot_fill_is_fitted_with_a_warning(corpus, tm
 
 def test_temporary_files_of_an_interrupted_step_never_reach_the_dataset(corpus, tmp_path,
                                                                          monkeypatch):
-    import dataprep.build as build_mod
+    import mspretrain.dataprep.build as build_mod
     real = build_mod.train_fitted
 
     def after_a_killed_run(sample, model, cfg):
@@ -113,7 +113,7 @@ def test_temporary_files_of_an_interrupted_step_never_reach_the_dataset(corpus, 
 
 
 def test_verify_fails_on_a_file_the_manifest_does_not_list(reference, tmp_path, capsys):
-    from dataprep.cli import main
+    from mspretrain.dataprep.cli import main
     data = tmp_path / "data"
     shutil.copytree(reference, data)
     assert main(["verify", str(data)]) == 0
@@ -163,7 +163,7 @@ def test_ctrl_c_prints_one_line_without_worker_tracebacks(corpus, tmp_path):
 
     from dataprep_helpers import REPO, TEST_SETTINGS
     out = tmp_path / "data"
-    cmd = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out), *TEST_SETTINGS,
+    cmd = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out), *TEST_SETTINGS,
            "--workers", "2", "--set", "run.chunk_bytes=4KiB"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dataprep import interrupt
+from mspretrain.dataprep import interrupt
 
 
 def _swallowing_library_call():

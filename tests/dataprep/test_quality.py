@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dataprep_helpers import run_build
-from dataprep.cli import main as dataprep_main
-from dataprep.clean import normalize
-from dataprep.quality import QualityModel, QualityModelError, train
+from mspretrain.dataprep.cli import main as dataprep_main
+from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.quality import QualityModel, QualityModelError, train
 from real_text import man_texts
 
 

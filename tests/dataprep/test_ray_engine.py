@@ -17,8 +17,8 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 import ray  # noqa: E402
 
-from dataprep.cli import main as dataprep_main  # noqa: E402
-from dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
+from mspretrain.dataprep.cli import main as dataprep_main  # noqa: E402
+from mspretrain.dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import (DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build,  # noqa: E402
                               write_messy_corpus)
@@ -91,7 +91,7 @@ def test_a_worker_killed_mid_task_is_retried_and_the_bytes_are_unchanged(ray_add
 
 
 def _start_driver(corpus, out, address) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
             *TEST_SETTINGS, "--engine", "ray", "--ray-address", address,
             "--set", "run.ray_partitions=3", "--set", "run.chunk_bytes=4KiB"]
     return subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
@@ -182,7 +182,7 @@ def test_without_an_address_the_build_starts_its_own_ray_on_loopback_only(corpus
                                                                           tmp_path):
     import psutil
     out = tmp_path / "data"
-    argv = [sys.executable, "-m", "dataprep", "build", str(corpus), "--out", str(out),
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
             *TEST_SETTINGS, "--engine", "ray", "--set", "run.ray_cpus=1"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -213,7 +213,7 @@ def test_an_unreachable_cluster_is_a_clear_error(corpus, tmp_path, capsys):
 def test_every_document_stage_gives_the_local_bytes(ray_address, corpus, tmp_path):
     """Quality classifier (its score in the provenance), decontamination by cut, PII and language
     ID on: the Ray build equals the local one byte for byte."""
-    from dataprep.quality import train
+    from mspretrain.dataprep.quality import train
     paras = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 200]
     junk = ["".join(chr(0x41 + (i * 7 + k * 13) % 50) for k in range(300)) for i in range(40)]
     model = tmp_path / "q.bin"

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataprep.readers import InputFile, read_file, split_input, split_jsonl
+from mspretrain.dataprep.readers import InputFile, read_file, split_input, split_jsonl
 
 
 def _records(inp, cap: int = 0):
@@ -91,8 +91,8 @@ def test_compressed_and_small_files_are_one_unit(tmp_path):
 
 
 def test_partitions_come_from_the_input_size_unless_given(tmp_path):
-    from dataprep.config import load_build_config
-    from dataprep.ray_engine.driver import partitions_for
+    from mspretrain.dataprep.config import load_build_config
+    from mspretrain.dataprep.ray_engine.driver import partitions_for
 
     small = tmp_path / "a.jsonl"
     small.write_bytes(b"x" * 1000)

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from dataprep.readers import BadRecord, Document, InputFile, list_inputs, read_file
+from mspretrain.dataprep.readers import BadRecord, Document, InputFile, list_inputs, read_file
 
 ENGLISH = "The quick brown fox jumps over the lazy dog."
 CHINESE = "机器学习是人工智能的一个分支。"

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataprep.config import ConfigError, load_build_config, manifest_config
-from dataprep.readers import BadRecord, Document, InputFile, capped_lines, read_file
+from mspretrain.dataprep.config import ConfigError, load_build_config, manifest_config
+from mspretrain.dataprep.readers import BadRecord, Document, InputFile, capped_lines, read_file
 from dataprep_helpers import run_build
 
 CAP = 4000

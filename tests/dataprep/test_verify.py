@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from dataprep.cli import main
-from dataprep.shards import ShardWriter
-from dataprep.verify import verify_dataset
-from loader.manifest import SplitInfo, compute_fingerprint, load_manifest, write_manifest
+from mspretrain.dataprep.cli import main
+from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.verify import verify_dataset
+from mspretrain.loader.manifest import SplitInfo, compute_fingerprint, load_manifest, write_manifest
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import numpy as np
 
 def read_with_mindspore(root, split="train"):
     import mindspore.dataset as msds
-    from loader.manifest import load_manifest
+    from mspretrain.loader.manifest import load_manifest
     m = load_manifest(root)
     files = [str(m.shard_path(s)) for s in m.split(split).shards]
     rows = {}

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from loader.blend import MAX_WINDOW_ERROR, PERIOD, BlendSchedule, quantise
+from mspretrain.loader.blend import MAX_WINDOW_ERROR, PERIOD, BlendSchedule, quantise
 
 CASES = [[1, 1], [1, 3], [0.7, 0.2, 0.1], [5, 1, 1, 1, 2], [1, 2], [0.999, 0.001], list(range(1, 21))]
 

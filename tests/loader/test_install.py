@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from loader import Loader
+from mspretrain.loader import Loader
 
 REPO = Path(__file__).resolve().parents[2]
-REPO_FILES = ("pyproject.toml", "README.md", "loader", "mspretrain", "dataprep", "train")
+REPO_FILES = ("pyproject.toml", "README.md", "mspretrain")
 
 READ = """
 import importlib.util, json, sys
-from loader import Loader
+from mspretrain.loader import Loader
 with Loader(sys.argv[1], global_batch_size=8, seed=4, num_workers=1) as ld:
     batches = [next(ld) for _ in range(3)]
     state = ld.state_dict()

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from loader import Loader, LoaderError, StateError
+from mspretrain.loader import Loader, LoaderError, StateError
 
 from loader_helpers import assert_same_batches, take
 
@@ -201,9 +201,9 @@ def test_bad_dataset_dirs_are_named(tmp_path, dataset):
 def test_loader_needs_neither_mindspore_nor_the_other_packages(dataset):
     import subprocess
     import sys
-    code = ("import sys; from loader import Loader\n"
+    code = ("import sys; from mspretrain.loader import Loader\n"
             f"ld = Loader({str(dataset)!r}, global_batch_size=8, num_workers=1)\n"
             "assert next(ld)['input_ids'].shape == (8, 17); ld.close()\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mindspore', 'train', 'dataprep')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mindspore' or m.split('.')[:2] in (['mspretrain', 'train'], ['mspretrain', 'dataprep'])))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

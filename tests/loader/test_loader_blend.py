@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from loader import Loader, LoaderError, StateError
-from loader.blend import MAX_WINDOW_ERROR, PERIOD
+from mspretrain.loader import Loader, LoaderError, StateError
+from mspretrain.loader.blend import MAX_WINDOW_ERROR, PERIOD
 
 from loader_helpers import assert_same_batches, read_with_mindspore, take
 

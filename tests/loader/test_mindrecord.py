@@ -5,10 +5,10 @@ import shutil
 import numpy as np
 import pytest
 
-from dataprep.shards import ShardWriter
-from loader import Loader, ShardError
-from loader.manifest import SplitInfo, load_manifest
-from loader.mindrecord import ShardFile, ShardSet
+from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.loader import Loader, ShardError
+from mspretrain.loader.manifest import SplitInfo, load_manifest
+from mspretrain.loader.mindrecord import ShardFile, ShardSet
 
 
 EDGES = [0, 1, -1, 127, -128, 128, -129, 255, 256, 32767, -32768, 32768, -32769, 65535, 65536,

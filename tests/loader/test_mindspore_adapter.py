@@ -1,13 +1,13 @@
 """The MindSpore adapter: a GeneratorDataset fed by the Loader, with exact cursor semantics."""
 import numpy as np
 
-from loader import Loader
+from mspretrain.loader import Loader
 
 from loader_helpers import assert_same_batches, take
 
 
 def test_dataset_items_are_loader_batches_and_carry_the_cursor(dataset):
-    from loader.mindspore_adapter import to_dataset
+    from mspretrain.loader.mindspore_adapter import to_dataset
     kw = dict(global_batch_size=12, seed=2, dp_rank=1, dp_size=2)
     with Loader(dataset, **kw) as plain:
         expected = take(plain, 40)
@@ -21,7 +21,7 @@ def test_dataset_items_are_loader_batches_and_carry_the_cursor(dataset):
 
 
 def test_resume_from_the_consumed_item_not_from_what_mindspore_prefetched(dataset):
-    from loader.mindspore_adapter import to_dataset
+    from mspretrain.loader.mindspore_adapter import to_dataset
     kw = dict(global_batch_size=8, seed=5)
     with Loader(dataset, **kw) as ld:
         iterator = to_dataset(ld).create_dict_iterator(output_numpy=True, num_epochs=1)
@@ -38,7 +38,7 @@ def test_resume_from_the_consumed_item_not_from_what_mindspore_prefetched(datase
 
 
 def test_blends_carry_the_source_column(dataset, dataset_b):
-    from loader.mindspore_adapter import to_dataset
+    from mspretrain.loader.mindspore_adapter import to_dataset
     with Loader({str(dataset): 0.5, str(dataset_b): 0.5}, global_batch_size=8, seed=1, epochs=1) as ld:
         ds = to_dataset(ld)
         assert ds.get_dataset_size() == (300 + 97) // 8

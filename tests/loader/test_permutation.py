@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from loader.permutation import FeistelPermutation, derive_keys, epoch_permutation
+from mspretrain.loader.permutation import FeistelPermutation, derive_keys, epoch_permutation
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 16, 17, 97, 256, 1000, 1024, 4099])

@@ -3,12 +3,12 @@ semantics (the state of the last consumed item, whatever the DataLoader read ahe
 import numpy as np
 import pytest
 
-from loader import Loader
+from mspretrain.loader import Loader
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from loader.torch_adapter import LoaderDataset  # noqa: E402
+from mspretrain.loader.torch_adapter import LoaderDataset  # noqa: E402
 
 
 def train(dataset, steps: int, state=None, **loader_kw):

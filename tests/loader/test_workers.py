@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from loader import Loader, LoaderError, WorkerError
-from loader.manifest import load_manifest
+from mspretrain.loader import Loader, LoaderError, WorkerError
+from mspretrain.loader.manifest import load_manifest
 
 from loader_helpers import take
 
@@ -118,7 +118,7 @@ def test_keyboard_interrupt_while_waiting_leaves_no_worker(dataset):
 def test_workers_exit_when_their_parent_is_killed(dataset):
     script = textwrap.dedent(f"""
         import sys, time
-        from loader import Loader
+        from mspretrain.loader import Loader
         ld = Loader({str(dataset)!r}, global_batch_size=8, num_workers=2)
         next(ld)
         print(*ld.worker_pids, flush=True)

@@ -17,14 +17,14 @@ BUILD_SETTINGS = ["--seq-length", "64", "--vocab-size", "1000", "--valid-fractio
 
 def build_spm_dataset(out: Path, *extra: str) -> Path:
     """The English half of the demo corpus as a dataset: seq 64, a 1,000-piece unigram tokenizer."""
-    from dataprep.cli import main as dataprep_main
+    from mspretrain.dataprep.cli import main as dataprep_main
     rc = dataprep_main(["build", str(CORPUS), "--out", str(out), *BUILD_SETTINGS, *extra])
     assert rc == 0, f"dataprep build failed ({rc})"
     return out
 
 
 def train_cmd(command: str, run_dir: Path, data: Path, *sets: str) -> list[str]:
-    cmd = [sys.executable, "-m", "train", command, "--config", str(TINY), "--set", f"data.path={data}",
+    cmd = [sys.executable, "-m", "mspretrain.train", command, "--config", str(TINY), "--set", f"data.path={data}",
            f"run.dir={run_dir}", "data.num_workers=0", "eval.every_steps=0",
            # a Hugging Face Llama attends across packed documents: compare like with like
            "model.document_mask=false", "model.reset_position_ids=false", "train.eod_mask_loss=false"]
@@ -40,7 +40,7 @@ def train_run(run_dir: Path, data: Path, *sets: str, steps: int = 20) -> Path:
 
 
 def cli(*args: str, timeout: float = 300):
-    return run([sys.executable, "-m", "train", *map(str, args)], timeout=timeout)
+    return run([sys.executable, "-m", "mspretrain.train", *map(str, args)], timeout=timeout)
 
 
 def jsonl(path: Path) -> list[dict]:

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from train import checkpoint as ckpt
-from train import metrics
+from mspretrain.train import checkpoint as ckpt
+from mspretrain.train import metrics
 from train_test_hooks import KILL_ENV, env as hook_env
 
 
@@ -48,7 +48,7 @@ def test_load_refuses_a_different_model(tmp_path):
 
 _KILLED_WRITER = """
 import sys
-from train import checkpoint as ckpt, hooks
+from mspretrain.train import checkpoint as ckpt, hooks
 from test_checkpoint import params
 ckpt.write_checkpoint(sys.argv[1], int(sys.argv[2]), params(float(sys.argv[2])), {"step": int(sys.argv[2])}, 5,
                       on_phase=hooks.load().checkpoint_phase)
@@ -115,8 +115,8 @@ def test_compare_runs(tmp_path):
 
 
 def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
-    from train.resume_policy import ResumeError
-    from train.trainer import STATE_FORMAT_VERSION, check_state_version
+    from mspretrain.train.resume_policy import ResumeError
+    from mspretrain.train.trainer import STATE_FORMAT_VERSION, check_state_version
 
     check_state_version({"step": 3}, tmp_path)                          # written before versions: 0
     check_state_version({"format_version": STATE_FORMAT_VERSION}, tmp_path)

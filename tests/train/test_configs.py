@@ -1,16 +1,16 @@
 import pytest
 
-from train.config import load_config
-from train.model import model_args
-from train.recompute import recompute_plan
-from train.step import check_precision
+from mspretrain.train.config import load_config
+from mspretrain.train.model import model_args
+from mspretrain.train.recompute import recompute_plan
+from mspretrain.train.step import check_precision
 from trainer_harness import REPO
 
 
 @pytest.mark.parametrize("name,params_b", [("tiny", None), ("llama-1b", 1.1), ("llama-7b", 6.7),
                                            ("llama-13b", 13.0)])
 def test_shipped_configs_validate(name, params_b):
-    from train import parallel
+    from mspretrain.train import parallel
 
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     check_precision(cfg)

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.msrun]
 
 
 def doctor(data, out, *sets):
-    return run([sys.executable, "-m", "train", "doctor", "--config", str(TINY), "--set", f"data.path={data}",
+    return run([sys.executable, "-m", "mspretrain.train", "doctor", "--config", str(TINY), "--set", f"data.path={data}",
                 *sets, "--out", str(out), "--nproc", "2"], timeout=1200)
 
 

@@ -14,7 +14,7 @@ from trainer_harness import run
 
 
 def test_generation_metrics_by_hand():
-    from train.evalsuite import generation_metrics
+    from mspretrain.train.evalsuite import generation_metrics
     m = generation_metrics([[1, 2, 3, 1, 2, 3], [4, 4, 4]])
     # unigrams: 9 in all, distinct {1,2,3,4}; bigrams: 5 + 2 = 7, distinct {12,23,31,44}
     assert m["distinct_1"] == 4 / 9 and m["distinct_2"] == 4 / 7
@@ -28,9 +28,9 @@ def test_bytes_behind_tokens_are_the_text_bytes(spm_data):
     (sentencepiece decodes back to the text exactly with this tokenizer)."""
     import pyarrow.parquet as pq
     import sentencepiece as spm
-    from dataprep.inspection import read_sample
-    from loader.manifest import load_manifest
-    from train.evalsuite import ByteCounter, doc_starts
+    from mspretrain.dataprep.inspection import read_sample
+    from mspretrain.loader.manifest import load_manifest
+    from mspretrain.train.evalsuite import ByteCounter, doc_starts
 
     sp = spm.SentencePieceProcessor(model_file=str(spm_data / "tokenizer.model"))
     counter = ByteCounter(spm_data / "tokenizer.model")
@@ -110,7 +110,7 @@ def test_eval_refuses_another_seq_length_or_tokenizer(spm_run, tmp_path):
 @pytest.mark.slow
 def test_per_source_loss_of_a_blend_and_capped_batches(spm_run, spm_data, tmp_path):
     # a second source with the same tokenizer: the Chinese half of the demo corpus
-    from dataprep.cli import main as dataprep_main
+    from mspretrain.dataprep.cli import main as dataprep_main
     from hf_helpers import BUILD_SETTINGS
     zh = tmp_path / "zh"
     settings = [a for a in BUILD_SETTINGS if a not in ("--vocab-size", "1000")]

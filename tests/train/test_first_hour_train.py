@@ -8,8 +8,8 @@ import pytest
 
 from lock_helpers import hold, kill
 from synthetic import make_dataset
-from train.config import load_config
-from train.optim import lr_at
+from mspretrain.train.config import load_config
+from mspretrain.train.optim import lr_at
 from trainer_harness import TINY, launch_cmd, records, run
 
 
@@ -90,7 +90,7 @@ def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
 
 
 def test_dataset_checks_at_start(tmp_path, tiny_data):
-    from train.data_check import DataCheckError, check_dataset
+    from mspretrain.train.data_check import DataCheckError, check_dataset
     bad = tmp_path / "bad"
     shutil.copytree(tiny_data, bad)
     assert check_dataset(str(bad), ("train", "valid"), full=True).seq_length == 32
@@ -151,7 +151,7 @@ def _fake_run(root, scale: float):
 
 def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     from PIL import Image
-    from train.cli import main
+    from mspretrain.train.cli import main
     a, b = _fake_run(tmp_path / "a", 1.0), _fake_run(tmp_path / "b", 1.2)
     out = tmp_path / "plots" / "runs.png"
     assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
@@ -198,7 +198,7 @@ def test_msrun_console_filter_keeps_the_trainers_lines_only(tmp_path):
     import subprocess
     import sys
 
-    from train.log_filter import pump
+    from mspretrain.train.log_filter import pump
     lines = [
         "[INFO] DISTRIBUTED(16158,7fcc0559a6c0,python):2026-11-30-13:03:54.358.110 "
         "[mindspore/ccsrc/cluster/rpc/core/communicator/tcp_client.cc:367] Start] Event base",

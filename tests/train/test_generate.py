@@ -1,4 +1,4 @@
-"""KV-cache generation (train/generate.py): its logits are train/model.py's forward, decoding is
+"""KV-cache generation (mspretrain/train/generate.py): its logits are mspretrain/train/model.py's forward, decoding is
 deterministic for a seed, and the command reports bad prompts by file and line."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ARGS = dict(vocab_size=96, seq_length=16, hidden_size=32, num_layers=2, num_head
 
 
 def model_and_weights(tied: bool, kv_heads: int):
-    from train.model import Llama, ModelArgs
+    from mspretrain.train.model import Llama, ModelArgs
     args = ModelArgs(**ARGS, num_kv_heads=kv_heads, tie_embeddings=tied)
     model = Llama(args, seed=7)
     return args, model, {n: p.asnumpy() for n, p in model.parameters_and_names()}
@@ -21,7 +21,7 @@ def model_and_weights(tied: bool, kv_heads: int):
 @pytest.mark.parametrize("tied,kv_heads", [(False, 2), (True, 1)])
 def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_heads):
     from mindspore import Tensor, mutable
-    from train.generate import DecodeStep, Prefill, Weights
+    from mspretrain.train.generate import DecodeStep, Prefill, Weights
 
     args, model, w = model_and_weights(tied, kv_heads)
     tokens = np.random.default_rng(1).integers(0, args.vocab_size, (2, 16)).astype(np.int32)
@@ -41,7 +41,7 @@ def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_he
 @pytest.fixture(scope="module")
 def gen():
     import mindspore as ms
-    from train.generate import Generator
+    from mspretrain.train.generate import Generator
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -50,7 +50,7 @@ def gen():
 
 
 def test_rows_of_different_lengths_decode_independently(gen):
-    from train.generate import Sampling
+    from mspretrain.train.generate import Sampling
 
     a, b, c = [5, 9, 11, 40], [7, 8], [60]
     greedy = Sampling(max_new_tokens=8)
@@ -65,7 +65,7 @@ def test_rows_of_different_lengths_decode_independently(gen):
 
 
 def test_sampling_is_deterministic_for_a_seed(gen):
-    from train.generate import Sampling
+    from mspretrain.train.generate import Sampling
 
     prompts = [[5, 6, 7], [9]]
     s = Sampling(max_new_tokens=10, temperature=1.5, top_p=0.95, seed=3)
@@ -102,7 +102,7 @@ def test_chunked_decoding_is_the_full_forward_and_stops_at_eos(gen, graph_mode):
     of the model's full forward at every step; a row stops right after the EOS it produced; sampled
     tokens do not depend on the chunk size (the n-th token draws the n-th number of its stream)."""
     from mindspore import Tensor
-    from train.generate import Generator, Sampling
+    from mspretrain.train.generate import Generator, Sampling
 
     args, model, w = model_and_weights(False, 2)
     prompts = [[5, 9, 11, 40], [7, 8]]

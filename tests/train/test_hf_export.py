@@ -32,7 +32,7 @@ def hf_model(exported):
 
 def valid_batches(data, n: int, batch: int = 8, seed: int = 1234) -> list[np.ndarray]:
     """The samples `train eval` reads: the first n batches of the valid split's order."""
-    from loader import Loader
+    from mspretrain.loader import Loader
     with Loader(data, split="valid", global_batch_size=batch, seed=seed, num_workers=0) as ld:
         return [next(ld)["input_ids"] for _ in range(n)]
 
@@ -49,7 +49,7 @@ def test_export_files(exported, spm_data):
 
 def test_logits_match_the_trainer_forward(spm_run, spm_data, hf_model, graph_mode):
     from mindspore import Tensor
-    from train.runinfo import load_run_model
+    from mspretrain.train.runinfo import load_run_model
 
     model, _, _ = load_run_model(spm_run)
     tokens = valid_batches(spm_data, 1)[0][:, :-1]
@@ -110,7 +110,7 @@ def test_greedy_generation_matches_transformers(spm_run, spm_data, hf_model, tmp
 
 @pytest.mark.slow
 def test_import_of_export_is_bitwise_and_trains(spm_run, spm_data, exported, tmp_path):
-    from train.runinfo import checkpoint_dir, model_weights
+    from mspretrain.train.runinfo import checkpoint_dir, model_weights
 
     new = tmp_path / "imported"
     train = ("train.steps=4", "checkpoint.every_steps=2")       # import with the config it trains with
@@ -165,7 +165,7 @@ def test_import_refuses_another_tokenizer_and_model(spm_data, exported, tmp_path
 def test_tied_head_and_plain_attention_export_exactly(spm_data, tmp_path, graph_mode):
     from mindspore import Tensor
     from hf_helpers import train_run
-    from train.runinfo import load_run_model
+    from mspretrain.train.runinfo import load_run_model
 
     run_dir = train_run(tmp_path / "tied", spm_data, "model.tie_embeddings=true", "model.num_kv_heads=0",
                         steps=3)

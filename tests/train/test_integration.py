@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from train.config import ConfigError, load_config
-from train.distributed import DistInfo, layout
+from mspretrain.train.config import ConfigError, load_config
+from mspretrain.train.distributed import DistInfo, layout
 from trainer_harness import REPO, TINY
 
 LLAMA_7B = REPO / "configs" / "llama-7b.yaml"
@@ -52,7 +52,7 @@ def test_non_numbers_still_name_the_key(item, message):
 # ---------------------------------------------------------------- CLI: plan and estimate
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "train", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mspretrain.train", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -93,9 +93,9 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
     import numpy as np
     from mindspore import Parameter, Tensor
 
-    from train import checkpoint as ckpt
-    from train.parallel import strategy_path
-    from train.trainer import strategy_files
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.parallel import strategy_path
+    from mspretrain.train.trainer import strategy_files
 
     run_dir = tmp_path / "run"
     cfg = ascend("parallel.model_parallel=2", f"run.dir={run_dir}")
@@ -127,9 +127,9 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
-    from train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
-    from train.step import PipelineAccumulator, TrainStepCell
-    from train.trainer import build_session
+    from mspretrain.train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
+    from mspretrain.train.step import PipelineAccumulator, TrainStepCell
+    from mspretrain.train.trainer import build_session
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
@@ -163,7 +163,7 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
 def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     import mindspore as ms
 
-    from train import distributed
+    from mspretrain.train import distributed
 
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
@@ -178,9 +178,9 @@ def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_da
     compile first, then load (here on CPU: the compile happens, the load reads rank_R/model.ckpt)."""
     import dataclasses
 
-    from loader import Loader
-    from train import checkpoint as ckpt
-    from train import trainer
+    from mspretrain.loader import Loader
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train import trainer
 
     cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={tmp_path / 'run'}"])
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)

@@ -10,26 +10,26 @@ from pathlib import Path
 import psutil
 import pytest
 
-from train.launch import (_options, _run_watched, failed_logs, free_port, msrun_command, tail,
+from mspretrain.train.launch import (_options, _run_watched, failed_logs, free_port, msrun_command, tail,
                           worker_argv)
 
 
 def test_worker_argv_is_built_from_the_parsed_arguments():
-    from train.cli import parser
+    from mspretrain.train.cli import parser
 
     argv = ["launch", "--config", "c.yaml", "--nproc", "2", "--set", "a.b=1", "--nnodes=2", "--node-rank", "1",
             "--master-addr", "10.0.0.1", "--master-port=6000", "--hang-timeout", "30", "--resume", "auto",
             "--cluster-timeout=60", "--set", "x.y=--nproc", "--force"]
     assert worker_argv(parser().parse_args(argv)) == [
-        "-m", "train", "launch", "--config", "c.yaml", "--set", "a.b=1", "--set", "x.y=--nproc", "--resume",
+        "-m", "mspretrain.train", "launch", "--config", "c.yaml", "--set", "a.b=1", "--set", "x.y=--nproc", "--resume",
         "auto", "--force"]
     assert worker_argv(parser().parse_args(["launch", "--config", "c.yaml"])) == [
-        "-m", "train", "launch", "--config", "c.yaml"]
+        "-m", "mspretrain.train", "launch", "--config", "c.yaml"]
 
 
 def test_abbreviated_launcher_flags_are_refused(capsys):
     """argparse would read `--npr 2` as --nproc 2; a worker given the raw flag would start msrun again."""
-    from train.cli import parser
+    from mspretrain.train.cli import parser
 
     with pytest.raises(SystemExit):
         parser().parse_args(["launch", "--config", "c.yaml", "--npr", "2"])
@@ -38,14 +38,14 @@ def test_abbreviated_launcher_flags_are_refused(capsys):
 
 def test_msrun_command():
     cmd = msrun_command(4, 2, 1, "10.0.0.1", 6000, Path("/r/logs/msrun"), 120,
-                        ["-m", "train", "launch", "--config", "c.yaml"])
+                        ["-m", "mspretrain.train", "launch", "--config", "c.yaml"])
     assert Path(cmd[0]).name == "msrun"
     assert cmd[1:10] == ["--worker_num=8", "--local_worker_num=4", "--master_addr=10.0.0.1",
                          "--master_port=6000", "--node_rank=1", "--log_dir=/r/logs/msrun", "--join=True",
                          "--cluster_time_out=120", "--tail_worker_log=4"]
     assert "--tail_worker_log=0" in msrun_command(2, 1, 0, "127.0.0.1", 6000, Path("l"), 60, [])
     # msrun only accepts the literal `python` (found on PATH, which run_msrun points at the venv)
-    assert cmd[10:] == ["python", "-m", "train", "launch", "--config", "c.yaml"]
+    assert cmd[10:] == ["python", "-m", "mspretrain.train", "launch", "--config", "c.yaml"]
 
 
 def args(**kw):

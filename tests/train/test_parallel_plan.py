@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from train.config import ConfigError, load_config
-from train.distributed import layout
-from train.parallel import (COLUMN, ROW, annotate, format_plan, make_plan, print_plan, stage_layers,
+from mspretrain.train.config import ConfigError, load_config
+from mspretrain.train.distributed import layout
+from mspretrain.train.parallel import (COLUMN, ROW, annotate, format_plan, make_plan, print_plan, stage_layers,
                             validate)
 
 
@@ -215,14 +215,14 @@ def test_print_plan(capsys):
 
 def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=True):
     """docs: packed-document masking and position reset, on as in the default config."""
-    from train.model import Llama, ModelArgs
+    from mspretrain.train.model import Llama, ModelArgs
     return Llama(ModelArgs(vocab_size=128, seq_length=16, hidden_size=64, num_layers=layers, num_heads=4,
                            num_kv_heads=kv_heads, tie_embeddings=tie, flash_attention=flash,
                            document_mask=docs, reset_position_ids=docs, eos_id=2 if docs else -1), seed=0)
 
 
 def _loss(model):
-    from train.model import CausalLMLoss
+    from mspretrain.train.model import CausalLMLoss
     return CausalLMLoss(model, 128)
 
 
@@ -345,7 +345,7 @@ def test_annotate_tied_head_and_refuses_a_model_that_does_not_match():
 
 
 def test_strategy_file_goes_beside_a_sharded_checkpoint_not_in_a_rank_dir(tmp_path):
-    from train.parallel import copy_strategy, strategy_path
+    from mspretrain.train.parallel import copy_strategy, strategy_path
 
     cfg = ascend(**{"parallel.model_parallel": 2, "run.dir": str(tmp_path / "run")})
     dist = layout(cfg, 1, 2)
@@ -362,12 +362,12 @@ def test_strategy_file_goes_beside_a_sharded_checkpoint_not_in_a_rank_dir(tmp_pa
 
 
 def test_setup_in_one_process_and_msrun_detection(monkeypatch):
-    from train import distributed
+    from mspretrain.train import distributed
 
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
     assert not distributed.under_msrun()
-    from train.parallel import validate
+    from mspretrain.train.parallel import validate
 
     info = distributed.setup(load_config(None, []), validate)
     assert info == distributed.DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True,
@@ -396,7 +396,7 @@ def test_fault_hook_spec():
 def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph_mode):
     from mindspore import nn
 
-    from train.parallel import GlobalLossStep, check_grad_reduction, parallelize
+    from mspretrain.train.parallel import GlobalLossStep, check_grad_reduction, parallelize
     from trainer_harness import make_step
 
     cfg = load_config(None, ["parallel.data_parallel=2"])
@@ -430,10 +430,10 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     import mindspore.parallel.auto_parallel as ap
     from mindspore.parallel.auto_parallel import AutoParallel
 
-    from train.model import CausalLMLoss, Llama, model_args
-    from train.optim import build_optimizer
-    from train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
-    from train.step import build_train_step
+    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
+    from mspretrain.train.step import build_train_step
 
     monkeypatch.setattr(ap, "get_rank", lambda *a: 3)
     monkeypatch.setattr(ap, "get_group_size", lambda *a: 4)
@@ -471,12 +471,12 @@ def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tm
     import numpy as np
     from mindspore import Tensor
 
-    from train.model import DecoderLayer, ReusedDecoderLayer
-    from train.parallel import lazy_inline_layers
+    from mspretrain.train.model import DecoderLayer, ReusedDecoderLayer
+    from mspretrain.train.parallel import lazy_inline_layers
 
     pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
     assert lazy_inline_layers(pp2) and not lazy_inline_layers(ascend()) and not lazy_inline_layers(load_config(None))
-    from train.model import Llama
+    from mspretrain.train.model import Llama
     plain = _model(layers=2)
     lazy = Llama(plain.args, seed=0, lazy_inline=True)
     assert all(type(layer) is ReusedDecoderLayer for layer in lazy.layers)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from train.config import ConfigError, load_config
-from train.recompute import recompute_plan
+from mspretrain.train.config import ConfigError, load_config
+from mspretrain.train.recompute import recompute_plan
 
 from trainer_harness import BATCHES, make_step
 
@@ -41,7 +41,7 @@ def test_invalid_plans_are_config_errors(sets, message):
      ["layers.0.attention", "layers.0.mlp", "layers.1.mlp"]),
 ])
 def test_recompute_is_applied_and_losses_are_bitwise_equal(graph_mode, sets, marked):
-    from train.recompute import recomputed_cells
+    from mspretrain.train.recompute import recomputed_cells
 
     _, plain = make_step()
     _, recomputed = make_step(*sets)

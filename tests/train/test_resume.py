@@ -54,5 +54,5 @@ def test_killed_and_resumed_run_matches_bit_for_bit(tmp_path, tiny_data, case):
     assert got == ref
     if case != "fp32":
         assert any(x["overflow"] for x in records(straight))          # the scale state was exercised
-    r = run([sys.executable, "-m", "train", "compare", str(straight), str(killed)])
+    r = run([sys.executable, "-m", "mspretrain.train", "compare", str(straight), str(killed)])
     assert r.returncode == 0 and r.stdout.strip().endswith("30/30 common steps bitwise equal")

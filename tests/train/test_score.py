@@ -12,7 +12,7 @@ from hf_helpers import cli, jsonl
 
 
 def test_windows_predict_every_token_once():
-    from train.score import windows
+    from mspretrain.train.score import windows
     ids = list(range(10))
     w = windows(ids, 4)
     assert w == [[0, 1, 2, 3, 4], [4, 5, 6, 7, 8], [8, 9]]
@@ -22,9 +22,9 @@ def test_windows_predict_every_token_once():
 
 def test_score_command(spm_run, spm_data, tmp_path, graph_mode):
     from mindspore import Tensor
-    from loader import Loader
-    from train.model import CausalLMLoss
-    from train.runinfo import load_run_model
+    from mspretrain.loader import Loader
+    from mspretrain.train.model import CausalLMLoss
+    from mspretrain.train.runinfo import load_run_model
 
     with Loader(spm_data, split="valid", global_batch_size=2, seed=0, num_workers=0) as ld:
         sample = next(ld)["input_ids"]

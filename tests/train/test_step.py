@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from train.config import ConfigError, load_config
-from train.optim import lr_at, no_decay
+from mspretrain.train.config import ConfigError, load_config
+from mspretrain.train.optim import lr_at, no_decay
 
 from trainer_harness import BATCHES, make_step, snapshot
 
@@ -107,7 +107,7 @@ def test_fp16_levels_track_fp32(graph_mode, level):
 
 
 def test_precision_config_errors():
-    from train.step import check_precision
+    from mspretrain.train.step import check_precision
 
     with pytest.raises(ConfigError, match="bf16 needs device Ascend"):
         check_precision(load_config(None, ["precision.dtype=bf16"]))
@@ -128,7 +128,7 @@ def test_pipeline_accumulator_hands_over_the_sums_and_zeroes_them(graph_mode):
     import numpy as np
     from mindspore import Parameter, ParameterTuple, Tensor, nn
 
-    from train.step import ACCU_PREFIX, PipelineAccumulator
+    from mspretrain.train.step import ACCU_PREFIX, PipelineAccumulator
 
     params = ParameterTuple([Parameter(Tensor(np.zeros((2, 3), np.float32)), name="w"),
                              Parameter(Tensor(np.zeros(4, np.float32)), name="b")])

@@ -1,4 +1,4 @@
-"""`python -m train launch / eval / compare` end to end on the tiny config (real subprocesses)."""
+"""`python -m mspretrain.train launch / eval / compare` end to end on the tiny config (real subprocesses)."""
 import hashlib
 import json
 import math
@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from synthetic import make_dataset
-from train.config import load_config
+from mspretrain.train.config import load_config
 from trainer_harness import TINY, launch_cmd, records, run
 
 SHORT = ("train.steps=12", "checkpoint.every_steps=4", "checkpoint.keep_max=2", "eval.every_steps=6",
@@ -135,8 +135,8 @@ def test_cli_errors_without_mindspore_tracebacks(tmp_path, tiny_data):
     (["train.steps=0"], "train.steps must be >= 1"),
 ])
 def test_loop_config_errors(sets, message):
-    from train.config import ConfigError
-    from train.trainer import check_loop_config
+    from mspretrain.train.config import ConfigError
+    from mspretrain.train.trainer import check_loop_config
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         check_loop_config(load_config(TINY, sets))

@@ -25,7 +25,7 @@ EVAL_KILL_ENV = "TRAIN_TEST_EVAL_KILL"     # N: SIGKILL `train eval` after N res
 
 
 def env(**values: str) -> dict:
-    """Environment for a `python -m train` subprocess that loads these hooks, plus `values`."""
+    """Environment for a `python -m mspretrain.train` subprocess that loads these hooks, plus `values`."""
     here = str(Path(__file__).resolve().parent)
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     return {"TRAIN_HOOKS": MODULE, "PYTHONPATH": path, **values}

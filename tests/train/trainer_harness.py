@@ -1,4 +1,4 @@
-"""Helpers for the trainer tests: a tiny dataset, `python -m train` subprocesses, kills, metrics."""
+"""Helpers for the trainer tests: a tiny dataset, `python -m mspretrain.train` subprocesses, kills, metrics."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from synthetic import make_dataset
-from train.config import load_config
-from train.model import ModelArgs
+from mspretrain.train.config import load_config
+from mspretrain.train.model import ModelArgs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
@@ -25,7 +25,7 @@ def tiny_dataset(root: Path) -> Path:
 
 def launch_cmd(run_dir: Path, data: Path, *sets: str, resume: str | None = None,
                force: bool = False, command: str = "launch") -> list[str]:
-    cmd = [sys.executable, "-m", "train", command, "--config", str(TINY),
+    cmd = [sys.executable, "-m", "mspretrain.train", command, "--config", str(TINY),
            "--set", f"data.path={data}", "--set", f"run.dir={run_dir}"]
     for s in sets:
         cmd += ["--set", s]
@@ -114,10 +114,10 @@ BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.in
 
 
 def make_step(*sets, micro_steps=1):
-    from train.model import CausalLMLoss, Llama
-    from train.optim import build_optimizer
-    from train.recompute import apply_recompute
-    from train.step import apply_precision, build_train_step, check_precision
+    from mspretrain.train.model import CausalLMLoss, Llama
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.recompute import apply_recompute
+    from mspretrain.train.step import apply_precision, build_train_step, check_precision
 
     cfg = load_config(None, list(sets))
     check_precision(cfg)

@@ -1,0 +1,1 @@
+"""Infrastructure shared by `dataprep` and `train`: the config layer and atomic file writes."""

@@ -1,0 +1,433 @@
+"""The expensive, order-free work of a build, run over chunks of documents in worker processes
+(stage numbers as in build.py).
+
+- `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
+  about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
+- `clean_chunk` (worker, stage 1): every document of a chunk through `process_document` (normalise,
+  quality filters, language, decontamination, PII, quality classifier), its split, then the exact
+  key and MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
+  NNNNN.json.
+- `tokenize_chunk` (worker, stage 4): encodes the kept documents of a chunk with sentencepiece
+  (one document at a time, one thread: the parallelism is across processes), appends EOS to each, and
+  writes .build/tokens/NNNNN.npz (a SplitTokens per split: flat token ids, document lengths and
+  doc ids), then its marker.
+- A document's split is computed once, by `clean_chunk` (the `split` column of its chunk file); every
+  later stage reads it from there, and stage 5 takes the doc ids from the tokens file.
+
+Workers skip a chunk whose marker already exists (a resumed build), so the main process can hand every
+chunk to the pool in order and consume the results in order with `Pool.imap`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mspretrain.dataprep import decontam as decontam_mod
+from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.decontam import DecontamConfig
+from mspretrain.dataprep.dedup import DedupConfig, exact_key, signatures
+from mspretrain.dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
+from mspretrain.dataprep.langid import identify, language_reason
+from mspretrain.dataprep.pii import PiiConfig, redact
+from mspretrain.dataprep.quality import load_model
+from mspretrain.dataprep.readers import BadRecord, Document, InputFile, read_file
+from mspretrain.dataprep.workdir import read_json
+from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
+
+SPLITS = ("train", "valid")
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    docs_dir: str
+    tokens_dir: str
+    filters: FilterConfig
+    dedup: DedupConfig
+    valid_fraction: float
+    split_seed: int
+    pii: PiiConfig = PiiConfig()
+    decontam: DecontamConfig = DecontamConfig()
+    # file_identity of each file the stages read (evaluation sets, quality model): a file
+    # rewritten under the same name makes another setup (see init_worker)
+    files: tuple = ()
+
+
+_setup: WorkerSetup | None = None
+_sp_cache: dict = {}
+
+
+def init_worker(setup: WorkerSetup) -> None:
+    """Make `setup` the process's. A process that served another setup (a Ray worker lives across
+    builds) forgets every result and file it cached for that one."""
+    global _setup
+    if setup != _setup:
+        _memo.clear()
+        decontam_mod.load_index.cache_clear()
+        load_model.cache_clear()
+    _setup = setup
+
+
+# ------------------------------------------------------------------------------------ main: reading
+
+@dataclass
+class ChunkTask:
+    index: int
+    docs: list[Document]  # as read, in input order
+    bad: list             # (file, line, reason, detail) met while reading this chunk
+    files_done: int       # input files finished while reading this chunk (progress only)
+    stop: str = ""        # "strict" (a bad record) or "error" (a reader failure): `bad[-1]` fails
+                          # the build, and this chunk is not written
+
+
+def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_unit: str,
+                chunk_bytes: int, strict: bool, max_record_bytes: int = 0):
+    """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
+    index, docs, bad, size, files_done = 0, [], [], 0, 0
+    for f in files:
+        try:
+            for item in read_file(f, text_field=text_field, id_field=id_field, text_unit=text_unit,
+                                  max_record_bytes=max_record_bytes):
+                if isinstance(item, BadRecord):
+                    bad.append((item.file, item.line, item.reason, item.detail))
+                    if strict:
+                        yield ChunkTask(index, [], bad, files_done, stop="strict")
+                        return
+                    continue
+                docs.append(item)
+                size += len(item.text)
+                if size >= chunk_bytes:
+                    yield ChunkTask(index, docs, bad, files_done)
+                    index, docs, bad, size, files_done = index + 1, [], [], 0, 0
+        except Exception as e:   # a reader failure is reported like a bad record, never swallowed
+            yield ChunkTask(index, [], bad + [(f.rel, 0, "reader_failed", repr(e))], files_done,
+                            stop="error")
+            return
+        files_done += 1
+    if docs or bad or files_done:
+        yield ChunkTask(index, docs, bad, files_done)
+
+
+# ------------------------------------------------------------------------------- workers: stage 1
+
+DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reason", pa.string()),
+                         ("bytes_in", pa.int64()), ("bytes_clean", pa.int64()),
+                         ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string()),
+                         ("language", pa.string()), ("language_score", pa.float64()),
+                         ("quality", pa.float64()), ("pii", pa.int32()),
+                         ("decontam", pa.string()), ("split", pa.string())])
+# reasons of the document stages after the quality filters, in check order
+STAGE_REASONS = ("language", "language_score", "decontam", "pii", "quality")
+
+
+def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
+    """(cleaned text, drop reason or "", attributes) of one document: normalise, quality filters,
+    language, decontamination, PII, quality classifier. Pure: the same text gives the same result
+    in any process, so every engine that calls it writes the same bytes."""
+    f = setup.filters
+    clean = normalize(text)
+    lang, score = identify(clean)
+    attrs = {"language": lang, "language_score": score, "quality": None, "pii": {},
+             "decontam": []}
+    reason = quality_reason(clean, f) or language_reason(lang, score, f.languages,
+                                                         f.min_language_score)
+    if reason:
+        return clean, reason, attrs
+    d = setup.decontam
+    if d.files:
+        items, spans = decontam_mod.load_index(d.files, d.ngram, d.text_field).find(clean)
+        if items:
+            attrs["decontam"] = items
+            if d.action == "drop":
+                return clean, "decontam", attrs
+            clean = decontam_mod.cut(clean, spans)
+            if len(clean) < f.min_chars:
+                return clean, "decontam", attrs
+    redacted, attrs["pii"] = redact(clean)
+    if attrs["pii"] and setup.pii.action == "drop":
+        return clean, "pii", attrs
+    if setup.pii.action == "redact":
+        clean = redacted
+    if f.quality.model:
+        attrs["quality"] = load_model(f.quality.model).score(clean)
+        if attrs["quality"] < f.quality.threshold:
+            return clean, "quality", attrs
+    return clean, "", attrs
+
+
+@dataclass
+class DocResult:
+    """What stage 1 computes for one raw text: `process_document`'s result, and for a kept text its
+    exact key and MinHash row (the row filled in once the chunk's new signatures are computed)."""
+    clean: str
+    reason: str
+    attrs: dict
+    key: bytes | None
+    sig: np.ndarray | None = None
+
+
+class DocMemo:
+    """DocResults by raw text, the most recently used last, holding at most `budget` characters of
+    raw and cleaned text. Corpora repeat whole documents (licences, boilerplate, mirrored pages:
+    42% of the bytes of bench_dataprep's corpus repeat an earlier document); a worker that meets
+    one again takes its result from here. Every stage-1 function is pure, so the bytes written are
+    the same with or without it, in any worker; only the time differs. Keyed by the text itself:
+    a str caches its hash, and a hit costs one comparison, cheaper than a digest of every text."""
+
+    def __init__(self, budget: int = 32 << 20):
+        self.budget, self.size = budget, 0
+        self._items: OrderedDict[str, DocResult] = OrderedDict()
+
+    def get(self, text: str) -> DocResult | None:
+        result = self._items.get(text)
+        if result is not None:
+            self._items.move_to_end(text)
+        return result
+
+    def put(self, text: str, result: DocResult) -> None:
+        size = len(text) + len(result.clean)
+        if size > self.budget // 4:   # a huge document would push out everything
+            return
+        self._items[text] = result
+        self.size += size
+        while self.size > self.budget:
+            old, gone = self._items.popitem(last=False)
+            self.size -= len(old) + len(gone.clean)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.size = 0
+
+
+_memo = DocMemo()
+
+
+def document_result(text: str, setup: WorkerSetup, new: list[DocResult]) -> DocResult:
+    """The DocResult of a raw text, from the memo or computed (a computed kept one is appended to
+    `new`, whose MinHash rows the caller fills in, a chunk at a time)."""
+    result = _memo.get(text)
+    if result is None:
+        clean, reason, attrs = process_document(text, setup)
+        result = DocResult(clean, reason, attrs, None if reason else exact_key(clean))
+        if not reason:
+            new.append(result)
+        _memo.put(text, result)
+    return result
+
+
+def clean_chunk(task: ChunkTask) -> dict:
+    """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
+    return clean_chunk_table(task)[0]
+
+
+def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
+    """clean_chunk, and the chunk's table as written (None for a stop or a chunk done earlier), so
+    that a caller in the same process goes on without reading the file back."""
+    if task.stop:
+        return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}, None
+    marker_path = Path(_setup.docs_dir) / f"{task.index:05d}.json"
+    if marker_path.is_file():
+        return {**read_json(marker_path), "reused": True}, None
+    t0 = time.process_time()
+    rows = {name: [] for name in DOCS_SCHEMA.names}
+    filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
+    kept_texts = []
+    stats = {"languages": {}, "pii": {}, "pii_docs": 0, "decontam": [], "decontam_cut": 0}
+    index = decontam_index(_setup.decontam)
+    results, new = [], []
+    for doc in task.docs:
+        results.append(document_result(doc.text, _setup, new))
+    if new:
+        for result, row in zip(new, signatures([r.clean for r in new], _setup.dedup)):
+            result.sig = row.copy()   # not a view that keeps the chunk's array alive
+    sig_dtype = ""
+    for doc, result in zip(task.docs, results):
+        doc_id, text, reason, attrs = doc.doc_id, doc.text, result.reason, result.attrs
+        clean = result.clean
+        nbytes = utf8_len(clean)
+        _count(stats, doc_id, clean, reason, attrs, _setup.decontam.action, index)
+        if reason:
+            filters.setdefault(reason, [0, 0])
+            filters[reason][0] += 1
+            filters[reason][1] += nbytes
+            clean = ""
+        else:
+            kept_texts.append(clean)
+            sig_dtype = str(result.sig.dtype)
+        for name, value in (("doc_id", doc_id), ("source", doc.source), ("reason", reason),
+                            ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
+                            ("key", result.key), ("text", clean),
+                            ("sig", None if reason else result.sig.tobytes()),
+                            ("language", attrs["language"]),
+                            ("language_score", attrs["language_score"]),
+                            ("quality", attrs["quality"]), ("pii", sum(attrs["pii"].values())),
+                            ("decontam", ",".join(index.item_ids[i] for i in attrs["decontam"])),
+                            ("split", split_of(doc_id, _setup.valid_fraction, _setup.split_seed))):
+            rows[name].append(value)
+    path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
+    table = pa.table(rows, schema=DOCS_SCHEMA)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="lz4")   # scratch: read back once; lz4 is
+                                                         # 40% cheaper than zstd both ways
+    marker = {
+        "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
+        "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
+        "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
+        "docs_out": len(kept_texts), "bytes_out": sum(map(utf8_len, kept_texts)),
+        "bad": aggregate_bad(task.bad), "files_done": task.files_done,
+        "sig_dtype": sig_dtype, **stats,
+    }
+    atomic_write_json(marker_path, marker)
+    return marker, table
+
+
+def decontam_index(cfg: DecontamConfig):
+    """The evaluation index of `cfg` (an empty one when there are no files)."""
+    return decontam_mod.load_index(cfg.files, cfg.ngram, cfg.text_field)
+
+
+def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, action: str,
+           index) -> None:
+    """Per-chunk counts of the document stages, for the report."""
+    lang = stats["languages"].setdefault(attrs["language"], [0, 0])
+    lang[0] += 1
+    lang[1] += utf8_len(clean)
+    for kind, n in attrs["pii"].items():
+        stats["pii"][kind] = stats["pii"].get(kind, 0) + n
+    stats["pii_docs"] += bool(attrs["pii"])
+    for i in attrs["decontam"]:
+        stats["decontam"].append([index.item_ids[i], doc_id])
+    if attrs["decontam"] and action == "cut" and not reason:
+        stats["decontam_cut"] += 1
+
+
+def utf8_len(text: str) -> int:
+    """len(text.encode("utf-8")), without encoding ASCII text (str.isascii() is O(1))."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def aggregate_bad(bad: list) -> dict:
+    """{file: {reason: [count, first line, first detail]}} of (file, line, reason, detail) records."""
+    out: dict = {}
+    for file, line, reason, detail in bad:
+        entry = out.setdefault(file, {}).setdefault(reason, [0, line, detail])
+        entry[0] += 1
+    return out
+
+
+def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
+    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction. Called once
+    per document, by stage 1, which stores it in the chunk's `split` column for every later stage."""
+    return "valid" if unit_hash(f"split:{seed}:{doc_id}") < valid_fraction else "train"
+
+
+def unit_hash(s: str) -> float:
+    """A stable hash of `s` mapped to [0, 1)."""
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
+
+
+# ------------------------------------------------------------------------------- workers: stage 4
+
+@dataclass
+class SplitTokens:
+    """The kept documents of one split of one chunk, in input order, tokenized: what stage 5 packs
+    and writes to the provenance, with no need to go back to the stage-1 chunk file."""
+    tokens: np.ndarray      # int32, flat, EOS after every document
+    lens: np.ndarray        # int32, tokens per document, EOS included
+    doc_ids: list[str]
+    quality: np.ndarray | None = None   # float64 classifier scores, with filters.quality.model
+
+    def arrays(self, split: str) -> dict:
+        """The .npz arrays of this split; the ids as UTF-8 bytes and end offsets (numpy's str
+        arrays would drop a trailing NUL of an id)."""
+        raw = [d.encode("utf-8") for d in self.doc_ids]
+        ends = np.cumsum([len(r) for r in raw], dtype=np.int64)
+        out = {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
+               f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
+        if self.quality is not None:
+            out[f"{split}_quality"] = self.quality
+        return out
+
+    @classmethod
+    def load(cls, z, split: str, tokens: bool = True) -> "SplitTokens":
+        """The split's record from an open tokens .npz (np.load); `tokens=False` leaves the token
+        ids unread (None), for a reader that needs only the lengths and ids."""
+        raw, ends = z[f"{split}_ids"].tobytes(), z[f"{split}_id_ends"].tolist()
+        ids = [raw[a:b].decode("utf-8") for a, b in zip([0] + ends[:-1], ends)]
+        quality = z[f"{split}_quality"] if f"{split}_quality" in z.files else None
+        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids, quality)
+
+
+def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
+    """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
+    .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
+    index, keep_bits, model = task
+    marker_path = Path(_setup.tokens_dir) / f"{index:05d}.json"
+    if marker_path.is_file():
+        return {**read_json(marker_path), "reused": True}
+    t0 = time.process_time()
+    sp = _processor(model)
+    scored = bool(_setup.filters.quality.model)
+    table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet",
+                          columns=["doc_id", "split", "text"] + ["quality"] * scored)
+    keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
+    rows = np.flatnonzero(keep)
+    doc_ids = table.column("doc_id").to_pylist()
+    splits = table.column("split").to_pylist()
+    texts = table.column("text").to_pylist()
+    quality = table.column("quality").to_numpy(zero_copy_only=False) if scored else None
+    arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
+    for split in SPLITS:
+        mine = [int(r) for r in rows if splits[r] == split]
+        chunk_texts = [texts[r] for r in mine]
+        # one document at a time, straight to int32: a chunk's ids as Python ints take ~35 B a token
+        ids = [np.asarray(sp.encode(t), np.int32) for t in chunk_texts]
+        tokens, lens = _with_eos(ids, sp.eos_id())
+        arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
+                                  quality[mine] if scored else None).arrays(split))
+        marker["tokens"][split] = int(tokens.size)
+        marker["docs"][split] = len(mine)
+        marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
+    path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
+    with atomic_open(path) as f:
+        np.savez(f, **arrays)
+    marker["cpu_s"] = round(time.process_time() - t0, 4)
+    atomic_write_json(marker_path, marker)
+    return marker
+
+
+def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat int32 tokens with EOS after every document, and each document's length (EOS included)."""
+    lens = np.fromiter((len(x) + 1 for x in ids), np.int32, len(ids))
+    tokens = np.full(int(lens.sum()), eos, np.int32)
+    ends = np.cumsum(lens, dtype=np.int64)
+    for x, end in zip(ids, ends):
+        tokens[end - 1 - len(x):end - 1] = x
+    return tokens, lens
+
+
+def _processor(model: str):
+    """The loaded model at `model`, by the file's identity, not only its name: a process that lives
+    across builds (a Ray worker) may see another build's tokenizer written at the same path."""
+    key = (model, file_identity(model))
+    if key not in _sp_cache:
+        import sentencepiece as spm
+        _sp_cache.clear()
+        _sp_cache[key] = spm.SentencePieceProcessor(model_file=model)
+    return _sp_cache[key]
+
+
+def worker_setup(cfg, work) -> WorkerSetup:
+    """What every process running the chunk functions needs, from the build config and its work dir
+    (dataprep.config.BuildConfig, dataprep.workdir.WorkDir); both engines use it."""
+    files = [*cfg.decontam.files, *([cfg.filters.quality.model] if cfg.filters.quality.model else [])]
+    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
+                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam,
+                       tuple(file_identity(f) for f in files))

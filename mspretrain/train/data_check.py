@@ -1,0 +1,106 @@
+"""Is this the dataset a run or a checkpoint expects? Checked at the start of `train launch` and
+`train eval`, before any step.
+
+Quick (always, milliseconds): the manifest loads; every shard of the splits in use and its .db index
+exist, their sizes add up to what the manifest records, and each data file starts with a readable
+MindRecord header. With a checkpoint: the dataset's identity (tokenizer sha256, vocabulary size,
+sequence length) is the one the checkpoint was trained on (`identity`, recorded in its state.json and
+in RUN/run.json). Full
+(`--verify-data`): the sha256 of every shard, index and the tokenizer file, as `dataprep verify` does.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from mspretrain.loader.manifest import ManifestError, load_manifest, sha256_file
+
+
+class DataCheckError(RuntimeError):
+    """The dataset is damaged or is not the one expected; the message names the file and the fix."""
+
+
+def identity(manifest_or_loader) -> dict:
+    """What the weights of a run depend on in its dataset: the tokenizer and the sequence length. The
+    one record of it, kept in every checkpoint's state.json and in RUN/run.json."""
+    tok = manifest_or_loader.tokenizer
+    return {"tokenizer_sha256": tok.sha256, "vocab_size": tok.vocab_size,
+            "seq_length": manifest_or_loader.seq_length}
+
+
+def check_identity(manifest, saved: dict, where) -> None:
+    """The dataset of `manifest` has the tokenizer and sequence length of the `saved` identity (read
+    from `where`); otherwise DataCheckError naming both and the fix."""
+    mine = identity(manifest)
+    if mine["seq_length"] != saved["seq_length"]:
+        raise DataCheckError(
+            f"{manifest.root}: seq_length {mine['seq_length']}, but the checkpoint was trained with "
+            f"seq_length {saved['seq_length']} ({where}); use a dataset built with --seq-length "
+            f"{saved['seq_length']}")
+    if (mine["tokenizer_sha256"], mine["vocab_size"]) != (saved["tokenizer_sha256"], saved["vocab_size"]):
+        tok = manifest.tokenizer
+        raise DataCheckError(
+            f"{manifest.root}: tokenizer {tok.file or tok.type} (sha256 {tok.sha256[:12]}, vocab "
+            f"{tok.vocab_size}) is not the one the checkpoint was trained with (sha256 "
+            f"{saved['tokenizer_sha256'][:12]}, vocab {saved['vocab_size']}, {where}): its token ids "
+            f"mean other text. Use a dataset built with the checkpoint's tokenizer "
+            f"(dataprep build --tokenizer MODEL).")
+
+
+def check_dataset(path: str, splits: tuple[str, ...], full: bool = False):
+    """The manifest, after the quick (or, with `full`, checksum) checks of `splits`; or DataCheckError."""
+    root = Path(path)
+    try:
+        m = load_manifest(root)
+    except ManifestError as e:
+        raise DataCheckError(str(e)) from None
+    faults = []
+    for name in splits:
+        split = m.splits.get(name)
+        for shard in split.shards if split else ():
+            faults += _shard_faults(root, shard, full)
+    if full:
+        tok = root / (m.tokenizer.file or "tokenizer.model")
+        if tok.is_file() and sha256_file(tok) != m.tokenizer.sha256:
+            faults.append(f"{tok}: sha256 differs from the manifest's tokenizer.sha256")
+    if faults:
+        hint = "" if full else "; run `dataprep verify` on it for a full check"
+        raise DataCheckError(f"dataset {root} is damaged: " + "; ".join(faults[:5])
+                             + (f" (and {len(faults) - 5} more)" if len(faults) > 5 else "") + hint)
+    return m
+
+
+def _shard_faults(root: Path, shard, full: bool) -> list[str]:
+    data, db = root / shard.file, root / f"{shard.file}.db"
+    missing = [f"{p}: missing" for p in (data, db) if not p.is_file()]
+    if missing:
+        return missing
+    size = data.stat().st_size + db.stat().st_size
+    if size != shard.bytes:
+        return [f"{data}: data + .db are {size} bytes, the manifest says {shard.bytes}"]
+    header = _header_fault(data)
+    if header:
+        return [header]
+    if full:
+        if sha256_file(data) != shard.sha256:
+            return [f"{data}: sha256 differs from the manifest (corrupted or replaced)"]
+        if shard.db_sha256 and sha256_file(db) != shard.db_sha256:
+            return [f"{db}: sha256 differs from the manifest (corrupted or replaced)"]
+    return []
+
+
+def _header_fault(data: Path) -> str | None:
+    """A MindRecord data file starts with the length of its JSON header, then the header."""
+    with open(data, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+        try:
+            if not 0 < n < (1 << 24):
+                raise ValueError
+            header = json.loads(f.read(n))
+            if not isinstance(header, dict) or "header_size" not in header:
+                raise ValueError
+        except (ValueError, UnicodeDecodeError):
+            return f"{data}: no MindRecord header at its start"
+    return None

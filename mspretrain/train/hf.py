@@ -1,0 +1,326 @@
+"""Hugging Face Llama format: `train export` (a run's checkpoint -> config.json, model.safetensors,
+tokenizer files, generation_config.json) and `train import` (a Llama checkpoint -> step 0 of a new run).
+
+The layouts already agree, so the conversion is a renaming, with no permutation:
+- rotary: mspretrain/train/model.py rotates halves of the head dim (x1 = first half, x2 = second half, angles
+  repeated over both halves), which is Hugging Face Llama's `rotate_half`, so q/k weights are copied
+  as they are (a checkpoint with interleaved pairs would need its rows permuted; ours has none);
+- grouped KV heads: query head h uses KV head h // (num_heads / num_kv_heads) in both;
+- nn.Dense weights are [out, in] like torch.nn.Linear; a tied head is `tie_word_embeddings`;
+- RMSNorm computes in fp32 with the same epsilon (`rms_norm_eps`); no biases anywhere.
+
+Tokenizer: the dataset's sentencepiece model is copied as tokenizer.model, with a tokenizer_config.json
+for `LlamaTokenizer` that adds neither BOS nor EOS (documents are packed without BOS, each ending in
+EOS; ids unk 0 / bos 1 / eos 2 / pad 3 are the model's own).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from mspretrain.common.files import atomic_path
+from mspretrain.train.config import Config, ConfigError
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+EXPORT_DTYPES = ("fp32", "bf16", "fp16")
+
+
+class HFError(RuntimeError):
+    """A Hugging Face directory that cannot be converted; the message names the file and key."""
+
+
+# ---------------------------------------------------------------- names
+
+def hf_name(name: str) -> str:
+    """Llama-relative weight name (mspretrain/train/model.py) -> Hugging Face LlamaForCausalLM name."""
+    parts = name.split(".")
+    if name == "tok_embeddings.embedding_table":
+        return "model.embed_tokens.weight"
+    if name == "norm.weight":
+        return "model.norm.weight"
+    if name == "output.weight":
+        return "lm_head.weight"
+    if parts[0] == "layers":
+        i, rest = parts[1], ".".join(parts[2:])
+        table = {"attention_norm.weight": "input_layernorm.weight",
+                 "ffn_norm.weight": "post_attention_layernorm.weight",
+                 "attention.wq.weight": "self_attn.q_proj.weight",
+                 "attention.wk.weight": "self_attn.k_proj.weight",
+                 "attention.wv.weight": "self_attn.v_proj.weight",
+                 "attention.wo.weight": "self_attn.o_proj.weight",
+                 "mlp.w1.weight": "mlp.gate_proj.weight",
+                 "mlp.w3.weight": "mlp.up_proj.weight",
+                 "mlp.w2.weight": "mlp.down_proj.weight"}
+        if rest in table:
+            return f"model.layers.{i}.{table[rest]}"
+    raise HFError(f"no Hugging Face name for weight {name!r}")
+
+
+def hf_config(args, tok: dict | None, dtype: str) -> dict:
+    """config.json of LlamaForCausalLM for ModelArgs `args`."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
+        "intermediate_size": args.ffn, "num_hidden_layers": args.num_layers,
+        "num_attention_heads": args.num_heads, "num_key_value_heads": args.kv_heads,
+        "head_dim": args.head_dim, "hidden_act": "silu", "max_position_embeddings": args.seq_length,
+        "rms_norm_eps": args.norm_eps, "rope_theta": args.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": args.rope_theta},
+        "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+        "initializer_range": args.init_std, "tie_word_embeddings": args.tie_embeddings,
+        "use_cache": True, "pretraining_tp": 1,
+        "bos_token_id": (tok or {}).get("bos_id", 1), "eos_token_id": (tok or {}).get("eos_id", 2),
+        "pad_token_id": (tok or {}).get("pad_id", 3),
+        "torch_dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
+    }
+
+
+# ---------------------------------------------------------------- export
+
+def export_run(run_dir, out_dir, step: int | None = None, dtype: str = "fp32") -> Path:
+    """Write the HF directory for the run's checkpoint `step` (default: latest). Returns out_dir."""
+    from mspretrain.train import runinfo
+
+    if dtype not in EXPORT_DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
+    info = runinfo.read_run(run_dir)
+    args = runinfo.model_args_of_run(run_dir)
+    ckpt_dir = runinfo.checkpoint_dir(run_dir, step)
+    weights = runinfo.model_weights(ckpt_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {hf_name(k): v for k, v in sorted(weights.items())}
+    if args.tie_embeddings and "lm_head.weight" in tensors:
+        raise HFError(f"{ckpt_dir}: tied embeddings but an output weight is present")
+    write_safetensors(out / WEIGHTS_FILE, tensors, dtype)
+    tok = info["dataset"]["tokenizer"]
+    (out / "config.json").write_text(json.dumps(hf_config(args, tok, dtype), indent=2) + "\n")
+    gen = {"bos_token_id": tok.get("bos_id", 1), "eos_token_id": tok.get("eos_id", 2),
+           "pad_token_id": tok.get("pad_id", 3), "do_sample": False}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    spm_file = runinfo.run_tokenizer(run_dir)
+    if spm_file is not None:
+        write_tokenizer(spm_file, out, args.seq_length)
+    else:
+        print(f"[export] {run_dir} has no tokenizer.model (a dataset without a sentencepiece model): "
+              f"no tokenizer files written")
+    state = json.loads((ckpt_dir / "state.json").read_text())
+    print(f"[export] {ckpt_dir} (step {state.get('step')}) -> {out} ({len(tensors)} tensors, {dtype})")
+    return out
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str) -> None:
+    """One safetensors file; bf16 is written as the upper 16 bits of fp32, rounded to nearest even."""
+    from safetensors import TensorSpec, serialize_file
+
+    arrays, specs = {}, {}
+    for name, value in tensors.items():
+        value = np.ascontiguousarray(value, dtype=np.float32)
+        if dtype == "fp16":
+            arr, st = value.astype(np.float16), "float16"
+        elif dtype == "bf16":
+            arr, st = _to_bf16_bits(value), "bfloat16"
+        else:
+            arr, st = value, "float32"
+        arr = np.ascontiguousarray(arr)
+        arrays[name] = arr      # kept alive while serialize_file reads the pointers
+        specs[name] = TensorSpec(dtype=st, shape=list(arr.shape), data_ptr=arr.ctypes.data, data_len=arr.nbytes)
+    with atomic_path(path) as tmp:
+        serialize_file(specs, str(tmp), {"format": "pt"})
+
+
+def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def write_tokenizer(spm_file: Path, out: Path, seq_length: int) -> None:
+    import sentencepiece as spm
+
+    shutil.copyfile(spm_file, out / "tokenizer.model")
+    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+    piece = lambda i: sp.id_to_piece(i) if 0 <= i < sp.get_piece_size() else None  # noqa: E731
+    special = {"bos_token": piece(sp.bos_id()), "eos_token": piece(sp.eos_id()),
+               "unk_token": piece(sp.unk_id()), "pad_token": piece(sp.pad_id())}
+    special = {k: v for k, v in special.items() if v is not None}
+    config = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False, "add_eos_token": False,
+              "legacy": True, "add_prefix_space": None, "model_max_length": seq_length,
+              "clean_up_tokenization_spaces": False, "sp_model_kwargs": {}, **special}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- import
+
+def read_hf_weights(hf_dir: Path) -> dict[str, np.ndarray]:
+    """Every tensor of model.safetensors (or of the files a .index.json lists), as fp32 numpy."""
+    from safetensors import deserialize
+
+    if (hf_dir / WEIGHTS_FILE).is_file():
+        files = [hf_dir / WEIGHTS_FILE]
+    elif (hf_dir / INDEX_FILE).is_file():
+        index = json.loads((hf_dir / INDEX_FILE).read_text())
+        files = [hf_dir / f for f in sorted(set(index["weight_map"].values()))]
+    else:
+        raise HFError(f"{hf_dir}: neither {WEIGHTS_FILE} nor {INDEX_FILE} (only safetensors are read)")
+    out = {}
+    for f in files:
+        for name, t in deserialize(f.read_bytes()):
+            if t["dtype"] not in _NP:
+                raise HFError(f"{f}: tensor {name} has dtype {t['dtype']}; fp32, fp16 and bf16 are read")
+            out[name] = _to_fp32(np.frombuffer(bytes(t["data"]), dtype=_NP[t["dtype"]]), t["dtype"],
+                                 t["shape"])
+    return out
+
+
+_NP = {"F32": np.float32, "float32": np.float32, "F16": np.float16, "float16": np.float16,
+       "BF16": np.uint16, "bfloat16": np.uint16, "F64": np.float64, "float64": np.float64}
+
+
+def _to_fp32(raw: np.ndarray, dtype: str, shape) -> np.ndarray:
+    if dtype in ("BF16", "bfloat16"):
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32).reshape(shape)
+
+
+_CONFIG_KEYS = [("hidden_size", "hidden_size"), ("num_hidden_layers", "num_layers"),
+                ("num_attention_heads", "num_heads"), ("num_key_value_heads", "kv_heads"),
+                ("intermediate_size", "ffn"), ("vocab_size", "vocab_size"),
+                ("rms_norm_eps", "norm_eps"), ("tie_word_embeddings", "tie_embeddings")]
+
+
+def check_hf_config(hf_dir: Path, args) -> None:
+    """The HF config must describe exactly the model of the run's config."""
+    path = hf_dir / "config.json"
+    if not path.is_file():
+        raise HFError(f"{path} not found")
+    c = json.loads(path.read_text())
+    if c.get("model_type") != "llama":
+        raise HFError(f"{path}: model_type {c.get('model_type')!r}; only 'llama' can be imported")
+    for key in ("attention_bias", "mlp_bias"):
+        if c.get(key):
+            raise HFError(f"{path}: {key} is true; this model has no biases")
+    rope = c.get("rope_scaling") or {}
+    params = c.get("rope_parameters") or {}
+    if rope or params.get("rope_type", "default") != "default":
+        raise HFError(f"{path}: rope scaling {rope or params} is not supported (plain rotary only)")
+    theta = params.get("rope_theta", c.get("rope_theta", 10000.0))
+    c.setdefault("num_key_value_heads", c.get("num_attention_heads"))
+    c.setdefault("tie_word_embeddings", False)
+    wrong = [f"{hf_key}={c.get(hf_key)!r} but the config gives {getattr(args, ours)!r}"
+             for hf_key, ours in _CONFIG_KEYS if c.get(hf_key) != getattr(args, ours)]
+    if float(theta) != float(args.rope_theta):
+        wrong.append(f"rope_theta={theta!r} but the config gives {args.rope_theta!r}")
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    if head_dim != args.head_dim:
+        wrong.append(f"head_dim={head_dim} but the config gives {args.head_dim}")
+    if c.get("hidden_act", "silu") != "silu":
+        wrong.append(f"hidden_act={c.get('hidden_act')!r} (only silu)")
+    if wrong:
+        raise HFError(f"{path} does not describe the model of --config: " + "; ".join(wrong)
+                      + " (set the model.* keys to match)")
+
+
+def check_tokenizer(hf_dir: Path, data_path: str) -> None:
+    """The HF tokenizer must be the dataset's: same sentencepiece pieces and special ids."""
+    import sentencepiece as spm
+    from mspretrain.loader.manifest import load_manifest
+
+    m = load_manifest(data_path)
+    ours = Path(data_path) / m.tokenizer.file if m.tokenizer.file else None
+    theirs = hf_dir / "tokenizer.model"
+    if ours is None or not ours.is_file():
+        print(f"[import] {data_path} has no sentencepiece model: the tokenizer is not checked")
+        return
+    if not theirs.is_file():
+        raise HFError(f"{hf_dir} has no tokenizer.model, so it cannot be checked against the dataset's "
+                      f"{ours}; training would read ids of another vocabulary")
+    if theirs.read_bytes() == ours.read_bytes():
+        return
+    a = spm.SentencePieceProcessor(model_file=str(theirs))
+    b = spm.SentencePieceProcessor(model_file=str(ours))
+    if a.get_piece_size() != b.get_piece_size():
+        raise HFError(f"tokenizer mismatch: {theirs} has {a.get_piece_size()} pieces, the dataset's {ours} "
+                      f"{b.get_piece_size()}")
+    for i in range(a.get_piece_size()):
+        if a.id_to_piece(i) != b.id_to_piece(i):
+            raise HFError(f"tokenizer mismatch: id {i} is {a.id_to_piece(i)!r} in {theirs} but "
+                          f"{b.id_to_piece(i)!r} in the dataset's {ours}")
+    ids = [(x.unk_id(), x.bos_id(), x.eos_id(), x.pad_id()) for x in (a, b)]
+    if ids[0] != ids[1]:
+        raise HFError(f"tokenizer mismatch: special ids (unk, bos, eos, pad) {ids[0]} in {theirs}, "
+                      f"{ids[1]} in {ours}")
+
+
+def to_llama_weights(hf: dict[str, np.ndarray], args, where: str) -> dict[str, np.ndarray]:
+    """HF tensors -> Llama-relative names (the inverse of hf_name), every expected weight present."""
+    names = _llama_names(args)
+    out, missing = {}, []
+    for name in names:
+        key = hf_name(name)
+        if key not in hf:
+            missing.append(key)
+            continue
+        out[name] = hf[key]
+    if args.tie_embeddings:
+        hf = {k: v for k, v in hf.items() if k != "lm_head.weight"}   # saved tied copies are allowed
+    extra = sorted(set(hf) - {hf_name(n) for n in names} - {k for k in hf if k.endswith("rotary_emb.inv_freq")})
+    if missing or extra:
+        raise HFError(f"{where}: missing {missing[:5]}, unexpected {extra[:5]}")
+    return out
+
+
+def _llama_names(args) -> list[str]:
+    names = ["tok_embeddings.embedding_table", "norm.weight"]
+    for i in range(args.num_layers):
+        names += [f"layers.{i}.{n}" for n in ("attention_norm.weight", "ffn_norm.weight",
+                                              "attention.wq.weight", "attention.wk.weight",
+                                              "attention.wv.weight", "attention.wo.weight",
+                                              "mlp.w1.weight", "mlp.w3.weight", "mlp.w2.weight")]
+    if not args.tie_embeddings:
+        names.append("output.weight")
+    return names
+
+
+def import_run(cfg: Config, hf_dir) -> Path:
+    """`train import`: write step 0 of run cfg.run.dir (weights from `hf_dir`, fresh optimizer state),
+    so that `train launch --resume auto` continues pretraining from it. Returns the checkpoint dir."""
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train import distributed, parallel, resume_policy, runinfo, trainer
+    from mspretrain.train.step import check_precision
+
+    hf_dir = Path(hf_dir)
+    if not cfg.data.path:
+        raise ConfigError("data.path is empty: set it to the dataset to continue on (--set data.path=DIR)")
+    run_dir = Path(cfg.run.dir)
+    if ckpt.list_checkpoints(run_dir) or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
+        raise resume_policy.ResumeError(f"{run_dir} already has checkpoints; import into a new run dir. "
+                                  f"Nothing was changed.")
+    check_tokenizer(hf_dir, cfg.data.path)
+    dist = distributed.setup(cfg, parallel.validate)
+    trainer.check_loop_config(cfg)
+    check_precision(cfg)
+    import mindspore as ms
+    from mspretrain.loader import Loader
+
+    ms.set_seed(cfg.seed)
+    with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
+                seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size, num_workers=0) as loader:
+        session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
+                                        loader.tokenizer.eos_id)
+        check_hf_config(hf_dir, session.args)
+        weights = to_llama_weights(read_hf_weights(hf_dir), session.args, str(hf_dir))
+        runinfo.set_weights(session.model, weights, str(hf_dir))
+        runinfo.record_run(cfg)
+        trainer.prepare_run_dir(run_dir)
+        record = {"step": 0, "imported_from": str(hf_dir.resolve())}
+        trainer.save(run_dir, 0, session, loader, cfg, dist, record, 0)
+    final = ckpt.latest_checkpoint(run_dir)
+    print(f"[import] {hf_dir} -> {final}; continue with: train launch --config ... "
+          f"--set run.dir={run_dir} --resume auto")
+    return final

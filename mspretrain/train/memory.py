@@ -1,0 +1,529 @@
+"""Per-device memory planner (`train estimate`): pure functions of the config, the sequence length and
+the vocabulary.
+
+Static memory per parameter: fp16/bf16 weights 2 + gradients 4 + fp32 master weights 4 + Adam m 4 +
+v 4 = 18 bytes (the trainer differentiates with respect to the fp32 master weights, so the gradients
+have the parameters' dtype, fp32; Megatron's 16-byte figure assumes 16-bit gradients); fp32 training:
+weights 4 + gradients 4 + m 4 + v 4 = 16 bytes. Model parallel divides the projection weights (and the embedding when it is
+split by vocabulary, and the LM head), pipeline parallel keeps one stage's layers, optimizer sharding
+(AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
+plus gradients (level2), plus the compute weights (level3).
+
+Our trainer (mspretrain/train/step.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
+accumulators when a step has K > 1 micro-batches (`accu_grads.*`, 4 bytes/parameter, sharded with the
+gradients; none when K = 1), and the step's own buffers after backward (unscaled gradients, clipped
+gradients, the zeros that reset the accumulators).
+
+Two memory regimes (`reuses_memory`):
+- Ascend/GPU: buffers are reused once their last reader ran. Activations are counted tensor by tensor
+  for mspretrain/train/model.py's layer (what backward keeps): the layer input, the two RMSNorms (fp32 normalised
+  value + output), q, k, v (grouped KV heads tiled to all heads), softmax probabilities [heads, S, S]
+  (fp32 and, in 16-bit, their cast) or flash attention's log-sum-exp, the attention output, the
+  residual, and the SwiGLU's four [S, ffn] tensors; plus the loss path (logits, exp(logits - max) and
+  the backward working set of three fp32 [B*S, V] gradients). Recompute drops what its cells hold
+  (full: all but the layer input). Model parallel divides the per-head and per-ffn tensors; sequence
+  parallel also the per-token ones. A pipeline stage under 1F1B holds min(p - stage, m) micro-batches
+  in flight; the last stage also holds the logits. The update runs in backward's freed memory.
+- CPU (MindSpore 2.10, measured by bench/bench_memory.py): a graph keeps a buffer for every node
+  output for its lifetime. So activations = every forward and backward intermediate of one
+  micro-batch (the step's while-loop body exists once, whatever K), recompute saves nothing, and the
+  update's buffers add to them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from mspretrain.train.config import ConfigError
+from mspretrain.train.parallel import ffn_size, kv_heads, stage_layers
+from mspretrain.train.recompute import recompute_plan
+
+GB = 1e9
+BUCKET_CAP = 256 * 2 ** 20          # fused gradient all-reduce bucket, capped (MindSpore comm fusion)
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Bytes per parameter of each static buffer."""
+    weights: int
+    grads: int
+    master: int
+    adam: int                       # m + v
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.master + self.adam
+
+
+def bytes_per_param(dtype: str) -> Bytes:
+    if dtype == "fp32":
+        return Bytes(weights=4, grads=4, master=0, adam=8)
+    if dtype in ("fp16", "bf16"):
+        return Bytes(weights=2, grads=4, master=4, adam=8)
+    raise ConfigError(f"precision.dtype must be fp32, fp16 or bf16, got {dtype!r}")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    params_total: int
+    params_device: int              # parameters on the worst device, after mp and pp
+    stage: int                      # the pipeline stage of the worst device
+    weights: float                  # bytes
+    grads: float
+    optimizer: float                # master weights + Adam m, v
+    accumulators: float             # fp32 gradient sums over K > 1 micro-batches (4 bytes/parameter)
+    step_temps: float               # the update's own buffers (see _step_temp_bytes)
+    reuse: bool                     # memory reused within and across graphs (Ascend/GPU; not CPU)
+    activations: float
+    comm: float
+    layer_activations: tuple        # bytes per layer of that stage (one micro-batch)
+    head_activations: float         # logits + final norm on the last stage (0 elsewhere)
+    micro_batch: int                # samples per micro-batch per rank
+    in_flight: int                  # micro-batches this stage holds at peak
+    seq_length: int
+    document_activations: float = 0.0   # packed-document mask / kernel ends and rotary tables, per stage
+
+    @property
+    def static(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+    @property
+    def trainer(self) -> float:
+        """What our trainer holds beyond the static bytes and the activations: the accumulators, and
+        the update's temporaries. With reuse the update runs in backward's freed gradients and
+        activations, so only its excess counts; on CPU the graph keeps them all."""
+        if self.reuse:
+            return self.accumulators + max(0.0, self.step_temps - self.grads - self.activations)
+        return self.accumulators + self.step_temps
+
+    @property
+    def total(self) -> float:
+        return self.static + self.activations + self.trainer + self.comm
+
+
+# ---------------------------------------------------------------- parameters
+
+def layer_params(cfg) -> tuple[int, int]:
+    """(parameters split by model parallel, replicated ones) of one decoder layer."""
+    m = cfg.model
+    h, hd = m.hidden_size, m.hidden_size // m.num_heads
+    attn = h * m.num_heads * hd * 2 + 2 * h * kv_heads(m) * hd
+    return attn + 3 * h * ffn_size(m), 2 * h
+
+
+def count_params(cfg, vocab: int) -> int:
+    split, repl = layer_params(cfg)
+    h = cfg.model.hidden_size
+    head = 0 if cfg.model.tie_embeddings else vocab * h
+    return cfg.model.num_layers * (split + repl) + vocab * h + head + h
+
+
+def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
+    """Parameters held by one device of `stage` with `layers` decoder layers, after model parallel."""
+    p, h = cfg.parallel, cfg.model.hidden_size
+    mp, last = p.model_parallel, stage == p.pipeline_stage - 1
+    split, repl = layer_params(cfg)
+    n = layers * (split / mp + repl)
+    if stage == 0:
+        n += vocab * h / (1 if p.vocab_emb_dp else mp)
+    if last:
+        n += h + vocab * h / mp         # final norm, LM head (a copy of the table when tied)
+    return n
+
+
+# ---------------------------------------------------------------- activations
+
+def reuses_memory(cfg) -> bool:
+    """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
+    what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
+    output buffer for the graph's lifetime (measured in bench_memory.py: a forward-only graph grows by
+    the sum of all its intermediates; a while-loop body's exist once; recompute lowers nothing)."""
+    return cfg.device != "CPU"
+
+
+def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
+    """Bytes one decoder layer holds at the step's peak, for one micro-batch; `modules`: its
+    recomputed cells ("" = the whole layer)."""
+    if not reuses_memory(cfg):
+        return _layer_all_intermediates(cfg, seq, micro)
+    m, p = cfg.model, cfg.parallel
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    t = p.model_parallel
+    tok = seq * micro                               # tokens per micro-batch
+    sp = t if p.sequence_parallel else 1            # per-token tensors split by sequence parallel
+    h, f, a = m.hidden_size, ffn_size(m), m.num_heads
+    x = tok * h * b / sp
+    if "" in modules:
+        return x                                    # full recompute: the layer input only
+    norm = tok * h * (4 + b) / sp                   # fp32 normalised value + output
+    if m.flash_attention and cfg.device == "Ascend":
+        scores = a * tok * 4                        # log-sum-exp per head and token
+    else:
+        scores = a * seq * tok * (4 if b == 4 else 4 + b)   # fp32 softmax output (+ its 16-bit cast)
+    attention = (4 * tok * h * b + scores) / t      # q, k, v (tiled), attention output
+    mlp = 4 * tok * f * b / t                       # w1 out, w3 out, silu, product
+    total = x + x                                   # layer input, residual after attention
+    total += 0 if "attention_norm" in modules else norm
+    total += 0 if "attention" in modules else attention
+    total += 0 if "ffn_norm" in modules else norm
+    total += 0 if "mlp" in modules else mlp
+    return total
+
+
+def _layer_all_intermediates(cfg, seq: int, micro: int) -> float:
+    """CPU: every intermediate of mspretrain/train/model.py's layer, forward and backward, counted by hand in
+    T = [tokens, hidden], F = [tokens, ffn] (b bytes) and A = fp32 [heads, S, S] per sample.
+    Forward 28T + 4F + 4A: two RMSNorms 3T each (square, normalised, weighted); q, k, v and their
+    transposes 6T; rotary on q and k 5T each (halves, four products, sub + add, concat); scores,
+    scaled, masked, softmax 4A; p @ v, its transpose, wo 3T; two residual adds 2T; SwiGLU w1, w3,
+    silu, product 4F, w2 T. Backward 49T + 5F + 5A: SwiGLU 5F + 3T (w2 dx, both product gradients,
+    silu grad 2F; w1, w3 dx and their sum); each RMSNorm 8T (two products' gradients, their
+    reductions' temporaries, the mean's broadcast, square 2T, the sum) and its residual sum T;
+    attention 28T + 5A (wo dx, transpose, dv, dq, dk; each rotary 7.5T: concat split, four product
+    gradients, negation, sums, two slice gradients padded to full size and their sum; three transposes,
+    three dx and two sums; dprobs, softmax grad 2A, mask, scale)."""
+    m = cfg.model
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    tok = seq * micro
+    t, f, a = tok * m.hidden_size * b, tok * ffn_size(m) * b, m.num_heads * seq * tok * 4
+    return (28 + 49) * t + (4 + 5) * f + (4 + 5) * a
+
+
+def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
+    """The final norm, the logits and CausalLMLoss's fp32 path (logsumexp keeps exp(logits - max)).
+    Ascend/GPU: kept logits (16-bit output + fp32 copy) and the exp, plus the backward working set:
+    the logits' gradient from logsumexp, the gather's scattered gradient and their sum (3 fp32 [B*S, V]).
+    CPU (no reuse): forward 3 (logits, minus max, exp), backward 9 (the sum's broadcast, exp product,
+    the max's mask, cast and product, the gather's zeros and scatter, two sums), and the final norm
+    and LM head's [tokens, hidden] tensors 12T (norm 3 + 8, LM head dx 1)."""
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    tok = seq * micro
+    if not reuses_memory(cfg):
+        return tok * vocab * 4 * 12 + tok * cfg.model.hidden_size * b * 12
+    t = cfg.parallel.model_parallel
+    sp = t if cfg.parallel.sequence_parallel else 1
+    kept = (4 if b == 4 else 4 + b) + 4                  # logits (+ fp32 copy), exp(logits - max)
+    logits = tok * vocab * (kept + 3 * 4) / t
+    return tok * cfg.model.hidden_size * (4 + 2 * b) / sp + logits
+
+
+def document_activation_bytes(cfg, seq: int, micro: int) -> float:
+    """Packed-document masking (mspretrain/train/packing.py), built once per micro-batch from the tokens and read by
+    every layer, so held until the last layer's backward (a pipeline stage holds its own copy):
+    - the plain attention's mask, bool [B, 1, S, S] (True: masked);
+    - or, with the fused kernel (Ascend, 16-bit), the document ends int64 [B * L], L = min(max_documents, S);
+    - with position reset, the per-token rotary tables cos and sin, fp32 [B, 1, S, D/2] each.
+    CPU (every node output kept): the mask's build adds the per-pair document equality and its
+    conjunction with causality (bool [B, S, S] each) and, per token, the EOS flags, document index
+    and positions (a few int32 [B, S]); see bench/bench_memory.py --document-mask for the measurement."""
+    m = cfg.model
+    tok = seq * micro
+    total = 0.0
+    if m.reset_position_ids:
+        total += 2 * tok * (m.hidden_size // m.num_heads // 2) * 4
+    if m.document_mask:
+        varlen = m.flash_attention and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
+        if varlen:
+            total += micro * min(m.max_documents, seq) * 8
+        else:
+            total += micro * seq * seq * (1 if reuses_memory(cfg) else 3)
+    if not reuses_memory(cfg) and (m.document_mask or m.reset_position_ids):
+        total += tok * 4 * 6
+    return total
+
+
+def micro_batch(cfg) -> int:
+    p, t = cfg.parallel, cfg.train
+    local = t.micro_batch_size or t.global_batch_size // p.data_parallel
+    return max(1, local // (p.micro_batch_num if p.pipeline_stage > 1 else 1))
+
+
+# ---------------------------------------------------------------- the estimate
+
+def estimate(cfg, seq_length: int, vocab_size: int) -> Estimate:
+    """The per-device estimate of the worst pipeline stage."""
+    if seq_length < 1 or vocab_size < 1:
+        raise ConfigError(f"memory estimate needs the sequence length and vocabulary "
+                          f"(got {seq_length}, {vocab_size}): set data.path or model.vocab_size")
+    p = cfg.parallel
+    stages = stage_layers(cfg.model.num_layers, p.pipeline_stage, p.stage_offsets)
+    rplan = recompute_plan(cfg.recompute, cfg.model.num_layers)
+    best = None
+    for s, layers in enumerate(stages):
+        est = _stage_estimate(cfg, seq_length, vocab_size, s, layers, rplan)
+        if best is None or est.total > best.total:
+            best = est
+    return best
+
+
+def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan: dict) -> Estimate:
+    p = cfg.parallel
+    per = bytes_per_param(cfg.precision.dtype)
+    n = stage_params(cfg, vocab, stage, len(layers))
+    dp = p.data_parallel
+    level = p.optimizer_level if p.optimizer_shard else None
+    shard = {"weights": level == "level3", "grads": level in ("level2", "level3"), "states": level is not None}
+    weights = n * per.weights / (dp if shard["weights"] else 1)
+    grads = n * per.grads / (dp if shard["grads"] else 1)
+    optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
+    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_steps(cfg) > 1 else 0.0
+    step_temps = n * _step_temp_bytes(cfg) / (dp if shard["grads"] else 1)
+    mb = micro_batch(cfg)
+    m = p.micro_batch_num if p.pipeline_stage > 1 else 1
+    in_flight = min(p.pipeline_stage - stage, m)
+    per_layer = tuple(layer_activation_bytes(cfg, seq, mb, rplan.get(i, ())) for i in layers)
+    last = stage == p.pipeline_stage - 1
+    head = head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
+    documents = document_activation_bytes(cfg, seq, mb)
+    activations = (sum(per_layer) + documents) * in_flight + head
+    return Estimate(params_total=count_params(cfg, vocab), params_device=int(n), stage=stage,
+                    weights=weights, grads=grads, optimizer=optimizer, accumulators=accumulators,
+                    step_temps=step_temps, reuse=reuses_memory(cfg), activations=activations,
+                    comm=_comm_bytes(cfg, n, seq, mb), layer_activations=per_layer,
+                    head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq,
+                    document_activations=documents)
+
+
+def micro_steps(cfg) -> int:
+    """Micro-batches per optimizer step and rank: the pipeline's, or local batch / micro_batch_size."""
+    p, t = cfg.parallel, cfg.train
+    if p.pipeline_stage > 1:
+        return p.micro_batch_num
+    local = t.global_batch_size // p.data_parallel
+    return max(1, local // (t.micro_batch_size or local))
+
+
+def _step_temp_bytes(cfg) -> int:
+    """Bytes per parameter of the update's own buffers (mspretrain/train/step.py): the unscaled fp32 gradients are
+    all live when the global norm is known (clipping needs it), the clipped ones replace them one by
+    one, the zeros that reset the accumulators are transient: 4. On CPU every one of them is kept:
+    unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
+    if reuses_memory(cfg):
+        return 4
+    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_steps(cfg) > 1 else 0)
+
+
+def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
+    p = cfg.parallel
+    b = 4 if cfg.precision.dtype == "fp32" else 2
+    act = seq * micro * cfg.model.hidden_size * b
+    comm = 0.0
+    if p.data_parallel > 1:
+        comm += min(n * 4, BUCKET_CAP)              # fp32 gradient all-reduce bucket
+    if p.model_parallel > 1:
+        comm += 2 * act                              # activation all-reduce / all-gather in + out
+    if p.pipeline_stage > 1:
+        comm += 2 * act                              # send + receive of a micro-batch boundary
+    if p.optimizer_shard and p.data_parallel > 1:
+        h = cfg.model.hidden_size
+        comm += 2 * max(h * ffn_size(cfg.model), h * h) / p.model_parallel * b   # gathered weight
+    return comm
+
+
+# ---------------------------------------------------------------- advice
+
+@dataclass(frozen=True)
+class Advice:
+    change: str                     # the --set overrides, cumulative
+    estimate: Estimate
+    fits: bool
+
+
+def _with(cfg, **sections):
+    """A copy of cfg with some fields of some sections replaced: _with(cfg, parallel={...})."""
+    out = cfg
+    for section, fields in sections.items():
+        out = replace(out, **{section: replace(getattr(out, section), **fields)})
+    return out
+
+
+def advise(cfg, seq_length: int, vocab_size: int, device_bytes: float) -> list[Advice]:
+    """When cfg does not fit, the changes to try in order of cost, each on top of the previous, until
+    one fits: select recompute (attention), full recompute, optimizer sharding (level1..3), then
+    doubling model parallel, then pipeline stages, each taken from data parallel (same world size).
+    Changes that are impossible for this config (e.g. sharding with dp 1) or that save nothing on top
+    of the previous ones are skipped."""
+    if estimate(cfg, seq_length, vocab_size).total <= device_bytes:
+        return []
+    out: list[Advice] = []
+    cur, best = cfg, estimate(cfg, seq_length, vocab_size).total
+    for change, step in _candidates(cfg):
+        nxt = step(cur)
+        if nxt is None or not _valid(nxt):
+            continue
+        est = estimate(nxt, seq_length, vocab_size)
+        if est.total >= best:
+            continue                    # no gain on top of the changes so far: not worth its cost
+        cur, best = nxt, est.total
+        fits = est.total <= device_bytes
+        sets = " ".join(f"--set {s}" for s in diff_sets(cfg, cur))
+        out.append(Advice(f"{change}: {sets}", est, fits))
+        if fits:
+            break
+    return out
+
+
+def _candidates(cfg):
+    layers = f"0-{cfg.model.num_layers - 1}"
+    yield "select recompute (attention)", lambda c: _with(
+        c, recompute={"mode": "select", "select": {"attention": layers}, "full_layers": ""})
+    yield "full recompute", lambda c: _with(c, recompute={"mode": "full", "select": {}, "full_layers": ""})
+    for level in ("level1", "level2", "level3"):
+        yield f"optimizer sharding {level}", lambda c, lv=level: (
+            None if c.parallel.data_parallel == 1
+            else _with(c, parallel={"optimizer_shard": True, "optimizer_level": lv}))
+    for _ in range(6):
+        yield "double model parallel", lambda c: _take_from_dp(c, "model_parallel")
+    for _ in range(6):
+        yield "double pipeline stages", lambda c: _take_from_dp(c, "pipeline_stage")
+
+
+def _take_from_dp(cfg, key: str):
+    p = cfg.parallel
+    if p.data_parallel % 2:
+        return None
+    fields = {key: getattr(p, key) * 2, "data_parallel": p.data_parallel // 2}
+    if key == "pipeline_stage":
+        fields.update(micro_batch_num=max(p.micro_batch_num, fields[key]), stage_offsets=[])
+    if fields["data_parallel"] == 1:
+        fields["optimizer_shard"] = False
+    return _with(cfg, parallel=fields)
+
+
+def _valid(cfg) -> bool:
+    from mspretrain.train.parallel import validate
+
+    p = cfg.parallel
+    try:
+        validate(replace(cfg, device="Ascend"), p.data_parallel * p.model_parallel * p.pipeline_stage)
+    except ConfigError:
+        return False
+    return True
+
+
+def diff_sets(old, new) -> list[str]:
+    """`section.key=value` for every field of `new` that differs from `old` (the --set to type)."""
+    out = []
+    for section in ("recompute", "parallel"):
+        a, b = getattr(old, section), getattr(new, section)
+        for name in a.__dataclass_fields__:
+            va, vb = getattr(a, name), getattr(b, name)
+            if va != vb:
+                out.append(f"{section}.{name}={_yaml(vb)}")
+    return out
+
+
+def _yaml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: '{v}'" for k, v in value.items()) + "}"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+# ---------------------------------------------------------------- printing (`train estimate`)
+
+def parse_size(text: str) -> float:
+    """'64GB' -> 64e9 bytes, '80GiB' -> 80 * 2**30, '512MB', a plain number = bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?)B?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ConfigError(f"--device-memory {text!r}: expected a size like 64GB or 80GiB")
+    number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
+    power = "KMGT".index(unit) + 1 if unit else 0
+    return number * (1024 if binary else 1000) ** power
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:8.2f} GB" if x >= 0.1 * GB or x == 0 else f"{x / 1e6:8.2f} MB"
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3f} {unit}"
+    return f"{n:.0f}"
+
+
+def _size(x: float) -> str:
+    return f"{x / GB:.2f} GB" if x >= GB else f"{x / 1e6:.1f} MB"
+
+
+def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> str:
+    p = cfg.parallel
+    per = bytes_per_param(cfg.precision.dtype)
+    shard = f"optimizer sharding {p.optimizer_level}" if p.optimizer_shard else "no optimizer sharding"
+    lines = [
+        f"model: {_count(est.params_total)} parameters; {cfg.precision.dtype}: {per.total} bytes/parameter "
+        f"(weights {per.weights} + gradients {per.grads} + fp32 master {per.master} + Adam m {per.adam // 2} "
+        f"+ v {per.adam // 2})",
+        f"parallel: dp {p.data_parallel} x mp {p.model_parallel} x pp {p.pipeline_stage}, {shard}; "
+        f"worst device: pipeline stage {est.stage}, {_count(est.params_device)} parameters",
+        f"  weights           {_gb(est.weights)}",
+        f"  gradients         {_gb(est.grads)}",
+        f"  optimizer states  {_gb(est.optimizer)}   (fp32 master + Adam m, v)",
+        f"  accumulators      {_gb(est.accumulators)}   (fp32 gradient sums over the micro-batches, "
+        f"4 bytes/parameter; none with one micro-batch)",
+        f"  update            {_gb(est.trainer - est.accumulators)}   ({_step_note(est)})",
+        f"  activations       {_gb(est.activations)}   ({len(est.layer_activations)} layers x "
+        f"{est.in_flight} micro-batch(es) in flight, micro-batch {est.micro_batch} x seq {est.seq_length}; "
+        f"recompute {cfg.recompute.mode})",
+    ]
+    if est.layer_activations:
+        lo, hi = min(est.layer_activations), max(est.layer_activations)
+        per_layer = _size(lo) if lo == hi else f"{_size(lo)} .. {_size(hi)}"
+        lines.append(f"    per layer per micro-batch {per_layer}; LM head + logits {_size(est.head_activations)}"
+                     + (f"; packed-document mask + rotary tables {_size(est.document_activations)} per micro-batch"
+                        if est.document_activations else ""))
+    lines += [f"  communication     {_gb(est.comm)}",
+              f"  total             {_gb(est.total)}"]
+    if device_bytes:
+        verdict = "fits" if est.total <= device_bytes else "does NOT fit"
+        lines.append(f"device memory {device_bytes / GB:.2f} GB: {verdict} "
+                     f"({100 * est.total / device_bytes:.0f}% used)")
+    return "\n".join(lines)
+
+
+def _step_note(est: Estimate) -> str:
+    per = est.step_temps / max(1, est.params_device)
+    if est.reuse:
+        return (f"what its unscaled fp32 gradients, {_size(est.step_temps)}, need beyond backward's "
+                f"freed gradients and activations")
+    return f"CPU keeps every buffer of the graph: unscaled, clipped, zeroing {per:.0f} bytes/parameter"
+
+
+def format_advice(advice: list[Advice], device_bytes: float) -> str:
+    if not advice:
+        return ""
+    lines = ["cheapest changes, in order, each on top of the previous:"]
+    for a in advice:
+        lines.append(f"  {'FITS' if a.fits else '    '} {_gb(a.estimate.total)}  {a.change}")
+    if not advice[-1].fits:
+        lines.append(f"  nothing above fits in {device_bytes / GB:.2f} GB: more devices or a shorter sequence")
+    return "\n".join(lines)
+
+
+def dataset_shape(cfg, seq_length: int | None = None) -> tuple[int, int]:
+    """(seq_length, vocab): from the dataset at data.path, or `seq_length` and model.vocab_size."""
+    if seq_length and cfg.model.vocab_size:
+        return seq_length, cfg.model.vocab_size
+    if not cfg.data.path:
+        raise ConfigError("train estimate needs the sequence length and vocabulary: set data.path to a "
+                          "dataset dir (its manifest gives both), or pass --seq-length N with "
+                          "model.vocab_size set")
+    from mspretrain.loader.manifest import load_manifest
+
+    manifest = load_manifest(cfg.data.path)
+    return seq_length or manifest.seq_length, cfg.model.vocab_size or manifest.tokenizer.vocab_size
+
+
+def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None) -> int:
+    """`train estimate`: print the estimate and, when it does not fit, the advice. Returns 0."""
+    seq, vocab = dataset_shape(cfg, seq_length)
+    device = parse_size(device_memory) if device_memory else None
+    est = estimate(cfg, seq, vocab)
+    print(format_estimate(cfg, est, device))
+    if device and est.total > device:
+        print(format_advice(advise(cfg, seq, vocab, device), device))
+    return 0

@@ -1,0 +1,393 @@
+"""A Llama-style decoder: the math only.
+
+Token embedding, pre-norm blocks of (RMSNorm, causal self-attention with rotary embeddings and optional
+grouped KV heads) and (RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied).
+
+Parallel strategies and recompute are applied from outside (mspretrain/train/parallel.py, mspretrain/train/recompute.py),
+so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo, rotary),
+`layers[i].mlp` (w1 gate, w3 up, w2 down), `layers[i].attention_norm`, `layers[i].ffn_norm`,
+`tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
+so two processes build bitwise-identical weights. No dropout: the step is a pure function.
+Every primitive that touches an activation is held as a cell attribute (flash attention one per
+layer; the norms', rotary's, SiLU * gate's, the residual adds' and the loss's), so that the plan can
+give each one a strategy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common import dtype as mstype
+# not re-exported by mindspore.ops in 2.10
+from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
+
+from mspretrain.train.packing import DocumentBoundaries
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    vocab_size: int
+    seq_length: int
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 0           # 0: same as num_heads
+    ffn_size: int = 0               # 0: about 8/3 * hidden_size, rounded up to 64
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    tie_embeddings: bool = False
+    flash_attention: bool = False   # only where the fused kernel exists (Ascend)
+    document_mask: bool = False     # block-causal attention inside packed samples (mspretrain/train/packing.py)
+    reset_position_ids: bool = False  # rotary positions restart at each document
+    eos_id: int = -1                # the boundary token; needed by the two above
+    max_documents: int = 128        # documents per sample the fused kernel separates
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_size:
+            return self.ffn_size
+        return 64 * math.ceil(8 * self.hidden_size / 3 / 64)
+
+
+def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: str = "bf16",
+               eos_id: int | None = None) -> ModelArgs:
+    """ModelArgs from the `model` config section. The fused flash-attention kernel exists on Ascend
+    only, for fp16/bf16 inputs: elsewhere (or in fp32) the plain path runs. Document masking and
+    position reset need the dataset's EOS id; without one (eos_id None: no dataset, e.g. planning)
+    they are off."""
+    docs = eos_id is not None
+    if docs and eos_id < 0 and (cfg_model.document_mask or cfg_model.reset_position_ids):
+        from mspretrain.train.config import ConfigError
+        raise ConfigError(f"model.document_mask / model.reset_position_ids need the tokenizer's EOS id, "
+                          f"and the dataset has none (eos_id {eos_id}): set both to false")
+    return ModelArgs(
+        document_mask=docs and cfg_model.document_mask,
+        reset_position_ids=docs and cfg_model.reset_position_ids,
+        eos_id=eos_id if docs else -1, max_documents=cfg_model.max_documents,
+        vocab_size=cfg_model.vocab_size or vocab_size, seq_length=seq_length,
+        hidden_size=cfg_model.hidden_size, num_layers=cfg_model.num_layers,
+        num_heads=cfg_model.num_heads, num_kv_heads=cfg_model.num_kv_heads,
+        ffn_size=cfg_model.ffn_size, rope_theta=cfg_model.rope_theta, norm_eps=cfg_model.norm_eps,
+        init_std=cfg_model.init_std, tie_embeddings=cfg_model.tie_embeddings,
+        flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32")
+
+
+def _dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> nn.Dense:
+    w = rng.normal(0.0, std, size=(d_out, d_in)).astype(np.float32)
+    return nn.Dense(d_in, d_out, weight_init=Tensor(w), has_bias=False)
+
+
+class RMSNorm(nn.Cell):
+    """x / rms(x) * weight, computed in fp32 whatever the input precision."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
+        self.eps = eps
+        # primitives held so that train.parallel can give each one a strategy
+        self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
+        self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
+        self.scale, self.cast_out, self.cast_weight = ops.Mul(), ops.Cast(), ops.Cast()
+
+    def construct(self, x):
+        xf = self.cast_in(x, mstype.float32)
+        var = self.mean(self.square(xf), -1)
+        y = self.normalize(xf, self.rsqrt(self.add_eps(var, self.eps)))
+        return self.cast_out(self.scale(y, self.cast_weight(self.weight, mstype.float32)), x.dtype)
+
+
+def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of position * inverse frequency, each [seq_length, head_dim // 2], fp32."""
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.outer(np.arange(seq_length, dtype=np.float64), inv_freq)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+class Rotary(nn.Cell):
+    """Rotary position embedding of [B, heads, S, D] (the rotate-half form)."""
+
+    def __init__(self, seq_length: int, head_dim: int, theta: float):
+        super().__init__()
+        cos, sin = rotary_tables(seq_length, head_dim, theta)
+        self.cos, self.sin = Tensor(cos), Tensor(sin)
+        self.split = ops.Split(-1, 2)
+        self.mul_cos1, self.mul_sin1 = ops.Mul(), ops.Mul()
+        self.mul_cos2, self.mul_sin2 = ops.Mul(), ops.Mul()
+        self.sub, self.add, self.concat = ops.Sub(), ops.Add(), ops.Concat(-1)
+        self.cast_cos, self.cast_sin = ops.Cast(), ops.Cast()
+
+    def construct(self, x, cos=None, sin=None):
+        """`cos`/`sin`: per-token tables [B, 1, S, D/2] when positions restart at each document."""
+        x1, x2 = self.split(x)
+        cos = self.cast_cos(self.cos if cos is None else cos, x.dtype)
+        sin = self.cast_sin(self.sin if sin is None else sin, x.dtype)
+        first = self.sub(self.mul_cos1(x1, cos), self.mul_sin1(x2, sin))
+        second = self.add(self.mul_cos2(x2, cos), self.mul_sin2(x1, sin))
+        return self.concat((first, second))
+
+
+class Attention(nn.Cell):
+    """Causal self-attention with rotary embeddings and grouped KV heads; layout [B, heads, S, D]."""
+
+    def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
+        super().__init__()
+        d, hd = args.hidden_size, args.head_dim
+        self.num_heads, self.kv_heads, self.head_dim = args.num_heads, args.kv_heads, hd
+        self.wq = _dense(rng, d, args.num_heads * hd, args.init_std)
+        self.wk = _dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wv = _dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wo = _dense(rng, args.num_heads * hd, d, out_std)
+        self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
+        self.scale = 1.0 / math.sqrt(hd)
+        self.flash = args.flash_attention
+        self.varlen = self.flash and args.document_mask
+        s = args.seq_length
+        # primitives held as attributes so that train.parallel can shard them by head
+        self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
+        if self.varlen:
+            # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
+            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document
+            self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+            self.flash_attention_varlen = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                              input_layout="TND", sparse_mode=3)
+        elif self.flash:
+            # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
+            # primitive per layer (not the functional op's cached one) so that it can hold a strategy
+            self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
+            self.flash_attention = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                       input_layout="BNSD", sparse_mode=2)
+        else:
+            self.future = Tensor(np.triu(np.ones((s, s), np.bool_), 1))   # True: j > i, masked
+            self.qk = ops.BatchMatMul(transpose_b=True)
+            self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
+            self.mask = ops.MaskedFill()
+            self.mask_documents = ops.MaskedFill()   # packed documents: the block-causal mask [B, 1, S, S]
+            self.softmax = ops.Softmax(-1)
+            self.cast_probs = ops.Cast()
+            self.pv = ops.BatchMatMul()
+            if self.num_heads // self.kv_heads > 1:
+                self.repeat_kv = ops.Tile()
+
+    def rope(self, x, cos=None, sin=None):
+        return self.rotary(x, cos, sin)
+
+    def construct(self, x, doc=None):
+        b, s, _ = x.shape
+        mask, cos, sin = (None, None, None) if doc is None else doc   # see Llama.documents
+        q = self.to_heads(self.wq(x).reshape(b, s, self.num_heads, self.head_dim), (0, 2, 1, 3))
+        k = self.to_heads(self.wk(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
+        v = self.to_heads(self.wv(x).reshape(b, s, self.kv_heads, self.head_dim), (0, 2, 1, 3))
+        q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
+        if self.varlen:
+            return self.wo(self.varlen_attention(q, k, v, mask))
+        if self.flash:
+            out = self.flash_attention(q, k, v, None, None, None, self.fa_mask)[3]
+        else:
+            out = self.plain_attention(q, k, v, mask)
+        out = self.from_heads(out, (0, 2, 1, 3)).reshape(b, s, self.num_heads * self.head_dim)
+        return self.wo(out)
+
+    def varlen_attention(self, q, k, v, seq_ends):
+        """q [B, N, S, D], k/v [B, Nkv, S, D], seq_ends [B * L] -> [B, S, N * D]: the fused kernel in TND
+        layout, causal within each document."""
+        b, n, s, d = q.shape
+        nkv = k.shape[1]
+        q = self.from_heads(q, (0, 2, 1, 3)).reshape(b * s, n, d)
+        k = self.from_heads(k, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        v = self.from_heads(v, (0, 2, 1, 3)).reshape(b * s, nkv, d)
+        out = self.flash_attention_varlen(q, k, v, None, None, None, self.fa_mask, None, seq_ends, seq_ends)[3]
+        return out.reshape(b, s, n * d)
+
+    def plain_attention(self, q, k, v, masked=None):
+        rep = self.num_heads // self.kv_heads
+        if rep > 1:  # each KV head serves `rep` consecutive query heads
+            b, _, s, hd = k.shape
+            nkv = self.kv_heads
+            k = self.repeat_kv(k.reshape(b, nkv, 1, s, hd), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+            v = self.repeat_kv(v.reshape(b, nkv, 1, s, hd), (1, 1, rep, 1, 1)).reshape(b, self.num_heads, s, hd)
+        scores = self.scale_scores(self.cast_scores(self.qk(q, k), mstype.float32), self.scale)
+        if masked is None:
+            scores = self.mask(scores, self.future, -1e9)
+        else:                       # block-causal: causal within each document
+            scores = self.mask_documents(scores, masked, -1e9)
+        probs = self.cast_probs(self.softmax(scores), v.dtype)
+        return self.pv(probs, v)
+
+
+class MLP(nn.Cell):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
+        super().__init__()
+        self.w1 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w3 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w2 = _dense(rng, args.ffn, args.hidden_size, out_std)
+        self.silu, self.gate = SiLU(), ops.Mul()
+
+    def construct(self, x):
+        return self.w2(self.gate(self.silu(self.w1(x)), self.w3(x)))
+
+
+class DecoderLayer(nn.Cell):
+    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+        super().__init__()
+        out_std = args.init_std / math.sqrt(2 * args.num_layers)  # residual projections, GPT-2 style
+        self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.attention = Attention(args, rng, out_std)
+        self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.mlp = MLP(args, rng, out_std)
+        self.residual_attn, self.residual_ffn = ops.Add(), ops.Add()
+
+    def construct(self, x, doc=None):
+        h = self.residual_attn(x, self.attention(self.attention_norm(x), doc))
+        return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
+
+
+class ReusedDecoderLayer(DecoderLayer):
+    """A DecoderLayer compiled once as a sub-graph that every layer calls (mindspore.lazy_inline), instead
+    of being inlined layer by layer: with pipeline stages the compiler otherwise unrolls micro-batches x
+    layers, and compiles for a very long time. MindFormers decorates its decoder layer the same way."""
+
+    @ms.lazy_inline
+    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+        super().__init__(args, rng)
+
+
+class Llama(nn.Cell):
+    """tokens int32 [B, S] -> logits [B, S, vocab]. `lazy_inline`: the layers are ReusedDecoderLayer
+    (train.trainer sets it with pipeline stages, the case MindSpore's pipeline compile needs it for)."""
+
+    def __init__(self, args: ModelArgs, seed: int, lazy_inline: bool = False):
+        super().__init__()
+        if args.hidden_size % args.num_heads:
+            raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
+        if args.num_heads % args.kv_heads:
+            raise ValueError(f"num_heads {args.num_heads} is not a multiple of num_kv_heads {args.kv_heads}")
+        if args.head_dim % 2:
+            raise ValueError(f"head dim {args.head_dim} must be even for rotary embeddings")
+        self.args = args
+        rng = np.random.default_rng(seed)
+        emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
+        layer = ReusedDecoderLayer if lazy_inline else DecoderLayer
+        self.layers = nn.CellList([layer(args, rng) for _ in range(args.num_layers)])
+        self.norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
+                                                               args.init_std)
+        self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
+        self.cast_table = ops.Cast() if args.tie_embeddings else None
+        self.boundaries = None
+        if args.document_mask or args.reset_position_ids:
+            flash = args.flash_attention and args.document_mask
+            self.boundaries = DocumentBoundaries(args.eos_id, args.seq_length, args.document_mask,
+                                                 args.reset_position_ids, flash, args.max_documents)
+            cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
+            self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
+            self.gather_cos, self.gather_sin = ops.Gather(), ops.Gather()   # the tables' rows per token
+
+    def documents(self, tokens):
+        """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
+        per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
+        mask, pos = self.boundaries(tokens)
+        if mask is not None:
+            mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
+        if pos is None:
+            return mask, None, None
+        b, s = pos.shape
+        cos = self.gather_cos(self.rope_cos, pos, 0).reshape(b, 1, s, -1)
+        sin = self.gather_sin(self.rope_sin, pos, 0).reshape(b, 1, s, -1)
+        return mask, ops.stop_gradient(cos), ops.stop_gradient(sin)
+
+    def construct(self, tokens):
+        h = self.tok_embeddings(tokens)
+        doc = None if self.boundaries is None else self.documents(tokens)
+        for layer in self.layers:
+            h = layer(h, doc)
+        h = self.norm(h)
+        if self.output is None:
+            b, s, d = h.shape
+            table = self.cast_table(self.tok_embeddings.embedding_table, h.dtype)
+            return self.tied_head(h.reshape(b * s, d), table).reshape(b, s, -1)
+        return self.output(h)
+
+
+class CausalLMLoss(nn.Cell):
+    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
+    (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
+
+    Written with primitives that each take a strategy (train.parallel), so that the loss runs on
+    logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
+    reductions over the vocabulary, which the compiler completes with an all-reduce."""
+
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
+        super().__init__()
+        self.model = model
+        self.vocab_size = vocab_size
+        self.eod_mask_id = eod_mask_id
+        self.cast = ops.Cast()
+        self.max = ops.ReduceMax(keep_dims=True)
+        self.shift = ops.Sub()
+        self.exp = ops.Exp()
+        self.sum_exp = ops.ReduceSum(keep_dims=False)
+        self.log = ops.Log()
+        self.one_hot = ops.OneHot()
+        self.pick = ops.Mul()
+        self.sum_picked = ops.ReduceSum(keep_dims=False)
+        self.nll = ops.Sub()
+        self.mean = ops.ReduceMean(keep_dims=False)
+        self.on, self.off = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
+        # train.eod_mask_loss: the mean over the positions whose input is not EOS
+        self.keep, self.cast_keep, self.masked = ops.NotEqual(), ops.Cast(), ops.Mul()
+        self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
+        self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
+        self.inputs, self.targets = ops.StridedSlice(), ops.StridedSlice()   # [B, S+1] -> [B, S] twice
+
+    def construct(self, input_ids):
+        b, s1 = input_ids.shape
+        tokens = self.inputs(input_ids, (0, 0), (b, s1 - 1), (1, 1))
+        labels = self.targets(input_ids, (0, 1), (b, s1), (1, 1)).reshape(-1)
+        logits = self.cast(self.model(tokens), mstype.float32).reshape(-1, self.vocab_size)
+        top = ops.stop_gradient(self.max(logits, -1))
+        shifted = self.shift(logits, top)                     # log-sum-exp without overflow
+        logz = self.log(self.sum_exp(self.exp(shifted), -1))
+        picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
+        nll = self.nll(logz, picked)
+        if self.eod_mask_id >= 0:
+            keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
+            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
+            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
+        return self.mean(nll, -1)
+
+
+def count_params(model: nn.Cell) -> int:
+    return int(sum(np.prod(p.shape) for p in model.get_parameters()))
+
+
+def flops_per_token(args: ModelArgs, num_params: int) -> float:
+    """Training FLOPs per token: 6 * params (matmuls, forward + backward) plus the attention scores
+    and weighted sum, 12 * layers * hidden * seq (PaLM appendix B). Embedding lookups are not matmuls."""
+    matmul_params = num_params - (0 if args.tie_embeddings else args.vocab_size * args.hidden_size)
+    return 6.0 * matmul_params + 12.0 * args.num_layers * args.hidden_size * args.seq_length
+
+
+def set_norms_fp32(model: Llama) -> None:
+    """After fp16/bf16 casting, keep every RMSNorm in fp32 (the sum of squares overflows fp16)."""
+    for _, cell in model.cells_and_names():
+        if isinstance(cell, RMSNorm):
+            cell.to_float(mstype.float32)
+
+
+__all__ = ["ModelArgs", "model_args", "Llama", "CausalLMLoss", "RMSNorm", "count_params",
+           "flops_per_token", "set_norms_fp32", "ms"]

@@ -1,0 +1,619 @@
+"""The parallel plan (dp / mp / pp / optimizer sharding) and how it is applied from outside the model.
+
+`make_plan(cfg, world_size)` is a pure function: it validates cfg.parallel against the model and the
+world size (ConfigError naming the keys) and returns a `Plan`: the shard strategy of every sharded
+primitive (the tuples `Primitive.shard` takes), the layer -> pipeline stage map, the 1F1B figures,
+the optimizer-sharding level and the dataset strategy. `annotate` (strategies and stages onto the
+model) and `wrap` (AutoParallel) are the only code touching MindSpore's semi-auto parallel API, which
+runs on Ascend only (MindSpore 2.10 refuses semi_auto on CPU). On CPU/GPU only data parallelism runs,
+through the DATA_PARALLEL context (train.distributed.setup).
+
+Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
+  column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
+  row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
+  attention scores, softmax, weighted sum [B, N, S, *]: (dp, mp, 1, 1)  -> N / mp heads per rank
+With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
+Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
+default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
+SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
+transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
+block-causal mask of packed documents, and the cross entropy on vocabulary-split logits with its
+EOD loss mask (module "loss": the loss cell).
+With packed-document masking on Ascend the kernel runs in TND layout ([B*S, N, D]): q, k, v
+(dp, mp, 1), the compressed mask (1, 1), the cumulative document ends (dp,) each, MindFormers' form;
+`annotate` also tells the model's DocumentBoundaries the dp degree, so that the ends restart at every
+shard boundary (mspretrain/train/packing.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mspretrain.train.config import ConfigError
+from mspretrain.train.distributed import all_reduce_weighted_mean, layout
+
+COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
+ROW = ("attention.wo", "mlp.w2")
+OPTIMIZER_LEVELS = ("level1", "level2", "level3")
+
+
+@dataclass(frozen=True)
+class OpShard:
+    """One operator's strategy: `in_strategy` is one tuple per input, as `Primitive.shard` takes it."""
+    module: str                 # cell path in the model, e.g. "layers.3.attention.wq" ("" = the model)
+    prim: str                   # the primitive's attribute name in that cell, e.g. "matmul"
+    kind: str                   # the primitive's name, checked when applied: MatMul, Gather, BatchMatMul
+    in_strategy: tuple
+    out_strategy: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    world_size: int
+    dp: int
+    mp: int
+    pp: int
+    micro_batch_num: int
+    vocab_emb_dp: bool
+    sequence_parallel: bool
+    optimizer_level: str | None         # None: no optimizer sharding (AutoParallel.hsdp not called)
+    stage_layers: tuple                 # stage -> tuple of layer indices
+    stage_of: dict                      # cell path -> stage (embedding first, norm + head last)
+    ops: tuple                          # OpShard for every sharded operator
+    dataset_strategy: tuple             # per input column: (dp, 1) -> each dp group reads G/dp samples
+    schedule: str = "1f1b"
+    in_flight: tuple = field(default=())   # 1F1B: micro-batches stage s holds at peak: min(p - s, m)
+
+    @property
+    def bubble(self) -> float:
+        """Idle fraction of a 1F1B pipeline step: (p - 1) / (m + p - 1)."""
+        return (self.pp - 1) / (self.micro_batch_num + self.pp - 1)
+
+    def op(self, module: str, prim: str = "matmul") -> OpShard:
+        for o in self.ops:
+            if o.module == module and o.prim == prim:
+                return o
+        raise KeyError(f"no strategy for {module}.{prim}")
+
+
+# ---------------------------------------------------------------- model sizes the plan depends on
+
+def ffn_size(model_cfg) -> int:
+    """The MLP width: model.ffn_size, or the Llama rule 8/3 * hidden rounded up to a multiple of 64."""
+    if model_cfg.ffn_size:
+        return model_cfg.ffn_size
+    return 64 * math.ceil(8 * model_cfg.hidden_size / 3 / 64)
+
+
+def kv_heads(model_cfg) -> int:
+    return model_cfg.num_kv_heads or model_cfg.num_heads
+
+
+# ---------------------------------------------------------------- validation
+
+def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: int | None = None) -> None:
+    """Every constraint the plan needs; ConfigError names the keys. vocab/seq: when known (dataset)."""
+    p, m = cfg.parallel, cfg.model
+    layout(cfg, 0, world_size)          # dp * mp * pp == world size, each >= 1
+    mp, pp, dp = p.model_parallel, p.pipeline_stage, p.data_parallel
+    if cfg.device != "Ascend" and (mp > 1 or pp > 1 or p.optimizer_shard):
+        raise ConfigError(
+            f"device {cfg.device}: parallel.model_parallel={mp}, parallel.pipeline_stage={pp}, "
+            f"parallel.optimizer_shard={p.optimizer_shard} need MindSpore semi-auto parallel, which runs "
+            f"on Ascend only; on {cfg.device} use data parallelism alone (model_parallel=1, pipeline_stage=1, "
+            f"optimizer_shard=false)")
+    vocab = vocab_size or m.vocab_size
+    divisible = [("model.num_heads", m.num_heads), ("model.num_kv_heads", kv_heads(m)),
+                 ("model.ffn_size", ffn_size(m))]
+    if vocab:
+        divisible.append(("model.vocab_size", vocab))
+    for key, value in divisible:
+        if value % mp:
+            raise ConfigError(f"{key} ({value}) must be divisible by parallel.model_parallel ({mp})")
+    if m.max_documents < 1:
+        raise ConfigError(f"model.max_documents must be >= 1, got {m.max_documents}")
+    _validate_varlen(cfg, dp, seq_length)
+    if m.num_layers < pp:
+        raise ConfigError(f"model.num_layers ({m.num_layers}) must be >= parallel.pipeline_stage ({pp})")
+    if p.micro_batch_num < 1:
+        raise ConfigError(f"parallel.micro_batch_num must be >= 1, got {p.micro_batch_num}")
+    if pp > 1 and p.micro_batch_num < pp:
+        raise ConfigError(f"parallel.micro_batch_num ({p.micro_batch_num}) must be >= "
+                          f"parallel.pipeline_stage ({pp})")
+    _validate_batch(cfg, dp)
+    if p.sequence_parallel and mp == 1:
+        raise ConfigError("parallel.sequence_parallel needs parallel.model_parallel > 1")
+    if p.sequence_parallel and seq_length and seq_length % mp:
+        raise ConfigError(f"parallel.sequence_parallel: the dataset's seq_length ({seq_length}) must be "
+                          f"divisible by parallel.model_parallel ({mp})")
+    if p.optimizer_shard and dp == 1:
+        raise ConfigError("parallel.optimizer_shard shards over the data-parallel group: it needs "
+                          "parallel.data_parallel > 1")
+    if p.optimizer_level not in OPTIMIZER_LEVELS:
+        raise ConfigError(f"parallel.optimizer_level must be one of {', '.join(OPTIMIZER_LEVELS)}, "
+                          f"got {p.optimizer_level!r}")
+    if m.tie_embeddings and mp > 1 and p.vocab_emb_dp:
+        raise ConfigError("model.tie_embeddings with parallel.model_parallel > 1 needs "
+                          "parallel.vocab_emb_dp=false (the shared weight must be split by vocab, as the "
+                          "LM head is)")
+    stage_layers(m.num_layers, pp, p.stage_offsets)
+
+
+VARLEN_MAX_SEQUENCES = 1024    # FlashAttentionScore TND: at most 1024 entries in actual_seq_qlen (2.10 docs)
+
+
+def _validate_varlen(cfg, dp: int, seq_length: int | None) -> None:
+    """The TND kernel takes at most VARLEN_MAX_SEQUENCES document ends per call: a rank's micro-batch
+    times min(model.max_documents, seq_length) entries (unused slots are padded, so they count)."""
+    if not uses_varlen_attention(cfg):
+        return
+    p, t = cfg.parallel, cfg.train
+    micro = t.micro_batch_size or max(1, t.global_batch_size // dp)
+    if p.pipeline_stage > 1:
+        micro = max(1, micro // p.micro_batch_num)
+    per_sample = min(cfg.model.max_documents, seq_length or cfg.model.max_documents)
+    if micro * per_sample > VARLEN_MAX_SEQUENCES:
+        raise ConfigError(
+            f"flash attention with model.document_mask: a rank's micro-batch of {micro} samples x "
+            f"model.max_documents {per_sample} = {micro * per_sample} document ends per kernel call, more "
+            f"than FlashAttentionScore's TND layout takes ({VARLEN_MAX_SEQUENCES}); lower model.max_documents "
+            f"or the per-rank micro-batch (train.micro_batch_size, train.global_batch_size / "
+            f"parallel.data_parallel)")
+
+
+def _validate_batch(cfg, dp: int) -> None:
+    p, t = cfg.parallel, cfg.train
+    g = t.global_batch_size
+    if g < 1:
+        raise ConfigError(f"train.global_batch_size must be >= 1, got {g}")
+    if g % (dp * p.micro_batch_num):
+        raise ConfigError(f"train.global_batch_size ({g}) must be divisible by parallel.data_parallel ({dp}) "
+                          f"* parallel.micro_batch_num ({p.micro_batch_num})")
+    if t.micro_batch_size and (g // dp) % t.micro_batch_size:
+        raise ConfigError(f"train.global_batch_size ({g}) / parallel.data_parallel ({dp}) = {g // dp} samples "
+                          f"per rank must be divisible by train.micro_batch_size ({t.micro_batch_size})")
+    if p.pipeline_stage > 1 and t.micro_batch_size and t.micro_batch_size != g // dp:
+        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) with parallel.pipeline_stage "
+                          f"({p.pipeline_stage}): the pipeline's micro-batches (parallel.micro_batch_num) "
+                          f"are the accumulation; set train.micro_batch_size=0")
+
+
+def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:
+    """Layer indices per pipeline stage, contiguous and in order.
+
+    Each stage gets num_layers // pp; the remainder goes one each to stages 1, 2, ... (never stage 0,
+    which under 1F1B holds the most micro-batches in flight); then `offsets[s]` layers are added to
+    stage s (parallel.stage_offsets: length pp, sum 0), e.g. [-1, 1] moves a layer from stage 0 to 1.
+    """
+    key = "parallel.stage_offsets"
+    offsets = list(offsets or [0] * pp)
+    if len(offsets) != pp:
+        raise ConfigError(f"{key} has {len(offsets)} entries; it needs one per stage "
+                          f"(parallel.pipeline_stage={pp})")
+    if any(not isinstance(o, int) or isinstance(o, bool) for o in offsets):
+        raise ConfigError(f"{key} must be a list of integers, got {offsets}")
+    if sum(offsets):
+        raise ConfigError(f"{key} {offsets} must sum to 0 (they move layers between stages)")
+    base, extra = divmod(num_layers, pp)
+    counts = [base + (1 if 1 <= s <= extra else 0) + offsets[s] for s in range(pp)]
+    for s, n in enumerate(counts):
+        if n < 1:
+            raise ConfigError(f"{key} {offsets} leaves pipeline stage {s} with {n} layers "
+                              f"(model.num_layers={num_layers}, parallel.pipeline_stage={pp})")
+    stages, start = [], 0
+    for n in counts:
+        stages.append(tuple(range(start, start + n)))
+        start += n
+    return tuple(stages)
+
+
+# ---------------------------------------------------------------- the plan
+
+def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
+              seq_length: int | None = None) -> Plan:
+    p = cfg.parallel
+    world = world_size or p.data_parallel * p.model_parallel * p.pipeline_stage
+    validate(cfg, world, vocab_size, seq_length)
+    dp, mp, pp = p.data_parallel, p.model_parallel, p.pipeline_stage
+    stages = stage_layers(cfg.model.num_layers, pp, p.stage_offsets)
+    stage_of = {"tok_embeddings": 0, "norm": pp - 1}
+    if not cfg.model.tie_embeddings:
+        stage_of["output"] = pp - 1
+    for s, layers in enumerate(stages):
+        stage_of.update({f"layers.{i}": s for i in layers})
+    sp = p.sequence_parallel
+    ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
+    for i in range(cfg.model.num_layers):
+        ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
+                          kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg),
+                          bool(cfg.model.reset_position_ids))
+    ops += _boundary_ops(dp, bool(cfg.model.document_mask), bool(cfg.model.reset_position_ids),
+                         uses_varlen_attention(cfg))
+    ops += _norm_ops("norm", dp, mp, sp)
+    ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
+    ops += _loss_ops(dp, mp)
+    m = p.micro_batch_num if pp > 1 else 1
+    return Plan(world_size=world, dp=dp, mp=mp, pp=pp, micro_batch_num=m, vocab_emb_dp=p.vocab_emb_dp,
+                sequence_parallel=p.sequence_parallel,
+                optimizer_level=p.optimizer_level if p.optimizer_shard else None,
+                stage_layers=stages, stage_of=stage_of, ops=tuple(ops),
+                dataset_strategy=((dp, 1),), in_flight=tuple(min(pp - s, m) for s in range(pp)))
+
+
+def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
+    # nn.Embedding: Gather(table [V, H], flat ids [B*S]); the table replicated (data) or split by vocab.
+    table = (1, 1) if vocab_emb_dp else (mp, 1)
+    return [OpShard("tok_embeddings", "gather", "Gather", (table, (dp,)))]
+
+
+def uses_flash_attention(cfg) -> bool:
+    """The model's rule (train.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
+    return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
+
+
+def uses_varlen_attention(cfg) -> bool:
+    """Flash attention over packed documents: the TND kernel with per-document ends."""
+    return uses_flash_attention(cfg) and bool(cfg.model.document_mask)
+
+
+def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
+    """[B, S, H] activations between the blocks: split by batch, and by tokens with sequence parallel."""
+    return (dp, mp, 1) if seq_par else (dp, 1, 1)
+
+
+def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+    x = _tokens(dp, mp, seq_par)
+    return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
+            OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
+            OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
+            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,)),
+            OpShard(prefix, "cast_weight", "Cast", ((1,),))]
+
+
+def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
+               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
+    ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
+    # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
+    row_out = ((dp * mp, 1),) if seq_par else None
+    ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
+    heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
+    att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
+    ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
+            OpShard(att, "from_heads", "Transpose", (heads,))]
+    # the rotary tables: [S, D/2] shared by the batch, or with position reset per token [B, 1, S, D/2]
+    table = (dp, 1, 1, 1) if reset_positions else (1, 1)
+    ops += [OpShard(rot, "split", "Split", (heads,)),
+            *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
+                                                                     "mul_sin2")],
+            OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
+            OpShard(rot, "concat", "Concat", (heads, heads)),
+            OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
+    if flash and varlen:
+        # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
+        # ends [B * L] by batch shard (each shard's restart at 0: mspretrain/train/packing.py)
+        tnd = (dp, mp, 1)
+        ops.append(OpShard(att, "flash_attention_varlen", "FlashAttentionScore",
+                           (tnd, tnd, tnd, (1, 1), (dp,), (dp,))))
+    elif flash:
+        # q, k, v by head; the compressed 2048 x 2048 causal mask whole ((1, 1): the kernel's requirement)
+        ops.append(OpShard(att, "flash_attention", "FlashAttentionScore", (heads, heads, heads, (1, 1))))
+    else:
+        ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
+                OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
+                OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
+                OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
+                OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
+                OpShard(att, "pv", "BatchMatMul", (heads, heads))]
+        if grouped_kv:
+            ops.append(OpShard(att, "repeat_kv", "Tile", ((dp, mp, 1, 1, 1),)))
+    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
+    ops += [OpShard(f"{prefix}.mlp", "silu", "SiLU", (ffn,)), OpShard(f"{prefix}.mlp", "gate", "Mul", (ffn, ffn))]
+    x = _tokens(dp, mp, seq_par)
+    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
+    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par)
+    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par)
+    return ops
+
+
+def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bool) -> list:
+    """Document boundaries of packed samples (train.packing.DocumentBoundaries, module "boundaries")
+    from input tokens [B, S]: every op works along one sample's sequence, so only the batch is split;
+    the [1, S] / [1, L] / [S, S] constant tables they combine with are whole."""
+    if not (document_mask or reset_positions):
+        return []
+    m, row, whole = "boundaries", (dp, 1), (1, 1)
+    ops = [OpShard(m, "is_eos", "Equal", (row, ()))]
+    if (document_mask and not flash) or reset_positions:
+        ops.append(OpShard(m, "cast_eos", "Cast", (row,)))
+    if document_mask and not flash:
+        # block-causal mask [B, 1, S, S] from the document index of each token, [B, S, 1] vs [B, 1, S]
+        ops += [OpShard(m, "count_eos", "CumSum", (row,)),
+                OpShard(m, "other_doc", "NotEqual", ((dp, 1, 1), (dp, 1, 1))),
+                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole))]
+    if document_mask and flash:
+        # the TND kernel's document ends [B, L]; the per-shard offsets [B, 1] split like the ends
+        ops += [OpShard(m, "ends_at", "LogicalAnd", (row, whole)), OpShard(m, "cast_ends", "Cast", (row,)),
+                OpShard(m, "weigh_ends", "Mul", (row, whole)), OpShard(m, "negate", "Sub", (row, ())),
+                OpShard(m, "smallest", "TopK", (row,)), OpShard(m, "restore", "Mul", (row, whole)),
+                OpShard(m, "close", "Add", (row, whole)), OpShard(m, "offset", "Add", (row, row)),
+                OpShard(m, "cast_out", "Cast", (row,))]
+    if reset_positions:
+        # positions restarting after each EOS: the EOS flags shifted right by one, the last start so far
+        ops += [OpShard(m, "first", "StridedSlice", (row,)), OpShard(m, "zeros", "ZerosLike", (row,)),
+                OpShard(m, "drop_last", "StridedSlice", (row,)), OpShard(m, "shift", "Concat", (row, row)),
+                OpShard(m, "starts", "Mul", (row, whole)), OpShard(m, "last_start", "Cummax", (row,)),
+                OpShard(m, "positions", "Sub", (whole, row)),
+                # the rotary tables' rows per token (Llama.documents): tables whole, positions by batch
+                OpShard("", "gather_cos", "Gather", (whole, row)), OpShard("", "gather_sin", "Gather", (whole, row))]
+    return ops
+
+
+def _loss_ops(dp: int, mp: int) -> list:
+    """Cross entropy on logits split by vocabulary ([B*S, V] as (dp, mp)): reductions over V."""
+    v, row = (dp, mp), (dp, 1)
+    return [OpShard("loss", "inputs", "StridedSlice", ((dp, 1),)),      # input_ids [B, S+1] -> tokens
+            OpShard("loss", "targets", "StridedSlice", ((dp, 1),)),     # and labels [B, S]
+            OpShard("loss", "cast", "Cast", ((dp, 1, mp),)), OpShard("loss", "max", "ReduceMax", (v,)),
+            OpShard("loss", "shift", "Sub", (v, row)), OpShard("loss", "exp", "Exp", (v,)),
+            OpShard("loss", "sum_exp", "ReduceSum", (v,)), OpShard("loss", "log", "Log", ((dp,),)),
+            OpShard("loss", "one_hot", "OneHot", (v, (), ())), OpShard("loss", "pick", "Mul", (v, v)),
+            OpShard("loss", "sum_picked", "ReduceSum", (v,)), OpShard("loss", "nll", "Sub", ((dp,), (dp,))),
+            OpShard("loss", "mean", "ReduceMean", ((dp,),)),
+            # train.eod_mask_loss: input tokens [B, S] -> keep [B*S], the kept mean
+            OpShard("loss", "keep", "NotEqual", ((dp, 1), ())), OpShard("loss", "cast_keep", "Cast", ((dp, 1),)),
+            OpShard("loss", "masked", "Mul", ((dp,), (dp,))), OpShard("loss", "sum_masked", "ReduceSum", ((dp,),)),
+            OpShard("loss", "count_kept", "ReduceSum", ((dp,),)),
+            OpShard("loss", "at_least_one", "Maximum", ((), ())), OpShard("loss", "divide", "RealDiv", ((), ()))]
+
+
+def _head_ops(dp: int, mp: int, tied: bool) -> list:
+    # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
+    if tied:
+        # the embedding table (split by vocabulary: tying needs vocab_emb_dp off) cast to the compute dtype
+        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
+    return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
+
+
+# ---------------------------------------------------------------- printing (`train plan`)
+
+def format_plan(plan: Plan) -> str:
+    lines = [f"world {plan.world_size} = data_parallel {plan.dp} x model_parallel {plan.mp} x "
+             f"pipeline_stage {plan.pp}",
+             f"dataset strategy {plan.dataset_strategy}: each data-parallel group reads 1/{plan.dp} "
+             f"of the global batch",
+             "optimizer sharding: " + (f"AutoParallel.hsdp(optimizer_level={plan.optimizer_level!r}) over "
+                                       f"{plan.dp} data-parallel ranks" if plan.optimizer_level else "off"),
+             f"sequence parallel: {'on' if plan.sequence_parallel else 'off'}; embedding split by "
+             f"{'data (replicated table)' if plan.vocab_emb_dp else 'vocab'}"]
+    if plan.pp > 1:
+        lines.append(f"pipeline: {plan.schedule}, {plan.micro_batch_num} micro-batches, bubble "
+                     f"(p-1)/(m+p-1) = {plan.bubble:.3f}")
+        for s, layers in enumerate(plan.stage_layers):
+            extra = " + tok_embeddings" if s == 0 else ""
+            extra += " + norm, output" if s == plan.pp - 1 else ""
+            lines.append(f"  stage {s}: layers {_ranges(layers)}{extra}; "
+                         f"{plan.in_flight[s]} micro-batch(es) in flight")
+    else:
+        lines.append("pipeline: off (bubble 0)")
+    lines.append("op strategies (one tuple per input; layer 0 shown, every layer alike):")
+    for o in plan.ops:
+        if o.module.startswith("layers.") and not o.module.startswith("layers.0"):
+            continue
+        out = f" out {o.out_strategy}" if o.out_strategy else ""
+        lines.append(f"  {(o.module or 'model') + '.' + o.prim:<40} {o.kind:<19} {o.in_strategy}{out}")
+    return "\n".join(lines)
+
+
+def _ranges(layers) -> str:
+    return f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else str(layers[0])
+
+
+def print_plan(cfg, world_size: int | None = None) -> None:
+    """`train plan`: the plan for cfg (the dataset at data.path, when set, gives vocab and seq length)."""
+    vocab = seq = None
+    if cfg.data.path:
+        from mspretrain.loader.manifest import load_manifest
+
+        manifest = load_manifest(cfg.data.path)
+        vocab, seq = cfg.model.vocab_size or manifest.tokenizer.vocab_size, manifest.seq_length
+    print(format_plan(make_plan(cfg, world_size, vocab, seq)))
+
+
+# ---------------------------------------------------------------- applying it (MindSpore)
+
+def grad_reducer(dist, parameters):
+    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank."""
+    from mindspore import nn
+
+    if dist.world_size == 1:
+        return nn.Identity()
+    return nn.DistributedGradReducer(parameters, mean=True, degree=dist.world_size)
+
+
+class GlobalLossStep:
+    """Reports the loss of the whole global batch: the mean over the ranks that compute it (all of
+    them, or with pipeline stages only the last stage's; equal token counts). Everything else is
+    forwarded to the wrapped train step (state_parameters, loss_scale...)."""
+
+    def __init__(self, step, dist, computes_loss: bool):
+        self._step, self._dist, self._weight = step, dist, 1.0 if computes_loss else 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+    def __call__(self, input_ids, lr):
+        result = self._step(input_ids, lr)
+        loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
+        return dataclasses.replace(result, loss=loss)
+
+
+def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
+    """Make `train_step` (train.step.TrainStep) parallel and return the object to run.
+
+    One rank: unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the ranks) in the
+    step cell's `grad_reducer` slot. Ascend: the plan's strategies and stages set on `model`, and the
+    step cell wrapped in AutoParallel: one graph, compiled once. With several ranks the overflow flag
+    is all-reduced in the graph and the reported loss is the global batch's (GlobalLossStep).
+    """
+    if dist.world_size == 1:
+        return train_step
+    cell = train_step.step_cell
+    cell.reduce_overflow = True
+    if cfg.device != "Ascend":
+        cell.grad_reducer = grad_reducer(dist, cell.weights)
+        check_grad_reduction(cell)
+        return GlobalLossStep(train_step, dist, computes_loss=True)
+    plan = make_plan(cfg, dist.world_size, model_vocab(model))
+    annotate(plan, model, loss_cell)
+    train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
+    return GlobalLossStep(train_step, dist, computes_loss=last_stage)
+
+
+def parallel_forward(cfg, dist, model, loss_net):
+    """The loss cell to evaluate with: on Ascend with several ranks, wrapped in AutoParallel with the
+    model's strategies (already set by `parallelize`) and every rank feeding the full batch, so that
+    it runs on the sliced weights; elsewhere `loss_net` itself."""
+    if dist.world_size == 1 or cfg.device != "Ascend":
+        return loss_net
+    plan = make_plan(cfg, dist.world_size, model_vocab(model))
+    return wrap(plan, loss_net, None, dataset_strategy="full_batch", pipeline=False)
+
+
+def model_vocab(model) -> int | None:
+    args = getattr(model, "args", None)
+    return getattr(args, "vocab_size", None)
+
+
+def annotate(plan: Plan, model, loss_cell=None) -> list:
+    """Set every planned strategy on the primitives of the model (and of `loss_cell`, the plan's
+    "loss" module) and the pipeline stage on its cells.
+
+    Strict: a planned op whose cell or primitive is missing, or of another kind, is an error (the
+    model's names changed). Returns the (module, prim) pairs it sharded. Runs on any device: it only
+    records the strategies; MindSpore's semi-auto compiler uses them (Ascend).
+    """
+    cells = dict(model.cells_and_names())
+    if loss_cell is not None:
+        cells["loss"] = loss_cell
+    done = []
+    for o in plan.ops:
+        cell = cells.get(o.module)
+        prim = getattr(cell, "_primitives", {}).get(o.prim) if cell is not None else None
+        if prim is None or prim.name != o.kind:
+            found = "no such cell" if cell is None else f"primitives {sorted(cell._primitives)}"
+            raise RuntimeError(f"parallel plan: {o.kind} {o.module or 'model'}.{o.prim} not found ({found})")
+        if o.out_strategy is None:
+            prim.shard(o.in_strategy)
+        else:
+            prim.shard(o.in_strategy, o.out_strategy)
+        done.append((o.module, o.prim))
+    from mspretrain.train.packing import DocumentBoundaries
+
+    for cell in cells.values():
+        if isinstance(cell, DocumentBoundaries):
+            cell.data_parallel = plan.dp        # document ends restart at each data-parallel shard
+    if plan.pp > 1:
+        for path, stage in plan.stage_of.items():
+            if path not in cells:
+                raise RuntimeError(f"parallel plan: pipeline cell {path} not found in the model")
+            cells[path].pipeline_stage = stage
+    return done
+
+
+def lazy_inline_layers(cfg) -> bool:
+    """Decoder layers as one reused sub-graph (train.model.ReusedDecoderLayer, mindspore.lazy_inline):
+    with pipeline stages, which run on Ascend only. MindSpore 2.10's CPU backend refuses lazy_inline
+    ("CPU does not support the lazy_inline feature"), so it is never on elsewhere."""
+    return cfg.parallel.pipeline_stage > 1
+
+
+def pipeline_loss_cell(cfg, loss_cell):
+    """With pipeline stages, the loss cell that splits each step into parallel.micro_batch_num
+    micro-batches and sums their losses (mindspore.parallel.nn.Pipeline); None without."""
+    if cfg.parallel.pipeline_stage == 1:
+        return None
+    from mindspore.parallel.nn import Pipeline
+
+    return Pipeline(loss_cell, cfg.parallel.micro_batch_num)
+
+
+def pipeline_grad_reducer(cfg, parameters):
+    """Takes the micro-batch gradients of a pipeline step that the compiler accumulated into the
+    `accu_grads.*` buffers, and zeroes those; identity without pipeline stages.
+
+    With optimizer sharding: MindSpore's PipelineGradReducer. Without: our PipelineAccumulator, which
+    does what PipelineGradReducer's other branch means to do (that branch fails in graph mode in
+    MindSpore 2.10 with "NameError: The name 'grads' is not defined"). Scale 1 in both: the step cell
+    divides by micro-batches x loss scale itself."""
+    from mindspore import nn
+
+    if cfg.parallel.pipeline_stage == 1:
+        return nn.Identity()
+    if cfg.parallel.optimizer_shard:
+        from mindspore.parallel.nn import PipelineGradReducer
+
+        return PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=True)
+    from mspretrain.train.step import PipelineAccumulator
+
+    return PipelineAccumulator(parameters)
+
+
+def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None, pipeline: bool = True):
+    """AutoParallel(cell, "semi_auto") configured from the plan (Ascend; needs init())."""
+    from mindspore.parallel.auto_parallel import AutoParallel
+
+    net = AutoParallel(cell, parallel_mode="semi_auto")
+    net.dataset_strategy(dataset_strategy or plan.dataset_strategy)
+    net.enable_gradients_mean()
+    if plan.optimizer_level:
+        net.hsdp(optimizer_level=plan.optimizer_level)
+    if plan.pp > 1 and pipeline:
+        net.pipeline(stages=plan.pp, scheduler=plan.schedule)
+    if strategy_file:
+        Path(strategy_file).parent.mkdir(parents=True, exist_ok=True)
+        net.save_param_strategy_file(str(strategy_file))
+        net.disable_strategy_file_only_for_trainable_params()   # Adam moments too: needed to merge them
+    return net
+
+
+def check_grad_reduction(train_cell) -> None:
+    """Refuse a data-parallel train cell that would not all-reduce (mean) its gradients."""
+    from mindspore import nn
+
+    reducers = [c for _, c in train_cell.cells_and_names() if isinstance(c, nn.DistributedGradReducer)]
+    if not reducers:
+        raise RuntimeError(
+            f"{type(train_cell).__name__} has no DistributedGradReducer: gradients would not be averaged "
+            "across ranks. Give it a `grad_reducer` slot, or build nn.TrainOneStepCell after "
+            "train.distributed.setup() (it reads the DATA_PARALLEL context).")
+    for r in reducers:
+        if not r.mean:
+            raise RuntimeError("the DistributedGradReducer sums gradients; data parallel needs the mean "
+                               "(gradients_mean=True)")
+
+
+# ---------------------------------------------------------------- the strategy file
+
+def strategy_path(cfg, dist) -> Path:
+    """Where a rank's compiled parameter strategy goes (AutoParallel.save_param_strategy_file)."""
+    return Path(cfg.run.dir) / "strategy" / f"rank_{dist.rank}.ckpt"
+
+
+def copy_strategy(cfg, dist, ckpt_dir) -> Path | None:
+    """Put this rank's strategy file beside a sharded checkpoint: CKPT/strategy/rank_R.ckpt.
+
+    Not inside CKPT/rank_R/: MindSpore's transform_checkpoints takes the last *.ckpt of each rank
+    directory as that rank's weights. CKPT/strategy/ is what merge_pipeline_strategys reads
+    (docs/parallel.md). Returns the copy, or None when there is no strategy (not sharded / not Ascend).
+    """
+    src = strategy_path(cfg, dist)
+    if not dist.sharded or not src.is_file():
+        return None
+    dst = Path(ckpt_dir) / "strategy" / src.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return dst

@@ -1,0 +1,55 @@
+"""`train plot RUN [RUN ...] --out FILE.png` (and `train compare A B --plot FILE.png`): the curves of
+one or several runs, overlaid, against the step.
+
+Panels: loss and val loss, learning rate, gradient norm, loss scale, tokens/s. Read from each run's
+metrics.jsonl; a run that lacks a metric (no validation, say) leaves its panel empty for that run.
+matplotlib, Agg backend (no display needed): the `viz` extra.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mspretrain.train.metrics import METRICS_FILE, MetricsError, read_records
+
+PANELS = (("loss", "loss"), ("lr", "learning rate"), ("grad_norm", "gradient norm"),
+          ("loss_scale", "loss scale"), ("tokens_per_s", "tokens/s"))
+
+
+def run_records(run) -> list[dict]:
+    path = Path(run) / METRICS_FILE
+    if not path.is_file():
+        raise MetricsError(f"{path}: not found; is {run} a run dir written by `train launch`?")
+    return read_records(path)
+
+
+def plot_runs(runs: list[str], out: str) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = {str(r): run_records(r) for r in runs}
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 2.4 * len(PANELS)), dpi=100, sharex=True)
+    for i, (name, recs) in enumerate(data.items()):
+        colour = f"C{i % 10}"
+        steps = [r for r in recs if not r.get("eval")]
+        evals = [r for r in recs if r.get("eval") and "val_loss" in r]
+        for ax, (key, _) in zip(axes, PANELS):
+            pts = [(r["step"], r[key]) for r in steps if isinstance(r.get(key), (int, float))]
+            if pts:
+                ax.plot(*zip(*pts), color=colour, label=name if key == "loss" else None, lw=1.2)
+        if evals:
+            axes[0].plot([r["step"] for r in evals], [r["val_loss"] for r in evals], color=colour,
+                         ls="--", marker="o", ms=3, label=f"{name} (val)")
+    for ax, (key, title) in zip(axes, PANELS):
+        ax.set_ylabel(title)
+        ax.grid(True, alpha=0.3)
+        if key in ("loss_scale",):
+            ax.set_yscale("log", base=2)
+    axes[0].legend(fontsize=8)
+    axes[-1].set_xlabel("step")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+    return out

@@ -1,0 +1,184 @@
+"""What a run dir records about itself, so that its checkpoints can be used without the YAML it was
+launched with: RUN/run.json (the resolved config and the dataset's shape: seq_length, tokenizer,
+fingerprint) and RUN/tokenizer.model (a copy of the dataset's sentencepiece model).
+
+Written by `train launch` when a run starts or resumes (after its checks) and by `train import`; read by `train export`,
+`generate`, `score` and `eval` (which refuses a dataset whose tokenizer or seq_length differ).
+Also here: reading a checkpoint's model weights into a fresh `Llama`.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from mspretrain.common.config import validate
+from mspretrain.common.files import atomic_open, atomic_write_text
+from mspretrain.train.config import Config
+
+RUN_INFO = "run.json"
+RUN_TOKENIZER = "tokenizer.model"
+# the first component of every weight's name inside Llama (checkpoint keys carry a prefix, e.g. "model.")
+_ROOTS = ("tok_embeddings", "layers", "norm", "output")
+_OPTIMIZER_PREFIXES = ("adam_m.", "adam_v.", "acc.")
+
+
+class RunInfoError(RuntimeError):
+    """A run dir that lacks what is needed; the message names the file."""
+
+
+def dataset_info(data_path) -> dict:
+    """The run's dataset: its identity (data_check.identity, as in every state.json), and for
+    reference where it was, its fingerprint and its tokenizer's description."""
+    from dataclasses import asdict
+    from mspretrain.loader.manifest import load_manifest
+    from mspretrain.train.data_check import identity
+
+    m = load_manifest(data_path)
+    return {**identity(m), "path": str(Path(data_path).resolve()), "fingerprint": m.fingerprint,
+            "tokenizer": asdict(m.tokenizer)}
+
+
+def record_run(cfg: Config) -> None:
+    """Write RUN/run.json (+ RUN/tokenizer.model) once a launch has passed its checks and starts
+    (the trainer calls this on the main rank), or when `train import` creates a run."""
+    run_dir = Path(cfg.run.dir)
+    info = {"config": cfg.to_dict(), "dataset": dataset_info(cfg.data.path)}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tok = info["dataset"]["tokenizer"]
+    if tok["file"]:
+        src = Path(cfg.data.path) / tok["file"]
+        if src.is_file():
+            _atomic_copy(src, run_dir / RUN_TOKENIZER)
+    atomic_write_text(run_dir / RUN_INFO, json.dumps(info, indent=1, sort_keys=True) + "\n")
+
+
+def read_run(run_dir) -> dict:
+    path = Path(run_dir) / RUN_INFO
+    if not path.is_file():
+        raise RunInfoError(f"{path} not found: {run_dir} is not a run dir written by `train launch` "
+                           f"or `train import`")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise RunInfoError(f"{path}: invalid JSON ({e})") from None
+
+
+def run_config(run_dir) -> Config:
+    return validate(Config, read_run(run_dir)["config"])
+
+
+def run_tokenizer(run_dir) -> Path | None:
+    path = Path(run_dir) / RUN_TOKENIZER
+    return path if path.is_file() else None
+
+
+def checkpoint_dir(run_dir, step: int | None = None) -> Path:
+    from mspretrain.train import checkpoint as ckpt
+
+    if step is None:
+        found = ckpt.latest_checkpoint(run_dir)
+        if found is None:
+            raise ckpt.CheckpointError(f"{run_dir} has no checkpoint yet (no checkpoints/latest)")
+        return found
+    path = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
+    if not (path / ckpt.STATE_FILE).is_file():
+        have = [p.name for p in ckpt.list_checkpoints(run_dir)]
+        raise ckpt.CheckpointError(f"{path}: no complete checkpoint of step {step} (have: {have})")
+    return path
+
+
+def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
+    """The model's weights of a checkpoint, keyed by their name inside `Llama` (optimizer moments and
+    counters left out). A sharded checkpoint (rank_R/) is merged into full tensors first."""
+    import mindspore as ms
+
+    ckpt_dir = Path(ckpt_dir)
+    path = ckpt_dir / "model.ckpt"
+    if not path.is_file():
+        if (ckpt_dir / "rank_0").is_dir():
+            path = merge_sharded(ckpt_dir)
+        else:
+            raise RunInfoError(f"{path} not found")
+    out = {}
+    for key, value in ms.load_checkpoint(str(path)).items():
+        if key.startswith(_OPTIMIZER_PREFIXES):
+            continue
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if part in _ROOTS:
+                out[".".join(parts[i:])] = value.asnumpy()
+                break
+    if "tok_embeddings.embedding_table" not in out:
+        raise RunInfoError(f"{path}: no model weights found (keys: {sorted(out)[:5]})")
+    return out
+
+
+def merge_sharded(ckpt_dir: Path) -> Path:
+    """Merge rank_R/model.ckpt slices into one full checkpoint with MindSpore's checkpoint
+    transformation and the strategy files saved beside them (Ascend runs with model/pipeline
+    parallelism or optimizer sharding). Returns the merged file, cached in CKPT/merged/."""
+    import mindspore as ms
+
+    merged_dir = ckpt_dir / "merged"
+    done = sorted(merged_dir.glob("rank_0/*.ckpt")) if merged_dir.is_dir() else []
+    if done:
+        return done[0]
+    strategies = sorted((ckpt_dir / "strategy").glob("rank_*.ckpt"))
+    if not strategies:
+        raise RunInfoError(f"{ckpt_dir}: sharded checkpoint without strategy/rank_*.ckpt; cannot merge")
+    strategy = ckpt_dir / "merged_strategy.ckpt"
+    if len(strategies) > 1:
+        ms.parallel.merge_pipeline_strategys(str(ckpt_dir / "strategy"), str(strategy))
+    else:
+        strategy = strategies[0]
+    ms.parallel.transform_checkpoints(src_checkpoints_dir=str(ckpt_dir), dst_checkpoints_dir=str(merged_dir),
+                                      ckpt_prefix="model", src_strategy_file=str(strategy),
+                                      dst_strategy_file=None)
+    done = sorted(merged_dir.glob("rank_0/*.ckpt"))
+    if not done:
+        raise RunInfoError(f"{ckpt_dir}: merging the shards wrote nothing into {merged_dir}")
+    return done[0]
+
+
+def model_args_of_run(run_dir, cfg: Config | None = None):
+    from mspretrain.train.model import model_args
+
+    cfg = cfg or run_config(run_dir)
+    ds = read_run(run_dir)["dataset"]
+    return model_args(cfg.model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU", "fp32")
+
+
+def load_run_model(run_dir, step: int | None = None):
+    """(Llama in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
+    from mspretrain.train.model import Llama
+
+    cfg = run_config(run_dir)
+    ckpt_dir = checkpoint_dir(run_dir, step)
+    args = model_args_of_run(run_dir, cfg)
+    model = Llama(args, cfg.seed)
+    set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
+    return model, cfg, ckpt_dir
+
+
+def set_weights(model, weights: dict[str, np.ndarray], where: str) -> None:
+    """Copy `weights` (Llama-relative names) into `model`; names and shapes must match exactly."""
+    from mindspore import Tensor
+
+    params = dict(model.parameters_and_names())
+    missing, extra = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
+    if missing or extra:
+        raise RunInfoError(f"{where}: weights do not match the model: missing {missing[:5]}, "
+                           f"unexpected {extra[:5]}")
+    for name, p in params.items():
+        w = weights[name]
+        if tuple(w.shape) != tuple(p.shape):
+            raise RunInfoError(f"{where}: {name} has shape {tuple(w.shape)}, the model {tuple(p.shape)}")
+        p.set_data(Tensor(np.ascontiguousarray(w, dtype=np.float32)))
+
+
+def _atomic_copy(src: Path, dst: Path) -> None:
+    with atomic_open(dst) as f, open(src, "rb") as f_src:
+        shutil.copyfileobj(f_src, f)

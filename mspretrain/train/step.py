@@ -1,0 +1,326 @@
+"""The training step: one GRAPH_MODE cell per optimizer step, and a small Python driver.
+
+`TrainStepCell(input_ids, lr)` does, in one graph: forward and backward over the K micro-batches of
+the rank's batch, the accumulation of their gradients, loss scaling, the data-parallel gradient mean
+(`grad_reducer`, identity in one process and under AutoParallel, where the compiler inserts it), the
+unscale by K * loss_scale, an all-finite flag (all-reduced across ranks when distributed), the global
+gradient norm (each square sum tagged `grad_scale`, the pattern MindSpore's semi-auto compiler
+all-reduces across model-parallel slices), clipping, AdamW unless a gradient overflowed, and the
+dynamic loss-scale update. One graph means one compile derives every parameter layout under
+AutoParallel (the weights, AdamW moments and accumulators are sliced once, consistently).
+
+How the K micro-batches are accumulated (`accumulate`):
+- "loop": a graph while-loop over the micro-batches; each iteration runs forward + backward of one
+  micro-batch and adds its gradients into fp32 accumulators (`accu_grads.*`). The loop body is one
+  sub-graph, so its intermediates exist once: activation memory is one micro-batch's. The CPU/GPU
+  default (MindSpore's CPU runtime keeps every intermediate of an unrolled graph alive).
+- "split": the batch is cut into K slices inside the graph and their losses summed (MindSpore's
+  `parallel.nn.GradAccumulation`, whose slices carry `grad_accu_num`), then one backward. What the
+  semi-auto compiler expects on Ascend; on CPU it holds K micro-batches' activations.
+- K == 1, or a pipeline (`parallel.nn.Pipeline`, which splits and sums itself): plain forward/backward.
+In every mode the loss that backward sees is the sum of the K micro-batch means, the sens is the loss
+scale, and the gradients are multiplied by 1 / (K * scale): the mean over the K micro-batches.
+
+Overflow policy: a non-finite gradient skips the update (weights, moments and the optimizer's step
+counter untouched). With fp16 the scale halves (not below `min`) and grows by `factor` after `window`
+clean steps; with fp32/bf16 the scale stays 1. Whether a step is *bad* (non-finite loss) is the
+trainer's call, not the step's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mindspore import Parameter, Tensor, amp, nn, ops
+from mindspore.common import dtype as mstype
+
+from mspretrain.train.config import ConfigError
+from mspretrain.train.model import set_norms_fp32
+
+DTYPES = {"fp32": mstype.float32, "fp16": mstype.float16, "bf16": mstype.bfloat16}
+AMP_LEVELS = ("O1", "O2")
+ACCUMULATE = ("auto", "loop", "split")
+ACCU_PREFIX = "accu_grads"      # the name MindSpore's optimizer-sharding pass gives layouts to
+_CONSTANTS = {"scale_sense"}    # PipelineGradReducer's fixed scale (1: the step cell unscales)
+
+
+def check_precision(cfg) -> None:
+    """precision.* against the device, before anything is built."""
+    p = cfg.precision
+    if p.dtype not in DTYPES:
+        raise ConfigError(f"precision.dtype must be one of {', '.join(DTYPES)}, got {p.dtype!r}")
+    if p.amp_level not in AMP_LEVELS:
+        raise ConfigError(f"precision.amp_level must be O1 or O2, got {p.amp_level!r}")
+    if p.dtype == "bf16" and cfg.device != "Ascend":
+        raise ConfigError(f"precision.dtype=bf16 needs device Ascend: MindSpore 2.10 has no bf16 kernels on "
+                          f"{cfg.device} (e.g. Gather); use precision.dtype=fp16 or fp32 here")
+    s = p.loss_scale
+    if p.dtype == "fp16" and not (s.init >= s.min > 0 and s.factor > 1 and s.window >= 1):
+        raise ConfigError("precision.loss_scale needs init >= min > 0, factor > 1 and window >= 1, got "
+                          f"init={s.init}, min={s.min}, factor={s.factor}, window={s.window}")
+
+
+def accumulate_mode(cfg) -> str:
+    """train.accumulate resolved: auto is split on Ascend (what AutoParallel compiles), loop elsewhere."""
+    mode = cfg.train.accumulate
+    if mode not in ACCUMULATE:
+        raise ConfigError(f"train.accumulate must be one of {', '.join(ACCUMULATE)}, got {mode!r}")
+    if mode == "auto":
+        return "split" if cfg.device == "Ascend" else "loop"
+    return mode
+
+
+def apply_precision(model, cfg_precision):
+    """Cast `model` for mixed precision; returns the cell to compute with (the master weights stay fp32).
+
+    O1: the weight matmuls (every nn.Dense) in low precision; norms, rotary, softmax, residual stream
+    and loss in fp32. (MindSpore's own O1 rewrites the source and cannot parse this model.)
+    O2: everything in low precision (auto_mixed_precision O2) except the RMSNorms; logits back to fp32.
+    """
+    if cfg_precision.dtype == "fp32":
+        return model
+    dtype = DTYPES[cfg_precision.dtype]
+    if cfg_precision.amp_level == "O1":
+        for _, cell in model.cells_and_names():
+            if isinstance(cell, nn.Dense):
+                cell.to_float(dtype)
+        return model
+    wrapped = amp.auto_mixed_precision(model, "O2", dtype=dtype)
+    set_norms_fp32(model)
+    return wrapped
+
+
+# tagged so that the semi-auto compiler all-reduces each square sum over the slices of a sharded
+# gradient (HandleGlobalNormScale): the norm is then global, the same on every rank
+_grad_scale_expand = ops.ExpandDims().add_prim_attr("grad_scale", True)
+
+
+def _square_sum(g):
+    s = ops.ReduceSum(False)(ops.square(g.astype(mstype.float32)), ())
+    return _grad_scale_expand(s, 0)
+
+
+def _multiply(coef, g):
+    return g * coef.astype(g.dtype)
+
+
+def _zero(a):
+    return ops.assign(a, ops.zeros_like(a))
+
+
+class MicroBatchSum(nn.Cell):
+    """Sum of the losses of K equal slices of the batch, in slice order (GradAccumulation's shape,
+    without its parallel attributes)."""
+
+    def __init__(self, network: nn.Cell, k: int):
+        super().__init__(auto_prefix=False)
+        self.network, self.k = network, k
+
+    def construct(self, input_ids):
+        b = input_ids.shape[0] // self.k
+        total = self.network(input_ids[0:b])
+        for i in range(1, self.k):
+            total = total + self.network(input_ids[i * b:(i + 1) * b])
+        return total
+
+
+def split_cell(loss_net: nn.Cell, k: int, device: str) -> nn.Cell:
+    """The loss cell of the split mode: MindSpore's GradAccumulation on Ascend, MicroBatchSum elsewhere."""
+    if device == "Ascend":
+        from mindspore.parallel.nn import GradAccumulation
+
+        return GradAccumulation(loss_net, k)
+    return MicroBatchSum(loss_net, k)
+
+
+def _take_accumulated(grad, accu):
+    accu = ops.depend(accu, grad)           # after this micro-batch's gradient was added in
+    value = accu * 1.0
+    accu = ops.depend(accu, value)
+    return ops.depend(value, ops.assign(accu, ops.zeros_like(accu)))
+
+
+class PipelineAccumulator(nn.Cell):
+    """Pipeline stages without optimizer sharding: the gradients are the sums the compiler's pipeline
+    pass accumulated into `accu_grads.*` over the micro-batches; read them, then zero them."""
+
+    def __init__(self, parameters):
+        super().__init__(auto_prefix=False)
+        self.accu_grads = parameters.clone(prefix=ACCU_PREFIX, init="zeros")
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads):
+        return self.hyper_map(_take_accumulated, grads, self.accu_grads)
+
+
+class TrainStepCell(nn.Cell):
+    """One optimizer step in one graph: (input_ids [B, S+1] int32, lr fp32) -> (mean loss, overflow,
+    grad norm [1], loss scale used). `network`: the loss cell (mean loss of a batch); with
+    `splits_batch` it already splits the batch into `micro_steps` parts and sums their losses."""
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
+                 dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
+                 grad_reducer: nn.Cell | None = None, eod_id: int = -1):
+        super().__init__(auto_prefix=False)
+        if loop and splits_batch:
+            raise ValueError("TrainStepCell: loop and splits_batch exclude each other")
+        self.network = network
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.micro_steps = int(micro_steps)
+        self.eod_id = int(eod_id)   # >= 0: the loss leaves out EOS inputs (train.eod_mask_loss)
+        self.loop = bool(loop) and self.micro_steps > 1
+        self.accumulators = (self.weights.clone(prefix=ACCU_PREFIX, init="zeros") if self.loop
+                             else ())
+        init_scale = scale_cfg.init if dynamic_scale else 1.0
+        self.loss_scale = Parameter(Tensor(init_scale, mstype.float32), name="loss_scale",
+                                    requires_grad=False)
+        self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
+                                    requires_grad=False)
+        self.grad_reducer = grad_reducer if grad_reducer is not None else nn.Identity()
+        self.reduce_overflow = False        # set by train.parallel when the job has several ranks
+        self.allreduce = ops.AllReduce()
+        self.clip_norm = float(clip_norm)
+        self.dynamic = dynamic_scale
+        self.factor, self.window = float(scale_cfg.factor), int(scale_cfg.window)
+        self.min_scale = float(scale_cfg.min)
+        self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, input_ids, lr):
+        scale = self.loss_scale * 1.0                  # the value this step used
+        if self.loop:
+            loss, grads = self.accumulate(input_ids, scale)
+        else:
+            loss = self.network(input_ids)
+            sens = ops.ones_like(loss) * scale.astype(loss.dtype)
+            grads = self.grad(self.network, self.weights)(input_ids, sens)
+        grads = self.grad_reducer(grads)
+        # One pass to measure, one to scale: the norm of the scaled sum, times 1 / (K * scale), is the
+        # norm of the mean gradient; a non-finite gradient makes it non-finite (the overflow flag).
+        inv = 1.0 / (scale * self.micro_steps)
+        norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads))) * inv
+        overflow = self.overflowed(norm)
+        coef = inv
+        if self.clip_norm > 0:
+            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0) * inv
+        grads = self.hyper_map(ops.partial(_multiply, coef), grads)
+        lr = ops.depend(lr, grads)
+        ops.assign(self.optimizer.learning_rate, lr)
+        if not overflow:
+            self.optimizer(grads)
+        self.update_scale(overflow)
+        mean_loss = loss.astype(mstype.float32) / self.micro_steps
+        return mean_loss, overflow, norm, scale
+
+    def accumulate(self, input_ids, scale):
+        """The loop mode: zero the accumulators, then one micro-batch per iteration."""
+        zeroed = self.hyper_map(_zero, self.accumulators)
+        ids = ops.depend(input_ids, zeroed)
+        b = ids.shape[0] // self.micro_steps
+        chunks = ids.reshape(self.micro_steps, b, ids.shape[1])
+        total = ops.zeros((), mstype.float32)
+        weights = self.micro_weights(chunks)
+        i = Tensor(0, mstype.int32)
+        while i < self.micro_steps:
+            chunk = ops.gather(chunks, i, 0)
+            w = ops.gather(weights, i, 0)
+            loss = self.network(chunk)
+            sens = ops.ones_like(loss) * (scale * w).astype(loss.dtype)
+            grads = self.grad(self.network, self.weights)(chunk, sens)
+            added = self.hyper_map(ops.assign_add, self.accumulators, grads)
+            total = ops.depend(total + loss.astype(mstype.float32) * w, added)
+            i = i + 1
+        return total, self.accumulators
+
+    def micro_weights(self, chunks):
+        """[K] fp32: K * n_k / N, micro-batch k's share of the step's loss tokens, so that K micro-batch
+        means add up to the mean over the whole batch when an EOD-masked loss counts unequal tokens per
+        micro-batch; all 1.0 otherwise. (The split and pipeline modes weigh micro-batches equally.)"""
+        ones = ops.ones((self.micro_steps,), mstype.float32)
+        if self.eod_id < 0:
+            return ones
+        counts = ops.not_equal(chunks[:, :, :-1], self.eod_id).astype(mstype.float32).sum(axis=(1, 2))
+        total = counts.sum()
+        return ops.select(total > 0, counts * self.micro_steps / ops.maximum(total, 1.0), ones)
+
+    def overflowed(self, norm):
+        flag = ops.logical_not(ops.isfinite(norm)).reshape(())
+        if self.reduce_overflow:        # any rank's overflow skips every rank's step
+            flag = self.allreduce(flag.astype(mstype.float32)) > 0
+        return flag
+
+    def update_scale(self, overflow):
+        if self.dynamic:
+            good = self.good_steps + 1
+            grow = good >= self.window
+            grown = ops.select(grow, self.loss_scale * self.factor, self.loss_scale)
+            shrunk = ops.maximum(self.loss_scale / self.factor, self.min_scale)
+            new_scale = ops.select(overflow, shrunk, grown)
+            new_good = ops.select(ops.logical_or(overflow, grow), ops.zeros_like(good), good)
+            ops.assign(self.loss_scale, new_scale)
+            ops.assign(self.good_steps, new_good)
+
+
+@dataclass
+class StepResult:
+    loss: float              # mean of the micro-batch losses, fp32
+    overflow: bool
+    grad_norm: float
+    loss_scale: float
+
+
+class TrainStep:
+    """Runs the step cell (`cell`: the TrainStepCell, or its AutoParallel wrapper) from numpy."""
+
+    def __init__(self, cell: TrainStepCell):
+        self.step_cell = cell
+        self.cell = cell
+        cell.set_train(True)
+
+    @property
+    def loss_scale(self) -> Parameter:
+        return self.step_cell.loss_scale
+
+    @property
+    def good_steps(self) -> Parameter:
+        return self.step_cell.good_steps
+
+    @property
+    def accumulators(self):
+        return self.step_cell.accumulators
+
+    @property
+    def micro_steps(self) -> int:
+        return self.step_cell.micro_steps
+
+    def __call__(self, input_ids: np.ndarray, lr: float) -> StepResult:
+        loss, overflow, norm, scale = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32))
+        return StepResult(float(loss.asnumpy()), bool(overflow.asnumpy()),
+                          float(norm.asnumpy().reshape(-1)[0]), float(scale.asnumpy()))
+
+    def compile(self, batch_shape) -> None:
+        """Compile the step graph without running it: under AutoParallel this slices the parameters,
+        which a sharded checkpoint's per-rank tensors are then loaded into."""
+        self.cell.compile(Tensor(np.zeros(batch_shape, np.int32)), Tensor(0.0, mstype.float32))
+
+    def state_parameters(self) -> dict[str, Parameter]:
+        """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
+        The accumulators are rewritten from zero at every step, so they are not saved."""
+        return {p.name: p for p in self.step_cell.get_parameters()
+                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS}
+
+
+def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,
+                     network: nn.Cell | None = None, splits_batch: bool = False,
+                     eod_id: int = -1) -> TrainStep:
+    """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`.
+    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline)."""
+    mode = accumulate_mode(cfg)
+    if network is None and micro_steps > 1 and mode == "split":
+        network, splits_batch = split_cell(loss_net, micro_steps, cfg.device), True
+    cell = TrainStepCell(network or loss_net, optimizer, micro_steps, cfg.optim.clip_norm,
+                         cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
+                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch,
+                         eod_id=eod_id)
+    return TrainStep(cell)

@@ -1,0 +1,327 @@
+"""The training loop: run dir, resume, steps, metrics, validation, checkpoints.
+
+Bad steps: a step is *bad* when its loss is not finite, or when its gradients are not finite and no
+dynamic loss scale can be blamed (fp32/bf16, or fp16 already at the minimum scale): the model has
+diverged. A bad step's update is skipped (non-finite gradients never reach the weights), a checkpoint
+is saved at the first bad step of a streak, and the run stops with exit code 3 after
+train.max_bad_steps bad steps in a row. An fp16 overflow above the minimum scale with a finite loss
+is a *skipped* step (the scale halves), not a bad one.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mspretrain.train import checkpoint as ckpt
+from mspretrain.train import console, data_check, metrics, resume_policy
+from mspretrain.train.config import Config, ConfigError
+from mspretrain.train.optim import lr_at
+
+EXIT_BAD_STEPS = 3
+STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
+
+
+@dataclass
+class Session:
+    """Everything built for one process: model, loss, optimizer and the train step."""
+    args: object                # train.model.ModelArgs
+    model: object               # train.model.Llama (fp32 master weights)
+    loss_net: object            # CausalLMLoss over the mixed-precision cell
+    optimizer: object
+    train_step: object          # train.step.TrainStep (after parallelize)
+    flops_per_token: float
+    micro_steps: int
+    eval_net: object            # the loss cell validation runs (parallel-wrapped on Ascend)
+
+
+def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
+    from mspretrain.train import hooks, parallel
+    from mspretrain.train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.recompute import apply_recompute
+    from mspretrain.train.step import apply_precision, build_train_step
+
+    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
+    if args.vocab_size < vocab_size:
+        raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
+                          f"vocabulary ({vocab_size})")
+    local = cfg.train.global_batch_size // dist.dp_size
+    micro = cfg.train.micro_batch_size or local
+    if local % micro:
+        raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
+    model = Llama(args, cfg.seed, lazy_inline=parallel.lazy_inline_layers(cfg))
+    compute = apply_precision(model, cfg.precision)
+    apply_recompute(model, cfg.recompute)
+    eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod)
+    optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
+    pipeline = parallel.pipeline_loss_cell(cfg, loss_net)
+    if pipeline is None:
+        step = build_train_step(loss_net, optimizer, local // micro, cfg, eod_id=eod)
+    else:       # Ascend pipeline stages: its micro-batches are the accumulation
+        step = build_train_step(loss_net, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
+                                splits_batch=True)
+        step.step_cell.grad_reducer = parallel.pipeline_grad_reducer(cfg, optimizer.parameters)
+    step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
+    step = hooks.load().wrap_step(step, dist, model)
+    eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)
+    return Session(args, model, loss_net, optimizer, step,
+                   flops_per_token(args, count_params(model)), step.micro_steps, eval_net)
+
+
+def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
+    """The checkpoint to continue from, or None to start at step 0 (never overwriting checkpoints)."""
+    if resume is None:
+        existing = ckpt.list_checkpoints(run_dir)
+        if existing or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
+            raise resume_policy.ResumeError(f"{run_dir} already has checkpoints (newest: "
+                              f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
+                              f"it, or set run.dir to a new directory. Nothing was changed.")
+        resume_policy.check_fresh_start(run_dir)
+        return None
+    if resume == "auto":
+        return ckpt.latest_checkpoint(run_dir)
+    path = Path(resume)
+    if not (path / ckpt.STATE_FILE).is_file():
+        raise resume_policy.ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
+    return path
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run dir and check that it is writable, with an error naming it."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise ckpt.CheckpointError(f"run dir {run_dir} is not writable: {e}") from None
+
+
+def check_state_version(state: dict, ckpt_dir) -> None:
+    """state.json without format_version is version 0 (same fields, read the same way); a newer
+    version than this trainer's is refused."""
+    version = state.get("format_version", 0)
+    if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
+        raise resume_policy.ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
+                          f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
+
+
+def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
+    """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
+    state = ckpt.read_state(ckpt_dir)
+    check_state_version(state, ckpt_dir)
+    if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
+        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path, ckpt_dir, force)
+    rank = dist.rank if dist.sharded else None
+    if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
+        session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
+    ckpt.load_params(ckpt_dir, session.train_step.state_parameters(), rank=rank)
+    loader.load_state_dict(state["loader"], force=force)
+    return state
+
+
+def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
+         bad_streak: int) -> None:
+    from mspretrain.train import distributed, hooks
+    ts = session.train_step
+    state = {
+        "format_version": STATE_FORMAT_VERSION,
+        "step": step,
+        "loader": loader.state_dict(),
+        "loss_scale": {"value": float(ts.loss_scale.asnumpy()),
+                       "good_steps": int(ts.good_steps.asnumpy()),
+                       "dynamic": cfg.precision.dtype == "fp16"},
+        "config_hash": cfg.hash(),
+        "config": resume_policy.config_record(cfg),
+        "dataset": data_check.identity(loader),
+        "dataset_fingerprint": loader.fingerprint,
+        "world_size": dist.world_size,
+        "bad_streak": bad_streak,
+        "last_metrics": record,
+    }
+    on_phase = hooks.load().checkpoint_phase
+    if dist.sharded:
+        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
+                              rank=dist.rank, is_main=dist.is_main,
+                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist),
+                              on_phase=on_phase)
+    elif dist.is_main:
+        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
+                              on_phase=on_phase)
+
+
+def strategy_files(cfg: Config, dist):
+    """The per-rank extra files of a sharded checkpoint: CKPT/strategy/rank_R.ckpt (None if unsharded)."""
+    if not dist.sharded:
+        return None
+    from mspretrain.train.parallel import copy_strategy
+
+    def add(tmp_dir: Path) -> list[Path]:
+        copied = copy_strategy(cfg, dist, tmp_dir)
+        return [copied] if copied else []
+    return add
+
+
+def measure_peak_tflops(n: int = 1024, reps: int = 5) -> float:
+    """This machine's fp32 matmul rate (numpy sgemm, best of `reps`), in TFLOP/s."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = a.T.copy()
+    a @ b
+    best = math.inf
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * n ** 3 / best / 1e12
+
+
+def check_loop_config(cfg: Config) -> None:
+    """The loop's own keys; precision, recompute and parallel are checked by their modules."""
+    o = cfg.optim
+    rules = [("train.steps", cfg.train.steps >= 1, ">= 1"),
+             ("train.max_bad_steps", cfg.train.max_bad_steps >= 1, ">= 1"),
+             ("train.micro_batch_size", cfg.train.micro_batch_size >= 0, ">= 0 (0: no accumulation)"),
+             ("checkpoint.every_steps", cfg.checkpoint.every_steps >= 1, ">= 1"),
+             ("checkpoint.keep_max", cfg.checkpoint.keep_max >= 1, ">= 1"),
+             ("log.every_steps", cfg.log.every_steps >= 1, ">= 1"),
+             ("eval.every_steps", cfg.eval.every_steps >= 0, ">= 0 (0: no validation)"),
+             ("optim.lr", o.lr > 0, "> 0"), ("optim.min_lr", 0 <= o.min_lr <= o.lr, "in [0, optim.lr]"),
+             ("optim.warmup_steps", o.warmup_steps >= 0, ">= 0"),
+             ("optim.beta1", 0 <= o.beta1 < 1, "in [0, 1)"), ("optim.beta2", 0 <= o.beta2 < 1, "in [0, 1)"),
+             ("optim.eps", o.eps > 0, "> 0"), ("optim.weight_decay", o.weight_decay >= 0, ">= 0"),
+             ("optim.clip_norm", o.clip_norm >= 0, ">= 0 (0: no clipping)")]
+    for key, ok, want in rules:
+        if not ok:
+            section, name = key.split(".")
+            raise ConfigError(f"{key} must be {want}, got {getattr(getattr(cfg, section), name)!r}")
+
+
+def is_bad(result, cfg: Config) -> bool:
+    """Diverged, not merely a loss-scale overflow (see the module docstring)."""
+    if not math.isfinite(result.loss):
+        return True
+    scaled = cfg.precision.dtype == "fp16"
+    return result.overflow and (not scaled or result.loss_scale <= cfg.precision.loss_scale.min)
+
+
+def run_lock(run_dir: Path, is_main: bool):
+    """One `train launch` per run dir (rank 0 holds it): mspretrain.lock."""
+    from contextlib import nullcontext
+    from mspretrain.common.lock import run_dir_lock
+    if not is_main:
+        return nullcontext()
+    prepare_run_dir(run_dir)      # its clear error for an unwritable dir comes before the lock's
+    return run_dir_lock(run_dir, f"run dir {run_dir}")
+
+
+def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_data: bool = False) -> int:
+    """`train launch`: returns the process exit code."""
+    from mspretrain.train import distributed, parallel
+    from mspretrain.train.step import accumulate_mode, check_precision
+    from mspretrain.train.recompute import recompute_plan
+
+    dist = distributed.setup(cfg, parallel.validate)
+    accumulate_mode(cfg)
+    check_loop_config(cfg)
+    check_precision(cfg)
+    recompute_plan(cfg.recompute, cfg.model.num_layers)
+    if not cfg.data.path:
+        raise ConfigError("data.path is empty: set it to a dataset dir (--set data.path=DIR)")
+    run_dir = Path(cfg.run.dir)
+    resume_from = resolve_resume(run_dir, resume)
+    data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
+
+    import mindspore as ms
+    from mspretrain.loader import Loader
+
+    ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
+    with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
+                seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
+                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader, \
+            run_lock(run_dir, dist.is_main):
+        if dist.is_main:
+            prepare_run_dir(run_dir)
+            ckpt.remove_stale_temps(run_dir)
+        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
+        start, bad_streak = 0, 0
+        if resume_from is not None:
+            state = restore(session, resume_from, loader, cfg, dist, force)
+            start, bad_streak = state["step"], state.get("bad_streak", 0)
+            if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
+                print(done, flush=True)
+        if dist.is_main:
+            dropped = metrics.truncate_after(run_dir, start)
+            from mspretrain.train.runinfo import record_run
+            record_run(cfg)     # RUN/run.json + tokenizer.model, for export/generate/score/eval
+            print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "
+                  f"{start}/{cfg.train.steps}, {session.micro_steps} micro-step(s) per step"
+                  + (f", {dropped} metrics line(s) after it dropped" if dropped else ""), flush=True)
+        return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak)
+
+
+def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
+              bad_streak: int) -> int:
+    from mspretrain.train.evaluate import validation_loss
+
+    peak = cfg.train.peak_tflops or measure_peak_tflops()
+    tokens_per_step = cfg.train.global_batch_size * loader.seq_length
+    writer = metrics.MetricsWriter(run_dir) if dist.is_main else None
+    progress = console.Progress(cfg, start, tokens_per_step)
+    console.catch_interrupts()
+    if writer and start < cfg.train.steps:
+        print(progress.compile_notice(), flush=True)
+    batches = iter(loader)
+    try:
+        for step in range(start + 1, cfg.train.steps + 1):
+            t0 = time.perf_counter()
+            batch = next(batches)
+            t1 = time.perf_counter()
+            lr = lr_at(step, cfg.optim, cfg.train.steps)
+            result = session.train_step(batch["input_ids"], lr)
+            elapsed = time.perf_counter() - t0
+            tps = tokens_per_step / elapsed
+            record = {"step": step, "loss": result.loss, "lr": lr, "grad_norm": result.grad_norm,
+                      "loss_scale": result.loss_scale, "overflow": result.overflow,
+                      "tokens_per_s": tps,
+                      "mfu": tps * session.flops_per_token / (peak * 1e12 * dist.world_size),
+                      "consumed_samples": loader.cursor, "data_wait_s": t1 - t0, "step_time_s": elapsed}
+            if session.args.flash_attention and session.args.document_mask:   # the kernel's document limit
+                from mspretrain.train.packing import count_over_limit
+                record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
+                                                             session.args.max_documents)
+            bad_streak = bad_streak + 1 if is_bad(result, cfg) else 0
+            if writer:
+                writer.write(record)
+                if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
+                    print(progress.line(record), flush=True)
+            if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
+                val = validation_loss(session.eval_net, cfg, loader.seq_length)
+                rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+                if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # mspretrain/train/evalsuite.py
+                    from mspretrain.train.evalsuite import in_loop
+                    rec.update(in_loop(session.model, cfg, run_dir, step))
+                if writer:
+                    writer.write(rec)
+                    print(metrics.console_line(rec, cfg.train.steps), flush=True)
+            stop = bad_streak >= cfg.train.max_bad_steps
+            if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
+                    or stop):
+                save(run_dir, step, session, loader, cfg, dist, record, bad_streak)
+            if stop:
+                print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
+                      f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",
+                      file=sys.stderr, flush=True)
+                return EXIT_BAD_STEPS
+    finally:
+        if writer:
+            writer.close()
+    if writer:
+        print(progress.summary(run_dir), flush=True)
+    return 0

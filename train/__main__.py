@@ -1,7 +1,0 @@
-"""`python -m train ...` is the `train` console script."""
-import sys
-
-from train.cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())
