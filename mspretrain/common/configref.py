@@ -1,0 +1,75 @@
+"""A Markdown reference of a config tree, generated from its dataclasses: every key with its type,
+default and the comment written beside the field. The comments in the config modules are the
+documentation; `scripts/config_reference.py` writes docs/config-reference.md and CI checks it is current."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import re
+import tokenize
+import typing
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """The trailing comment of each field of a dataclass, with the comment-only lines below it."""
+    source = inspect.getsource(cls)
+    comments: dict[str, list[str]] = {}
+    current = None
+    field_line = re.compile(r"^\s+(\w+)\s*:")
+    lines = source.splitlines()
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    by_line = {tok.start[0]: tok.string[1:].strip() for tok in tokens if tok.type == tokenize.COMMENT}
+    for number, line in enumerate(lines, start=1):
+        match = field_line.match(line)
+        if match and not line.strip().startswith("#"):
+            current = match.group(1)
+            comments[current] = [by_line[number]] if number in by_line else []
+        elif line.strip().startswith("#") and current is not None and number in by_line:
+            if line.index("#") > 8:          # an indented continuation of the field's comment
+                comments[current].append(by_line[number])
+            else:
+                current = None                # a comment heading the next fields
+        elif line.strip() and not line.strip().startswith("#"):
+            current = None
+    return {name: " ".join(text) for name, text in comments.items()}
+
+
+def _type_name(tp) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    name = str(tp).replace("typing.", "")
+    return re.sub(r"\b[\w.]+\.(\w+)", r"\1", name)
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) of every leaf of the tree below `cls`."""
+    hints = typing.get_type_hints(cls)
+    notes = field_comments(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        key = prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            out += rows(tp, key + ".")
+            continue
+        default = _default(f)
+        shown = "" if default is None else f"`{default!r}`" if not isinstance(default, str) else f'`"{default}"`'
+        out.append((key, _type_name(tp), shown, notes.get(f.name, "")))
+    return out
+
+
+def render(cls: type, title: str, intro: str) -> str:
+    lines = [f"## {title}", "", intro, "", "| key | type | default | what it does |", "|---|---|---|---|"]
+    for key, tp, default, note in rows(cls):
+        note = note.replace("|", "\\|")
+        lines.append(f"| `{key}` | {tp.replace('|', '&#124;')} | {default.replace('|', '&#124;')} | {note} |")
+    return "\n".join(lines) + "\n"
