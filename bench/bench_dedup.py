@@ -24,9 +24,9 @@ import sentencepiece as spm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "dataprep")]
 
-from mspretrain.dataprep.clean import normalize  # noqa: E402
-from mspretrain.dataprep.dedup import DedupConfig, NearDedup, exact_key, signatures  # noqa: E402
-from mspretrain.dataprep.filters import FilterConfig, quality_reason  # noqa: E402
+from mspretrain.dataprep.steps.clean import normalize  # noqa: E402
+from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup, exact_key, signatures  # noqa: E402
+from mspretrain.dataprep.steps.filters import FilterConfig, quality_reason  # noqa: E402
 from mspretrain.dataprep.readers import Document, list_inputs, read_file  # noqa: E402
 
 SOURCES = ["/usr/share/doc", "/usr/share/man/man1", "/usr/share/man/man3", "/usr/share/man/zh_CN"]

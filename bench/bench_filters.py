@@ -26,8 +26,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests" / "dataprep")
 import clean_reference  # noqa: E402
 import filters_reference  # noqa: E402
 from bench_quality import corpus  # noqa: E402
-from mspretrain.dataprep.clean import normalize, squeeze_whitespace  # noqa: E402
-from mspretrain.dataprep.filters import FilterConfig, quality_reason  # noqa: E402
+from mspretrain.dataprep.steps.clean import normalize, squeeze_whitespace  # noqa: E402
+from mspretrain.dataprep.steps.filters import FilterConfig, quality_reason  # noqa: E402
 
 
 def per_cpu_second(fn, texts: list[str], nbytes: float) -> float:

@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "dataprep")]
 
-from mspretrain.dataprep.clean import normalize  # noqa: E402
-from mspretrain.dataprep.decontam import DecontamConfig, EvalIndex, cut  # noqa: E402
-from mspretrain.dataprep.dedup import DedupConfig, signatures  # noqa: E402
-from mspretrain.dataprep.filters import FilterConfig, quality_reason  # noqa: E402
-from mspretrain.dataprep.langid import identify, window  # noqa: E402
-from mspretrain.dataprep.pii import PiiConfig, redact  # noqa: E402
-from mspretrain.dataprep.quality import QualityFilterConfig, train  # noqa: E402
-from mspretrain.dataprep.stages import WorkerSetup, process_document  # noqa: E402
+from mspretrain.dataprep.steps.clean import normalize  # noqa: E402
+from mspretrain.dataprep.steps.decontam import DecontamConfig, EvalIndex, cut  # noqa: E402
+from mspretrain.dataprep.dedup.detect import DedupConfig, signatures  # noqa: E402
+from mspretrain.dataprep.steps.filters import FilterConfig, quality_reason  # noqa: E402
+from mspretrain.dataprep.steps.langid import identify, window  # noqa: E402
+from mspretrain.dataprep.steps.pii import PiiConfig, redact  # noqa: E402
+from mspretrain.dataprep.steps.quality import QualityFilterConfig, train  # noqa: E402
+from mspretrain.dataprep.stages import WorkerSetup, pipeline_for  # noqa: E402
 from real_text import man_languages, man_texts  # noqa: E402
 
 _CODE = {"zh_CN": "zh", "zh_TW": "zh", "pt_BR": "pt"}
@@ -186,9 +186,10 @@ def main() -> None:
                 DedupConfig(), 0, 0, PiiConfig("redact"),
                 DecontamConfig(files=(str(evals),), action="cut"))),
         ):
-            r, _ = rate(lambda t: process_document(t, setup), raw)
-            def with_minhash(t: str, setup=setup) -> None:
-                clean, reason, _ = process_document(t, setup)
+            pipe = pipeline_for(setup)
+            r, _ = rate(pipe.process, raw)
+            def with_minhash(t: str, pipe=pipe) -> None:
+                clean, reason, _ = pipe.process(t)
                 if not reason:
                     signatures([clean], DedupConfig())
             both, _ = rate(with_minhash, raw)
@@ -206,9 +207,10 @@ def target_ratio(sp, texts: list[str], raw: list[str], setup: WorkerSetup, pairs
     """The per-document stage with language ID, PII redaction and decontamination on, against
     sentencepiece encoding, alternated (A B A B) `pairs` times: the median of the pairs' ratios."""
     ratios = []
+    pipe = pipeline_for(setup)
     for _ in range(pairs):
         ref, _ = rate(sp.encode, texts)
-        got, _ = rate(lambda t: process_document(t, setup), raw)
+        got, _ = rate(pipe.process, raw)
         ratios.append(got / ref)
     import os
     import statistics

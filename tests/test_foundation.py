@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mspretrain.dataprep.shards import ShardWriter, shard_capacity
+from mspretrain.dataprep.write.shards import ShardWriter, shard_capacity
 from mspretrain.loader.manifest import ManifestError, load_manifest
 from synthetic import make_dataset
 

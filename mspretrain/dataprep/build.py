@@ -50,23 +50,23 @@ import pyarrow.dataset  # noqa: F401
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from mspretrain.dataprep import failure
-from mspretrain.dataprep import report as reporting
+from mspretrain.dataprep.report import failure
+from mspretrain.dataprep.report import summary as reporting
 from mspretrain.dataprep.config import BuildConfig, manifest_config
-from mspretrain.dataprep.dedup import describe
-from mspretrain.dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
+from mspretrain.dataprep.dedup.detect import describe
+from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
                                  DUPLICATES_SCHEMA, DedupPass, DedupResult)
-from mspretrain.dataprep.pack import SplitPacker
-from mspretrain.dataprep.parquet_stream import InOrderParquet
+from mspretrain.dataprep.write.pack import SplitPacker
+from mspretrain.dataprep.write.parquet_stream import InOrderParquet
 from mspretrain.dataprep.readers import list_inputs
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
                              tokenize_chunk, worker_setup)
-from mspretrain.dataprep.tokenizer import TokenizerError, copy_tokenizer, tokenizer_info
-from mspretrain.dataprep.tokenizer_sample import sample_fraction, write_chunk_sample
-from mspretrain.dataprep.stray import remove_temps
-from mspretrain.dataprep.vocab_fit import train_fitted
-from mspretrain.dataprep.workers import WorkerDied, WorkerPool
+from mspretrain.dataprep.tokenizer.model import TokenizerError, copy_tokenizer, tokenizer_info
+from mspretrain.dataprep.tokenizer.sample import sample_fraction, write_chunk_sample
+from mspretrain.dataprep.write.stray import remove_temps
+from mspretrain.dataprep.tokenizer.vocab_fit import train_fitted
+from mspretrain.dataprep.executor.local import WorkerDied, WorkerPool
 from mspretrain.dataprep.workdir import WorkDir
 from mspretrain.common.files import atomic_open, atomic_write_json
 from mspretrain.loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
@@ -90,7 +90,7 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     if not files:
         raise BuildError(f"no input files found under {', '.join(map(str, inputs))}")
     if cfg.run.engine == "ray":
-        from mspretrain.dataprep.ray_engine.driver import ray_session
+        from mspretrain.dataprep.executor.ray.driver import ray_session
         with ray_session(cfg) as stages:
             return _build(out, files, cfg, stages)
     return _build(out, files, cfg, None)
@@ -110,7 +110,7 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
         work.create(work_owner(config, cfg))
     run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
     if stages is not None:
-        from mspretrain.dataprep.ray_engine.driver import build_stages
+        from mspretrain.dataprep.executor.ray.driver import build_stages
         try:
             dedup, splits, tails, hist = build_stages(stages, files, cfg, work, run)
             return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)

@@ -99,7 +99,7 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 def _build(args) -> int:
     from mspretrain.dataprep.build import build
     from mspretrain.dataprep.errors import BuildError
-    from mspretrain.dataprep.report import summary
+    from mspretrain.dataprep.report.summary import summary
     from mspretrain.common.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag) is not None}
@@ -126,7 +126,7 @@ def _build(args) -> int:
 
 
 def _quality_train(args) -> int:
-    from mspretrain.dataprep.quality import QualityModelError, read_texts, train
+    from mspretrain.dataprep.steps.quality import QualityModelError, read_texts, train
     try:
         pos = read_texts(args.positive, args.text_field)
         neg = read_texts(args.negative, args.text_field)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mspretrain.dataprep.decontam import DecontamConfig
-from mspretrain.dataprep.dedup import DedupConfig
-from mspretrain.dataprep.filters import FilterConfig
-from mspretrain.dataprep.pii import PiiConfig
-from mspretrain.dataprep.shards import shard_capacity
+from mspretrain.dataprep.steps.decontam import DecontamConfig
+from mspretrain.dataprep.dedup.detect import DedupConfig
+from mspretrain.dataprep.steps.filters import FilterConfig
+from mspretrain.dataprep.steps.pii import PiiConfig
+from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.loader.manifest import sha256_file
 from mspretrain.common.config import ConfigError, Size, as_dict, load
 

@@ -3,8 +3,8 @@
 
 - `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
   about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
-- `clean_chunk` (worker, stage 1): every document of a chunk through `process_document` (normalise,
-  quality filters, language, decontamination, PII, quality classifier), its split, then the exact
+- `clean_chunk` (worker, stage 1): every document of a chunk through the step pipeline (steps/pipeline.py:
+  normalise, quality filters, language, decontamination, PII, quality classifier), its split, then the exact
   key and MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
   NNNNN.json.
 - `tokenize_chunk` (worker, stage 4): encodes the kept documents of a chunk with sentencepiece
@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +29,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep import decontam as decontam_mod
-from mspretrain.dataprep.clean import normalize
-from mspretrain.dataprep.decontam import DecontamConfig
-from mspretrain.dataprep.dedup import DedupConfig, exact_key, signatures
-from mspretrain.dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
-from mspretrain.dataprep.langid import identify, language_reason
-from mspretrain.dataprep.pii import PiiConfig, redact
-from mspretrain.dataprep.quality import load_model
+from mspretrain.dataprep.dedup.detect import DedupConfig, exact_key, signatures
+from mspretrain.dataprep.steps.decontam import DecontamConfig
+from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
+from mspretrain.dataprep.steps.pii import PiiConfig
+from mspretrain.dataprep.steps.pipeline import Pipeline, build_steps
 from mspretrain.dataprep.readers import BadRecord, Document, InputFile, read_file
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
@@ -60,19 +56,46 @@ class WorkerSetup:
     files: tuple = ()
 
 
-_setup: WorkerSetup | None = None
-_sp_cache: dict = {}
+class Worker:
+    """What one process keeps while it serves a build: its setup, the step pipeline (built on first
+    use, so a process that only tokenizes never loads the evaluation sets) and the loaded tokenizer.
+    A process that serves another setup (a Ray worker lives across builds) gets a new Worker, so
+    nothing cached for the old build survives."""
+
+    def __init__(self, setup: WorkerSetup | None):
+        self.setup = setup
+        self._pipeline: Pipeline | None = None
+        self._sp: dict = {}
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            self._pipeline = pipeline_for(self.setup)
+        return self._pipeline
+
+    def processor(self, model: str):
+        """The loaded model at `model`, by the file's identity, not only its name: a process that
+        lives across builds may see another build's tokenizer written at the same path."""
+        key = (model, file_identity(model))
+        if key not in self._sp:
+            import sentencepiece as spm
+            self._sp = {key: spm.SentencePieceProcessor(model_file=model)}
+        return self._sp[key]
+
+
+def pipeline_for(setup: WorkerSetup) -> Pipeline:
+    """The document steps of `setup`, as every engine runs them."""
+    return Pipeline(build_steps(setup.filters, setup.decontam, setup.pii), exact_key)
+
+
+_worker: Worker | None = None
 
 
 def init_worker(setup: WorkerSetup) -> None:
-    """Make `setup` the process's. A process that served another setup (a Ray worker lives across
-    builds) forgets every result and file it cached for that one."""
-    global _setup
-    if setup != _setup:
-        _memo.clear()
-        decontam_mod.load_index.cache_clear()
-        load_model.cache_clear()
-    _setup = setup
+    """Make `setup` the process's (a new Worker when it differs from the one served so far)."""
+    global _worker
+    if _worker is None or _worker.setup != setup:
+        _worker = Worker(setup)
 
 
 # ------------------------------------------------------------------------------------ main: reading
@@ -127,101 +150,6 @@ DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("rea
 STAGE_REASONS = ("language", "language_score", "decontam", "pii", "quality")
 
 
-def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
-    """(cleaned text, drop reason or "", attributes) of one document: normalise, quality filters,
-    language, decontamination, PII, quality classifier. Pure: the same text gives the same result
-    in any process, so every engine that calls it writes the same bytes."""
-    f = setup.filters
-    clean = normalize(text)
-    lang, score = identify(clean)
-    attrs = {"language": lang, "language_score": score, "quality": None, "pii": {},
-             "decontam": []}
-    reason = quality_reason(clean, f) or language_reason(lang, score, f.languages,
-                                                         f.min_language_score)
-    if reason:
-        return clean, reason, attrs
-    d = setup.decontam
-    if d.files:
-        items, spans = decontam_mod.load_index(d.files, d.ngram, d.text_field).find(clean)
-        if items:
-            attrs["decontam"] = items
-            if d.action == "drop":
-                return clean, "decontam", attrs
-            clean = decontam_mod.cut(clean, spans)
-            if len(clean) < f.min_chars:
-                return clean, "decontam", attrs
-    redacted, attrs["pii"] = redact(clean)
-    if attrs["pii"] and setup.pii.action == "drop":
-        return clean, "pii", attrs
-    if setup.pii.action == "redact":
-        clean = redacted
-    if f.quality.model:
-        attrs["quality"] = load_model(f.quality.model).score(clean)
-        if attrs["quality"] < f.quality.threshold:
-            return clean, "quality", attrs
-    return clean, "", attrs
-
-
-@dataclass
-class DocResult:
-    """What stage 1 computes for one raw text: `process_document`'s result, and for a kept text its
-    exact key and MinHash row (the row filled in once the chunk's new signatures are computed)."""
-    clean: str
-    reason: str
-    attrs: dict
-    key: bytes | None
-    sig: np.ndarray | None = None
-
-
-class DocMemo:
-    """DocResults by raw text, the most recently used last, holding at most `budget` characters of
-    raw and cleaned text. Corpora repeat whole documents (licences, boilerplate, mirrored pages:
-    42% of the bytes of bench_dataprep's corpus repeat an earlier document); a worker that meets
-    one again takes its result from here. Every stage-1 function is pure, so the bytes written are
-    the same with or without it, in any worker; only the time differs. Keyed by the text itself:
-    a str caches its hash, and a hit costs one comparison, cheaper than a digest of every text."""
-
-    def __init__(self, budget: int = 32 << 20):
-        self.budget, self.size = budget, 0
-        self._items: OrderedDict[str, DocResult] = OrderedDict()
-
-    def get(self, text: str) -> DocResult | None:
-        result = self._items.get(text)
-        if result is not None:
-            self._items.move_to_end(text)
-        return result
-
-    def put(self, text: str, result: DocResult) -> None:
-        size = len(text) + len(result.clean)
-        if size > self.budget // 4:   # a huge document would push out everything
-            return
-        self._items[text] = result
-        self.size += size
-        while self.size > self.budget:
-            old, gone = self._items.popitem(last=False)
-            self.size -= len(old) + len(gone.clean)
-
-    def clear(self) -> None:
-        self._items.clear()
-        self.size = 0
-
-
-_memo = DocMemo()
-
-
-def document_result(text: str, setup: WorkerSetup, new: list[DocResult]) -> DocResult:
-    """The DocResult of a raw text, from the memo or computed (a computed kept one is appended to
-    `new`, whose MinHash rows the caller fills in, a chunk at a time)."""
-    result = _memo.get(text)
-    if result is None:
-        clean, reason, attrs = process_document(text, setup)
-        result = DocResult(clean, reason, attrs, None if reason else exact_key(clean))
-        if not reason:
-            new.append(result)
-        _memo.put(text, result)
-    return result
-
-
 def clean_chunk(task: ChunkTask) -> dict:
     """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
     return clean_chunk_table(task)[0]
@@ -232,7 +160,8 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     that a caller in the same process goes on without reading the file back."""
     if task.stop:
         return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}, None
-    marker_path = Path(_setup.docs_dir) / f"{task.index:05d}.json"
+    setup, pipeline = _worker.setup, _worker.pipeline
+    marker_path = Path(setup.docs_dir) / f"{task.index:05d}.json"
     if marker_path.is_file():
         return {**read_json(marker_path), "reused": True}, None
     t0 = time.process_time()
@@ -240,19 +169,20 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
     kept_texts = []
     stats = {"languages": {}, "pii": {}, "pii_docs": 0, "decontam": [], "decontam_cut": 0}
-    index = decontam_index(_setup.decontam)
+    decontam = pipeline.step("decontaminate")
+    item_ids = decontam.index.item_ids if decontam else []
     results, new = [], []
     for doc in task.docs:
-        results.append(document_result(doc.text, _setup, new))
+        results.append(pipeline.result(doc.text, new))
     if new:
-        for result, row in zip(new, signatures([r.clean for r in new], _setup.dedup)):
+        for result, row in zip(new, signatures([r.clean for r in new], setup.dedup)):
             result.sig = row.copy()   # not a view that keeps the chunk's array alive
     sig_dtype = ""
     for doc, result in zip(task.docs, results):
         doc_id, text, reason, attrs = doc.doc_id, doc.text, result.reason, result.attrs
         clean = result.clean
         nbytes = utf8_len(clean)
-        _count(stats, doc_id, clean, reason, attrs, _setup.decontam.action, index)
+        _count(stats, doc_id, clean, reason, attrs, setup.decontam.action, item_ids)
         if reason:
             filters.setdefault(reason, [0, 0])
             filters[reason][0] += 1
@@ -268,10 +198,10 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
                             ("language", attrs["language"]),
                             ("language_score", attrs["language_score"]),
                             ("quality", attrs["quality"]), ("pii", sum(attrs["pii"].values())),
-                            ("decontam", ",".join(index.item_ids[i] for i in attrs["decontam"])),
-                            ("split", split_of(doc_id, _setup.valid_fraction, _setup.split_seed))):
+                            ("decontam", ",".join(item_ids[i] for i in attrs["decontam"])),
+                            ("split", split_of(doc_id, setup.valid_fraction, setup.split_seed))):
             rows[name].append(value)
-    path = Path(_setup.docs_dir) / f"{task.index:05d}.parquet"
+    path = Path(setup.docs_dir) / f"{task.index:05d}.parquet"
     table = pa.table(rows, schema=DOCS_SCHEMA)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="lz4")   # scratch: read back once; lz4 is
@@ -288,13 +218,8 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     return marker, table
 
 
-def decontam_index(cfg: DecontamConfig):
-    """The evaluation index of `cfg` (an empty one when there are no files)."""
-    return decontam_mod.load_index(cfg.files, cfg.ngram, cfg.text_field)
-
-
 def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, action: str,
-           index) -> None:
+           item_ids: list) -> None:
     """Per-chunk counts of the document stages, for the report."""
     lang = stats["languages"].setdefault(attrs["language"], [0, 0])
     lang[0] += 1
@@ -303,7 +228,7 @@ def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, actio
         stats["pii"][kind] = stats["pii"].get(kind, 0) + n
     stats["pii_docs"] += bool(attrs["pii"])
     for i in attrs["decontam"]:
-        stats["decontam"].append([index.item_ids[i], doc_id])
+        stats["decontam"].append([item_ids[i], doc_id])
     if attrs["decontam"] and action == "cut" and not reason:
         stats["decontam_cut"] += 1
 
@@ -369,13 +294,14 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
     .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
     index, keep_bits, model = task
-    marker_path = Path(_setup.tokens_dir) / f"{index:05d}.json"
+    setup = _worker.setup
+    marker_path = Path(setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():
         return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
-    sp = _processor(model)
-    scored = bool(_setup.filters.quality.model)
-    table = pq.read_table(Path(_setup.docs_dir) / f"{index:05d}.parquet",
+    sp = _worker.processor(model)
+    scored = bool(setup.filters.quality.model)
+    table = pq.read_table(Path(setup.docs_dir) / f"{index:05d}.parquet",
                           columns=["doc_id", "split", "text"] + ["quality"] * scored)
     keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
     rows = np.flatnonzero(keep)
@@ -395,7 +321,7 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
-    path = Path(_setup.tokens_dir) / f"{index:05d}.npz"
+    path = Path(setup.tokens_dir) / f"{index:05d}.npz"
     with atomic_open(path) as f:
         np.savez(f, **arrays)
     marker["cpu_s"] = round(time.process_time() - t0, 4)
@@ -411,17 +337,6 @@ def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:
     for x, end in zip(ids, ends):
         tokens[end - 1 - len(x):end - 1] = x
     return tokens, lens
-
-
-def _processor(model: str):
-    """The loaded model at `model`, by the file's identity, not only its name: a process that lives
-    across builds (a Ray worker) may see another build's tokenizer written at the same path."""
-    key = (model, file_identity(model))
-    if key not in _sp_cache:
-        import sentencepiece as spm
-        _sp_cache.clear()
-        _sp_cache[key] = spm.SentencePieceProcessor(model_file=model)
-    return _sp_cache[key]
 
 
 def worker_setup(cfg, work) -> WorkerSetup:

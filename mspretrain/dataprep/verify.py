@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep.stray import unexpected_files
+from mspretrain.dataprep.write.stray import unexpected_files
 from mspretrain.loader.manifest import (SHARDS_DIR, ManifestError, compute_fingerprint, load_manifest,
                              sha256_file)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from mspretrain.dataprep.clean import _HTML_HINT, _INVISIBLE, _nfkc_keeping_cjk_punctuation, strip_html
+from mspretrain.dataprep.steps.clean import _HTML_HINT, _INVISIBLE, _nfkc_keeping_cjk_punctuation, strip_html
 
 
 def normalize(text: str) -> str:

@@ -13,7 +13,7 @@ from operator import mul
 
 import numpy as np
 
-from mspretrain.dataprep.filters import FilterConfig
+from mspretrain.dataprep.steps.filters import FilterConfig
 
 # --------------------------------------------------------------------------- character classes
 

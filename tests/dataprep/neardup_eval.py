@@ -25,10 +25,10 @@ from pathlib import Path
 
 import zstandard
 
-from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.steps.clean import normalize
 import numpy as np
 
-from mspretrain.dataprep.dedup import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
+from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup, shingle_order, shingle_text, signatures
 
 SHARE = Path("/usr/share")
 
@@ -188,7 +188,7 @@ def flagged_pairs(texts: list[str], cfg: DedupConfig, verify: bool = True) -> se
 
 
 def _language(text: str) -> str:
-    from mspretrain.dataprep.langid import identify
+    from mspretrain.dataprep.steps.langid import identify
     return identify(text)[0]
 
 

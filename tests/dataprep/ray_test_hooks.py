@@ -1,5 +1,5 @@
 """Faults for the Ray engine tests, installed with DATAPREP_RAY_HOOKS=<this file>:<spec>
-(see mspretrain/dataprep/ray_engine/hooks.py). Specs:
+(see mspretrain/dataprep/executor/ray/hooks.py). Specs:
 
   kill:POINT:FLAG        the first task to reach POINT creates FLAG and SIGKILLs its own worker
                          process (once: the retry finds FLAG and runs normally)

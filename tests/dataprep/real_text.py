@@ -8,7 +8,7 @@ import random
 import re
 from pathlib import Path
 
-from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.steps.clean import normalize
 from neardup_eval import _read
 
 MAN = Path("/usr/share/man")
@@ -76,7 +76,7 @@ SURVIVORS = ["2.10.0", "1.2.3.4-rc1", "2024-01-15", "da39a3ee5e6b4b0d3255bfef956
 
 def _luhn_fix(digits: str) -> str:
     """`digits` with its last digit replaced by the Luhn check digit."""
-    from mspretrain.dataprep.pii import luhn_valid
+    from mspretrain.dataprep.steps.pii import luhn_valid
     for d in "0123456789":
         if luhn_valid(digits[:-1] + d):
             return digits[:-1] + d

@@ -11,7 +11,7 @@ import sentencepiece as spm
 
 from dataprep_helpers import dataset_bytes, run_build, tree_snapshot
 from mspretrain.dataprep.build import WORK_LAYOUT
-from mspretrain.dataprep.clean import normalize
+from mspretrain.dataprep.steps.clean import normalize
 from mspretrain.dataprep.inspection import read_sample
 from mspretrain.dataprep.readers import Document, list_inputs, read_file
 from mspretrain.dataprep.verify import verify_dataset
@@ -175,7 +175,7 @@ def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
 
     from mspretrain.dataprep.config import BuildConfig
     from mspretrain.dataprep.stages import WorkerSetup
-    from mspretrain.dataprep.workers import WorkerPool
+    from mspretrain.dataprep.executor.local import WorkerPool
     cfg = BuildConfig()
     setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
     calls = []

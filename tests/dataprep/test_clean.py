@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mspretrain.dataprep.clean import normalize, squeeze_whitespace
+from mspretrain.dataprep.steps.clean import normalize, squeeze_whitespace
 
 CHINESE = "机器学习是人工智能的一个分支。它研究计算机怎样模拟人类的学习行为，以获取新的知识或技能。"
 

@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import clean_reference as ref
-import mspretrain.dataprep.clean as clean
-from mspretrain.dataprep.clean import normalize
+import mspretrain.dataprep.steps.clean as clean
+from mspretrain.dataprep.steps.clean import normalize
 from neardup_eval import _read
 from real_text import MAN, man_languages
 

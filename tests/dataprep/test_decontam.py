@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dataprep_helpers import run_build
-from mspretrain.dataprep.decontam import DecontamError, EvalIndex, cut, read_items, units
+from mspretrain.dataprep.steps.decontam import DecontamError, EvalIndex, cut, read_items, units
 from real_text import decoded_samples, write_corpus
 
 
@@ -56,7 +56,7 @@ def test_the_fast_pre_check_never_hides_a_match(monkeypatch):
         piece = " ".join(units(evals[i])[:13])
         docs.append(host[:200] + " " + piece + " " + host[200:])
     fast = [index.find(d) for d in docs]
-    from mspretrain.dataprep.decontam import _Bitmap
+    from mspretrain.dataprep.steps.decontam import _Bitmap
     monkeypatch.setattr(_Bitmap, "has", lambda self, hashes: np.ones(len(hashes), bool))
     exact = [index.find(d) for d in docs]
     assert fast == exact

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mspretrain.dataprep import textunits
-from mspretrain.dataprep.decontam import EvalIndex
+from mspretrain.dataprep.steps import textunits
+from mspretrain.dataprep.steps.decontam import EvalIndex
 from real_text import man_languages, man_texts
 
 # The definition, written out again: a CJK character, or a run of letters and digits.

@@ -8,8 +8,8 @@ import datasketch  # the reference MinHash (a test extra)
 import numpy as np
 import pytest
 
-from mspretrain.dataprep.clean import normalize
-from mspretrain.dataprep.dedup import (DedupConfig, NearDedup, describe, exact_jaccard, exact_key,
+from mspretrain.dataprep.steps.clean import normalize
+from mspretrain.dataprep.dedup.detect import (DedupConfig, NearDedup, describe, exact_jaccard, exact_key,
                             lsh_params, signatures)
 from neardup_eval import edited, estimate, evaluate, load, shingle_set
 

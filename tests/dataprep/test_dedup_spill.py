@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from mspretrain.dataprep.clean import normalize
-from mspretrain.dataprep.dedup import DedupConfig, NearDedup, signatures
-from mspretrain.dataprep.dedup_pass import DedupPass
+from mspretrain.dataprep.steps.clean import normalize
+from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup, signatures
+from mspretrain.dataprep.dedup.keep import DedupPass
 from dataprep_helpers import dataset_bytes, run_build
 from neardup_eval import edited, load
 
@@ -141,7 +141,7 @@ def test_repeated_ids_and_exact_keys_are_caught_across_chunks_from_the_store_on_
 def test_segments_merged_a_few_entries_at_a_time_answer_as_the_index_in_memory(tmp_path, monkeypatch):
     """Merges cut into blocks of 7 entries (ties between the two segments fall across block ends):
     the merged cells stay sorted with the older document first, and every lookup is unchanged."""
-    from mspretrain.dataprep import dedup
+    from mspretrain.dataprep.dedup import detect as dedup
     monkeypatch.setattr(dedup._Segment, "_BLOCK", 7)
     cfg = DedupConfig()
     stream = _stream()[:400]

@@ -10,11 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sentencepiece as spm
 
-from mspretrain.dataprep.dedup import DedupConfig
-from mspretrain.dataprep.filters import FILTER_NAMES, FilterConfig
+from mspretrain.dataprep.dedup.detect import DedupConfig
+from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.readers import Document
 from mspretrain.dataprep import stages
-from mspretrain.dataprep.stages import (ChunkTask, DocMemo, SplitTokens, WorkerSetup, clean_chunk,
+from mspretrain.dataprep.steps.pipeline import DocMemo, DocResult, Pipeline
+from mspretrain.dataprep.stages import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk,
                              init_worker, split_of, tokenize_chunk)
 from real_text import man_texts
 
@@ -82,15 +83,15 @@ def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path
     docs = [Document(f"d{i}", texts[t], "t.jsonl") for i, t in enumerate(order)]
     tasks = [ChunkTask(0, docs[:5], [], 0), ChunkTask(1, docs[5:], [], 1)]
     calls = []
-    real = stages.process_document
-    monkeypatch.setattr(stages, "process_document", lambda t, s: calls.append(t) or real(t, s))
+    real = Pipeline.process
+    monkeypatch.setattr(Pipeline, "process", lambda self, t: calls.append(t) or real(self, t))
 
     def run(root, memo):
-        monkeypatch.setattr(stages, "_memo", memo)
         for d in ("docs", "tokens"):
             (root / d).mkdir(parents=True)
         init_worker(WorkerSetup(str(root / "docs"), str(root / "tokens"), FilterConfig(),
                                 DedupConfig(), valid_fraction=0.5, split_seed=7))
+        stages._worker.pipeline.memo = memo
         markers = [clean_chunk(t) for t in tasks]
         return [{k: v for k, v in m.items() if k not in ("pid", "cpu_s")} for m in markers]
 
@@ -108,13 +109,13 @@ def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path
 
 def test_the_memo_keeps_the_most_recently_used_within_its_budget():
     memo = DocMemo(budget=44)          # raw and cleaned characters count
-    results = {k: stages.DocResult("x" * 10, "", {}, b"") for k in "abcde"}
+    results = {k: DocResult("x" * 10, "", {}, b"") for k in "abcde"}
     for k in "abcd":
         memo.put(k, results[k])
     assert memo.get("a") is results["a"]          # a is now the most recent
     memo.put("e", results["e"])                    # 55 > 44: the least recent (b) goes
     assert memo.get("b") is None and memo.get("a") is results["a"] and memo.size == 44
-    memo.put("big", stages.DocResult("x" * 9, "", {}, b""))   # 12 > a quarter: not kept
+    memo.put("big", DocResult("x" * 9, "", {}, b""))   # 12 > a quarter: not kept
     assert memo.get("big") is None and memo.size == 44
 
 
@@ -146,10 +147,11 @@ def test_a_tokenizer_written_again_at_the_same_path_is_loaded_again(tmp_path):
     sample = tmp_path / "sample.txt"
     model = tmp_path / "m.model"
     sizes = []
+    worker = stages.Worker(None)       # one process that keeps its loaded tokenizer
     for vocab in (60, 90):
         sample.write_text("\n".join(SENTENCES * 3) + "\n")
         spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(tmp_path / "new"),
                                        vocab_size=vocab, hard_vocab_limit=False, minloglevel=2)
         (tmp_path / "new.model").replace(model)
-        sizes.append(stages._processor(str(model)).get_piece_size())
+        sizes.append(worker.processor(str(model)).get_piece_size())
     assert sizes[0] != sizes[1]

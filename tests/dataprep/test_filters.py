@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mspretrain.dataprep.clean import normalize
-from mspretrain.dataprep.filters import (FILTER_NAMES, FilterConfig, char_counts, most_common_ngram,
+from mspretrain.dataprep.steps.clean import normalize
+from mspretrain.dataprep.steps.filters import (FILTER_NAMES, FilterConfig, char_counts, most_common_ngram,
                               quality_reason, top_ngram_failure,
                               top_ngram_passes, units)
 from mspretrain.dataprep.readers import InputFile, read_file
@@ -193,7 +193,7 @@ def test_most_common_ngram_matches_counter_ties_and_wide_ids():
 def test_import_builds_no_character_tables():
     """The per-code-point tables are built on the first non-ASCII text, not at import: importing
     dataprep (the CLI, every worker) pays nothing for them; ASCII text never needs them."""
-    code = ("import mspretrain.dataprep.filters as f, mspretrain.dataprep.build\n"
+    code = ("import mspretrain.dataprep.steps.filters as f, mspretrain.dataprep.build\n"
             "assert f._bmp_class.cache_info().currsize == 0 and f._is_cjk.cache_info().currsize == 0\n"
             "f.quality_reason('plain ascii text ' * 40, f.FilterConfig())\n"
             "assert f._bmp_class.cache_info().currsize == 0\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import mspretrain.dataprep.filters as filters
+import mspretrain.dataprep.steps.filters as filters
 import filters_reference as ref
-from mspretrain.dataprep.filters import FILTER_NAMES, FilterConfig, quality_reason
+from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig, quality_reason
 from neardup_eval import _read
 from real_text import man_languages, man_texts
 

@@ -9,7 +9,7 @@ import pytest
 
 from dataprep_helpers import run_build
 from mspretrain.dataprep.config import ConfigError, load_build_config
-from mspretrain.dataprep.langid import identify, language_reason
+from mspretrain.dataprep.steps.langid import identify, language_reason
 from real_text import man_languages, man_texts, write_corpus
 
 _CODE = {"zh_CN": "zh", "zh_TW": "zh", "pt_BR": "pt"}

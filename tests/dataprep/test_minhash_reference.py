@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from mspretrain.dataprep.dedup import (_BLOCK_CHARS, DedupConfig, _constants, shingle_order, shingle_text,
+from mspretrain.dataprep.dedup.detect import (_BLOCK_CHARS, DedupConfig, _constants, shingle_order, shingle_text,
                             signatures)
 from real_text import man_languages, man_texts
 

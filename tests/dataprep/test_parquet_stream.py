@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mspretrain.dataprep import parquet_stream
-from mspretrain.dataprep.parquet_stream import InOrderParquet
+from mspretrain.dataprep.write import parquet_stream
+from mspretrain.dataprep.write.parquet_stream import InOrderParquet
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("n", pa.int64())])
 

@@ -9,7 +9,7 @@ import pytest
 
 from dataprep_helpers import run_build
 from mspretrain.dataprep.config import ConfigError, load_build_config
-from mspretrain.dataprep.pii import id_number_valid, luhn_valid, redact
+from mspretrain.dataprep.steps.pii import id_number_valid, luhn_valid, redact
 from real_text import PII, SURVIVORS, decoded_samples, write_corpus
 
 
@@ -115,7 +115,7 @@ def test_fast_number_patterns_match_exactly_what_the_plain_ones_do(name):
     import random
     import re
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     fast, plain = getattr(pii, name), re.compile(_PLAIN[name])
     rng = random.Random(name)
     alphabet = "0123456789" * 4 + "11+86()- .X_a中\n"
@@ -155,7 +155,7 @@ def _plain_redact(text: str) -> tuple[str, dict[str, int]]:
     number kinds only when the text as given has 7 digits close together)."""
     import re
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     rules = [("EMAIL", pii._EMAIL, None, "@" in text),
              ("IP", pii._IPV4, None, re.search(r"\d\.\d{1,3}\.\d{1,3}\.\d", text)),
              ("IP", pii._IPV6, _plain_ipv6_ok, "::" in text or text.count(":") >= 3)]
@@ -215,7 +215,7 @@ def test_every_ipv4_shape_shares_a_stretch_with_a_trigger():
     import random
     import re
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     from real_text import man_texts
     shape = re.compile(r"(?=\d\.\d{1,3}\.\d{1,3}\.\d)")
     rng = random.Random(9)
@@ -235,7 +235,7 @@ def test_ipv6_validator_agrees_with_ipaddress():
     definition on every candidate the pattern finds."""
     import random
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     rng = random.Random(6)
     alphabet = "0123456789abcdefABCDEF" + ":" * 12 + "..."
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(2, 45))) for _ in range(6000)]
@@ -256,7 +256,7 @@ def test_the_number_sketch_marks_every_character_a_number_can_hold():
     any script) and "a" to no character that a number pattern can hold."""
     import re
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     chars = "".join(chr(c) for c in range(0x110000))
     sketch = chars.encode("utf-8", "surrogatepass").translate(pii._SKETCH, pii._UTF8_CONTINUATION)
     assert len(sketch) == len(chars)
@@ -349,7 +349,7 @@ def test_fast_path_equals_whole_text_substitution_on_adversarial_texts():
     import random
     import re
 
-    from mspretrain.dataprep import pii
+    from mspretrain.dataprep.steps import pii
     rng = random.Random(14)
     texts = _EDGE_CASES + [_adversarial(rng) for _ in range(4000)]
     plain = [re.compile(_PLAIN[name]) for name in ("_ID", "_CARD", "_PHONE")]

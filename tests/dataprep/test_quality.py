@@ -11,8 +11,8 @@ import pytest
 
 from dataprep_helpers import run_build
 from mspretrain.dataprep.cli import main as dataprep_main
-from mspretrain.dataprep.clean import normalize
-from mspretrain.dataprep.quality import QualityModel, QualityModelError, train
+from mspretrain.dataprep.steps.clean import normalize
+from mspretrain.dataprep.steps.quality import QualityModel, QualityModelError, train
 from real_text import man_texts
 
 

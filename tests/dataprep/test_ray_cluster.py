@@ -12,7 +12,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 12
 import pytest  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from mspretrain.dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
+from mspretrain.dataprep.executor.ray.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import dataset_bytes, run_build  # noqa: E402
 

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import ray  # noqa: E402
 
 from mspretrain.dataprep.cli import main as dataprep_main  # noqa: E402
-from mspretrain.dataprep.ray_engine.hooks import ENV as HOOKS_ENV  # noqa: E402
+from mspretrain.dataprep.executor.ray.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import (DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build,  # noqa: E402
                               write_messy_corpus)
@@ -213,7 +213,7 @@ def test_an_unreachable_cluster_is_a_clear_error(corpus, tmp_path, capsys):
 def test_every_document_stage_gives_the_local_bytes(ray_address, corpus, tmp_path):
     """Quality classifier (its score in the provenance), decontamination by cut, PII and language
     ID on: the Ray build equals the local one byte for byte."""
-    from mspretrain.dataprep.quality import train
+    from mspretrain.dataprep.steps.quality import train
     paras = [p for p in (corpus / "en.txt").read_text().split("\n\n") if len(p) > 200]
     junk = ["".join(chr(0x41 + (i * 7 + k * 13) % 50) for k in range(300)) for i in range(40)]
     model = tmp_path / "q.bin"

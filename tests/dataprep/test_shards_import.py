@@ -11,7 +11,7 @@ _WRITE = """
 import sys
 import numpy as np
 {first}
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.write.shards import ShardWriter
 w = ShardWriter(sys.argv[1], "train", seq_length=7, max_bytes=1 << 20)
 w.write(np.arange(40, dtype=np.int32).reshape(5, 8))
 w.write(np.arange(24, dtype=np.int32).reshape(3, 8) * 3)

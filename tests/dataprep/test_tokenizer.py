@@ -2,7 +2,7 @@
 import pytest
 from sentencepiece import sentencepiece_model_pb2 as pb
 
-from mspretrain.dataprep.tokenizer import TokenizerError, model_type
+from mspretrain.dataprep.tokenizer.model import TokenizerError, model_type
 
 
 @pytest.mark.parametrize("kind", ["UNIGRAM", "BPE", "WORD", "CHAR"])

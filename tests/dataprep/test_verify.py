@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mspretrain.dataprep.cli import main
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.dataprep.verify import verify_dataset
 from mspretrain.loader.manifest import SplitInfo, compute_fingerprint, load_manifest, write_manifest
 

@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.loader import Loader, ShardError
 from mspretrain.loader.manifest import SplitInfo, load_manifest
 from mspretrain.loader.mindrecord import ShardFile, ShardSet

@@ -103,7 +103,7 @@ def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:
 def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
     """A reduce task's output (sorted by order) cut into one file per work unit it touches, so that
     a per-unit task later reads only its own rows: `unit_files(stage_dir, unit, partitions)`."""
-    from mspretrain.dataprep.ray_engine.shuffle import part_file
+    from mspretrain.dataprep.executor.ray.shuffle import part_file
     units = table.column("order").to_numpy() >> UNIT_BITS if table.num_rows else np.zeros(0, int)
     starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if len(units) else []
     for k, s in enumerate(starts):
@@ -112,7 +112,7 @@ def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
 
 
 def unit_files(stage_dir: Path, unit: int, partitions: int) -> list[Path]:
-    from mspretrain.dataprep.ray_engine.shuffle import part_file
+    from mspretrain.dataprep.executor.ray.shuffle import part_file
     return [part_file(stage_dir, unit, p) for p in range(partitions)]
 
 

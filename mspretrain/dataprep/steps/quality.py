@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from mspretrain.dataprep.decontam import DecontamError, read_items
+from mspretrain.dataprep.steps.decontam import DecontamError, read_items
 from mspretrain.common.files import atomic_write_bytes
 
 MAGIC = b"mspretrain-quality-v1\n"
@@ -147,7 +146,3 @@ def read_texts(path: str, text_field: str = "text") -> list[str]:
     return [para.strip() for para in raw.split("\n\n") if para.strip()]
 
 
-@lru_cache(maxsize=2)
-def load_model(path: str) -> QualityModel:
-    """The model at `path`, loaded once per process."""
-    return QualityModel.load(path)

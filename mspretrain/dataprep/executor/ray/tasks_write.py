@@ -8,11 +8,11 @@ from dataclasses import asdict
 
 import numpy as np
 
-from mspretrain.dataprep import report as reporting
-from mspretrain.dataprep.pack import PROVENANCE_DIR, ProvenanceStream
-from mspretrain.dataprep.ray_engine import hooks
-from mspretrain.dataprep.ray_engine.layout import Ctx, done, finish
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.report import summary as reporting
+from mspretrain.dataprep.write.pack import PROVENANCE_DIR, ProvenanceStream
+from mspretrain.dataprep.executor.ray import hooks
+from mspretrain.dataprep.executor.ray.layout import Ctx, done, finish
+from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.dataprep.stages import SplitTokens
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from mspretrain.dataprep import textunits
+from mspretrain.dataprep.steps import textunits
 from mspretrain.common.jsonl import read_json_lines
 
 ACTIONS = ("drop", "cut")
@@ -227,7 +226,3 @@ def read_items(path: str, text_field: str = "text") -> list[tuple[str, str]]:
     return items
 
 
-@lru_cache(maxsize=2)
-def load_index(files: tuple[str, ...], ngram: int, text_field: str = "text") -> EvalIndex:
-    """The index of the evaluation files (built once per process)."""
-    return EvalIndex([it for f in files for it in read_items(f, text_field)], ngram)

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mspretrain.dataprep.tokenizer import TokenizerError, train_tokenizer
+from mspretrain.dataprep.tokenizer.model import TokenizerError, train_tokenizer
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep.dedup import DedupConfig, NearDedup
+from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"

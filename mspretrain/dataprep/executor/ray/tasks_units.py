@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep.dedup import NearDedup
-from mspretrain.dataprep.dedup_pass import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
-from mspretrain.dataprep.ray_engine import hooks
-from mspretrain.dataprep.ray_engine.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
+from mspretrain.dataprep.dedup.detect import NearDedup
+from mspretrain.dataprep.dedup.keep import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
+from mspretrain.dataprep.executor.ray import hooks
+from mspretrain.dataprep.executor.ray.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
-from mspretrain.dataprep.ray_engine.shuffle import PartitionedWriter
+from mspretrain.dataprep.executor.ray.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import InputFile, split_input
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -194,7 +194,7 @@ def keep_mask(ctx: Ctx, index: int) -> np.ndarray:
 
 def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dict:
     """The unit's piece of the tokenizer training sample (ray/sample/uNNNNNN.txt)."""
-    from mspretrain.dataprep.tokenizer_sample import write_chunk_sample
+    from mspretrain.dataprep.tokenizer.sample import write_chunk_sample
     marker = ctx.marker("sample", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
@@ -210,7 +210,7 @@ def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dic
 
 def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     """Concatenate the sample pieces in unit order (the local sample file, byte for byte) and train."""
-    from mspretrain.dataprep.tokenizer import TokenizerError, train_tokenizer
+    from mspretrain.dataprep.tokenizer.model import TokenizerError, train_tokenizer
     work = ctx.work
     marker = work.root / "tokenizer.json"
     if marker.is_file():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mspretrain.dataprep.filters import FILTER_NAMES
+from mspretrain.dataprep.steps.filters import FILTER_NAMES
 from mspretrain.dataprep.stages import STAGE_REASONS
-from mspretrain.dataprep import plots
-from mspretrain.dataprep.per_file import per_file_counts
+from mspretrain.dataprep.report import plots
+from mspretrain.dataprep.report.per_file import per_file_counts
 from mspretrain.common.files import atomic_write_bytes, atomic_write_json
 
 

@@ -44,7 +44,7 @@ from operator import mul
 
 import numpy as np
 
-from mspretrain.dataprep.quality import QualityFilterConfig
+from mspretrain.dataprep.steps.quality import QualityFilterConfig
 
 FILTER_NAMES: tuple[str, ...] = (
     "too_short", "too_long", "symbol_ratio", "letter_ratio", "bullet_lines", "ellipsis_lines",

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep import report as reporting
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.report import summary as reporting
+from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.loader.manifest import SplitInfo
 
 PROVENANCE_DIR = "provenance"

@@ -16,14 +16,14 @@ from tqdm import tqdm
 
 from mspretrain.dataprep import interrupt
 from mspretrain.dataprep.config import BuildConfig
-from mspretrain.dataprep.dedup_pass import DedupResult
+from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
-from mspretrain.dataprep.ray_engine import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
-from mspretrain.dataprep.ray_engine.layout import Ctx, Unit
+from mspretrain.dataprep.executor.ray import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
+from mspretrain.dataprep.executor.ray.layout import Ctx, Unit
 from mspretrain.dataprep.readers import InputFile, file_format
-from mspretrain.dataprep.shards import shard_capacity
+from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.dataprep.stages import SPLITS
-from mspretrain.dataprep.tokenizer_sample import sample_fraction
+from mspretrain.dataprep.tokenizer.sample import sample_fraction
 from mspretrain.dataprep.workdir import WorkDir
 from mspretrain.loader.manifest import ShardInfo, SplitInfo
 
@@ -291,7 +291,7 @@ def _components(stages: Stages, ctx: Ctx, edges: int) -> list[str]:
 
 
 def _tokenizer_stage(stages: Stages, ctx: Ctx, units: list[dict], dedup: DedupResult) -> Path:
-    from mspretrain.dataprep.tokenizer import TokenizerError, copy_tokenizer
+    from mspretrain.dataprep.tokenizer.model import TokenizerError, copy_tokenizer
     work, cfg = ctx.work, ctx.cfg
     model = work.staging / "tokenizer.model"
     if cfg.tokenizer.model:
@@ -315,7 +315,7 @@ def _tokenizer_stage(stages: Stages, ctx: Ctx, units: list[dict], dedup: DedupRe
 
 def _write_stage(stages: Stages, ctx: Ctx, tokens: list[dict]):
     """Shards by fixed sample ranges, provenance per split: (SplitInfo per split, tails, hist)."""
-    from mspretrain.dataprep import report as reporting
+    from mspretrain.dataprep.report import summary as reporting
     cfg = ctx.cfg
     L = cfg.pack.seq_length + 1
     cap = shard_capacity(cfg.shards.max_shard_bytes, cfg.pack.seq_length)

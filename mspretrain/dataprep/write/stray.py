@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mspretrain.dataprep.dedup_pass import ATTRIBUTES_FILE, DUPLICATES_FILE
+from mspretrain.dataprep.dedup.keep import ATTRIBUTES_FILE, DUPLICATES_FILE
 
 _TEMP = re.compile(r"^\..+\.tmp\d*")
 

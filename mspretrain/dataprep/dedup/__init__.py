@@ -1,0 +1,1 @@
+"""Exact and near-duplicate detection, and the keep rule applied in input order."""

@@ -1,0 +1,1 @@
+"""The per-document steps: normalisation, quality filters, language, PII, decontamination, the classifier."""

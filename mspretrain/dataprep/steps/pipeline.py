@@ -1,0 +1,189 @@
+"""The chain of per-document steps of a build, built from its config, and the per-worker state that
+goes with it (the memo of repeated documents, the loaded evaluation index and quality model).
+
+Order: normalise, identify the language, the heuristic quality filters, the language filter,
+decontamination, PII, the quality classifier. A step that is configured off is not in the chain."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from mspretrain.dataprep.steps import decontam, filters, langid, pii, quality
+from mspretrain.dataprep.steps.base import Step, StepDoc
+from mspretrain.dataprep.steps.clean import normalize
+
+
+class Normalize(Step):
+    name = "normalize"
+
+    def __call__(self, doc: StepDoc) -> str:
+        doc.text = normalize(doc.text)
+        return ""
+
+
+class LanguageId(Step):
+    name = "language_id"
+
+    def __call__(self, doc: StepDoc) -> str:
+        doc.attrs["language"], doc.attrs["language_score"] = langid.identify(doc.text)
+        return ""
+
+
+class QualityFilters(Step):
+    name = "quality_filters"
+    reasons = filters.FILTER_NAMES
+
+    def __init__(self, cfg: filters.FilterConfig):
+        self.cfg = cfg
+
+    def __call__(self, doc: StepDoc) -> str:
+        return filters.quality_reason(doc.text, self.cfg) or ""
+
+
+class LanguageFilter(Step):
+    name = "language_filter"
+    reasons = ("language", "language_score")
+
+    def __init__(self, languages: tuple[str, ...], min_score: float):
+        self.languages, self.min_score = languages, min_score
+
+    def __call__(self, doc: StepDoc) -> str:
+        a = doc.attrs
+        return langid.language_reason(a["language"], a["language_score"], self.languages,
+                                      self.min_score) or ""
+
+
+class Decontaminate(Step):
+    """Drop a document holding evaluation text, or cut that text out (`decontam.action`)."""
+    name = "decontaminate"
+    reasons = ("decontam",)
+
+    def __init__(self, cfg: decontam.DecontamConfig, min_chars: int):
+        self.cfg, self.min_chars = cfg, min_chars
+        self.index = decontam.EvalIndex([it for f in cfg.files for it in decontam.read_items(f, cfg.text_field)],
+                                        cfg.ngram)
+
+    def __call__(self, doc: StepDoc) -> str:
+        items, spans = self.index.find(doc.text)
+        if not items:
+            return ""
+        doc.attrs["decontam"] = items
+        if self.cfg.action == "drop":
+            return "decontam"
+        doc.text = decontam.cut(doc.text, spans)
+        return "decontam" if len(doc.text) < self.min_chars else ""
+
+
+class RedactPii(Step):
+    """Count personal data; redact it (the default), drop the document, or keep it as it is."""
+    name = "pii"
+    reasons = ("pii",)
+
+    def __init__(self, cfg: pii.PiiConfig):
+        self.cfg = cfg
+
+    def __call__(self, doc: StepDoc) -> str:
+        redacted, doc.attrs["pii"] = pii.redact(doc.text)
+        if doc.attrs["pii"] and self.cfg.action == "drop":
+            return "pii"
+        if self.cfg.action == "redact":
+            doc.text = redacted
+        return ""
+
+
+class QualityClassifier(Step):
+    name = "quality_classifier"
+    reasons = ("quality",)
+
+    def __init__(self, cfg: quality.QualityFilterConfig):
+        self.model, self.threshold = quality.QualityModel.load(cfg.model), cfg.threshold
+
+    def __call__(self, doc: StepDoc) -> str:
+        doc.attrs["quality"] = self.model.score(doc.text)
+        return "quality" if doc.attrs["quality"] < self.threshold else ""
+
+
+def build_steps(f: filters.FilterConfig, d: decontam.DecontamConfig, p: pii.PiiConfig) -> list[Step]:
+    """The chain for a build's filters, decontamination and PII config, in pipeline order."""
+    steps = [Normalize(), LanguageId(), QualityFilters(f), LanguageFilter(f.languages, f.min_language_score)]
+    if d.files:
+        steps.append(Decontaminate(d, f.min_chars))
+    steps.append(RedactPii(p))
+    if f.quality.model:
+        steps.append(QualityClassifier(f.quality))
+    return steps
+
+
+@dataclass
+class DocResult:
+    """What the pipeline computes for one raw text: the cleaned text, the drop reason ("" when
+    kept), the attributes, and for a kept text its exact key and MinHash row (filled in once the
+    chunk's new signatures are computed)."""
+    clean: str
+    reason: str
+    attrs: dict
+    key: bytes | None
+    sig: np.ndarray | None = None
+
+
+class DocMemo:
+    """DocResults by raw text, the most recently used last, holding at most `budget` characters of
+    raw and cleaned text. Corpora repeat whole documents (licences, boilerplate, mirrored pages); a
+    worker that meets one again takes its result from here. Every step is pure, so the bytes written
+    are the same with or without it, in any worker; only the time differs. Keyed by the text itself:
+    a str caches its hash, and a hit costs one comparison, cheaper than a digest of every text."""
+
+    def __init__(self, budget: int = 32 << 20):
+        self.budget, self.size = budget, 0
+        self._items: OrderedDict[str, DocResult] = OrderedDict()
+
+    def get(self, text: str) -> DocResult | None:
+        result = self._items.get(text)
+        if result is not None:
+            self._items.move_to_end(text)
+        return result
+
+    def put(self, text: str, result: DocResult) -> None:
+        size = len(text) + len(result.clean)
+        if size > self.budget // 4:   # a huge document would push out everything
+            return
+        self._items[text] = result
+        self.size += size
+        while self.size > self.budget:
+            old, gone = self._items.popitem(last=False)
+            self.size -= len(old) + len(gone.clean)
+
+
+class Pipeline:
+    """The steps of one build and the state a worker keeps while it serves that build."""
+
+    def __init__(self, steps: list[Step], key_of, memo: DocMemo | None = None):
+        self.steps, self.key_of = steps, key_of
+        self.memo = DocMemo() if memo is None else memo
+
+    def process(self, text: str) -> tuple[str, str, dict]:
+        """(cleaned text, drop reason or "", attributes) of one raw text: every step in turn, up to
+        the first that drops it."""
+        doc = StepDoc(text)
+        for step in self.steps:
+            reason = step(doc)
+            if reason:
+                return doc.text, reason, doc.attrs
+        return doc.text, "", doc.attrs
+
+    def result(self, text: str, new: list[DocResult]) -> DocResult:
+        """The DocResult of a raw text, from the memo or computed (a computed kept one is appended to
+        `new`, whose MinHash rows the caller fills in, a chunk at a time)."""
+        result = self.memo.get(text)
+        if result is None:
+            clean, reason, attrs = self.process(text)
+            result = DocResult(clean, reason, attrs, None if reason else self.key_of(clean))
+            if not reason:
+                new.append(result)
+            self.memo.put(text, result)
+        return result
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)

@@ -1,0 +1,1 @@
+"""Packing documents into samples and writing MindRecord shards and parquet files."""
