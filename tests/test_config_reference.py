@@ -26,8 +26,9 @@ class _Inner:
     size: int = 3          # how many
     name: str = "x"        # what it is called,
                            # over two lines
-    # a heading comment, not part of `name`
+    # said above the field
     flag: bool = False
+    plain: int = 0
 
 
 @dataclass
@@ -37,8 +38,10 @@ class _Outer:
 
 
 def test_comments_and_nesting_are_read():
-    assert field_comments(_Inner) == {"size": "how many", "name": "what it is called, over two lines", "flag": ""}
+    assert field_comments(_Inner) == {"size": "how many", "name": "what it is called, over two lines",
+                                     "flag": "said above the field", "plain": ""}
     got = {key: (tp, default, note) for key, tp, default, note in rows(_Outer)}
     assert got["inner.size"] == ("int", "`3`", "how many")
-    assert got["inner.flag"] == ("bool", "`False`", "")
+    assert got["inner.flag"] == ("bool", "`False`", "said above the field")
+    assert got["inner.plain"] == ("int", "`0`", "")
     assert got["rate"] == ("float", "`0.5`", "per second")

@@ -12,26 +12,30 @@ import typing
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The trailing comment of each field of a dataclass, with the comment-only lines below it."""
+    """What the source says of each field of a dataclass: its trailing comment with the indented
+    comment lines below it, or else the comment lines just above it."""
     source = inspect.getsource(cls)
-    comments: dict[str, list[str]] = {}
-    current = None
-    field_line = re.compile(r"^\s+(\w+)\s*:")
-    lines = source.splitlines()
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     by_line = {tok.start[0]: tok.string[1:].strip() for tok in tokens if tok.type == tokenize.COMMENT}
-    for number, line in enumerate(lines, start=1):
+    field_line = re.compile(r"^(\s+)(\w+)\s*:")
+    comments: dict[str, list[str]] = {}
+    current, above = None, []
+    for number, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
         match = field_line.match(line)
-        if match and not line.strip().startswith("#"):
-            current = match.group(1)
-            comments[current] = [by_line[number]] if number in by_line else []
-        elif line.strip().startswith("#") and current is not None and number in by_line:
-            if line.index("#") > 8:          # an indented continuation of the field's comment
-                comments[current].append(by_line[number])
+        if match and not stripped.startswith("#"):
+            current = match.group(2)
+            comments[current] = [by_line[number]] if number in by_line else above
+            above = []
+        elif stripped.startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            if current is not None and indent > 8 and comments[current]:
+                comments[current].append(by_line[number])   # continues the field's own comment
             else:
-                current = None                # a comment heading the next fields
-        elif line.strip() and not line.strip().startswith("#"):
-            current = None
+                current = None
+                above.append(by_line[number])
+        else:
+            current, above = None, []
     return {name: " ".join(text) for name, text in comments.items()}
 
 

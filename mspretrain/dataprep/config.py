@@ -36,13 +36,13 @@ class InputConfig:
 @dataclass
 class TokenizerConfig:
     model: str = ""                # an existing sentencepiece .model to reuse; empty: train one
-    vocab_size: int = 32000
+    vocab_size: int = 32000        # at most; fitted down when the sample yields fewer pieces
     model_type: str = "unigram"    # unigram | bpe
-    character_coverage: float = 0.9995
-    byte_fallback: bool = True
+    character_coverage: float = 0.9995  # share of the sample's characters given a piece
+    byte_fallback: bool = True     # unknown characters as UTF-8 byte pieces, never <unk>
     num_threads: int = 2           # fixed: sentencepiece's model depends on it; never from --workers
     sample_bytes: Size = 100 << 20  # training sample: at most this much cleaned train text
-    max_sentence_length: int = 16384
+    max_sentence_length: int = 16384  # longer sample lines are skipped by sentencepiece (bytes)
 
 
 @dataclass
@@ -60,10 +60,10 @@ class ShardConfig:
 @dataclass
 class RunConfig:
     """Runtime-only: never changes the output bytes, so not part of the manifest or fingerprint."""
-    workers: int = 1
+    workers: int = 1               # worker processes of the local engine (--workers)
     strict: bool = False           # first bad record fails the build
     chunk_bytes: Size = 4 << 20     # raw input text per work unit sent to a worker
-    progress: bool = True
+    progress: bool = True          # progress bars on stderr (--no-progress)
     engine: str = "local"          # local (worker processes) | ray (Ray core tasks, docs/scale-out.md)
     ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
     ray_partitions: int = 0        # engine ray: shuffle partitions of the dedup stages (0: one per

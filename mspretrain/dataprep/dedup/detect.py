@@ -59,10 +59,10 @@ def exact_key(text: str) -> bytes:
 
 @dataclass(frozen=True)
 class DedupConfig:
-    threshold: float = 0.8
-    num_perm: int = 256
-    seed: int = 1
-    shingle: str = "char5"
+    threshold: float = 0.8      # estimated Jaccard similarity at which a document is a near duplicate
+    num_perm: int = 256         # MinHash permutations (LSH bands and rows follow from them)
+    seed: int = 1               # seed of the MinHash permutations
+    shingle: str = "char5"      # shingles: charN, n-grams of N characters (2 to 99)
 
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:

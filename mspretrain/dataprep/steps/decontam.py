@@ -42,7 +42,7 @@ class DecontamConfig:
     files: tuple[str, ...] = field(default=())   # evaluation sets: JSON lines with `text`
     ngram: int = 13                               # units per n-gram
     action: str = "drop"                          # drop | cut
-    text_field: str = "text"
+    text_field: str = "text"                      # the field holding the evaluation text
 
     def __post_init__(self):
         if self.action not in ACTIONS:

@@ -54,16 +54,16 @@ FILTER_NAMES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class FilterConfig:
-    min_chars: int = 32
-    max_chars: int = 1_000_000
-    max_symbol_ratio: float = 0.25
-    min_letter_ratio: float = 0.60
-    max_bullet_lines: float = 0.9
-    max_ellipsis_lines: float = 0.3
-    max_dup_line_fraction: float = 0.3
-    max_dup_line_char_fraction: float = 0.2
-    max_dup_paragraph_fraction: float = 0.3
-    max_dup_paragraph_char_fraction: float = 0.2
+    min_chars: int = 32                     # shorter documents are dropped (too_short)
+    max_chars: int = 1_000_000              # longer documents are dropped (too_long)
+    max_symbol_ratio: float = 0.25          # most punctuation and symbols per non-space character
+    min_letter_ratio: float = 0.60          # fewest letters and marks per non-space character
+    max_bullet_lines: float = 0.9           # most lines allowed to start with a bullet
+    max_ellipsis_lines: float = 0.3         # most lines allowed to end with an ellipsis
+    max_dup_line_fraction: float = 0.3      # most lines that repeat an earlier line
+    max_dup_line_char_fraction: float = 0.2  # most characters in repeated lines
+    max_dup_paragraph_fraction: float = 0.3  # most paragraphs that repeat an earlier one
+    max_dup_paragraph_char_fraction: float = 0.2  # most characters in repeated paragraphs
     # (order, max fraction) pairs, Gopher's word n-gram values.
     max_top_ngram_fraction: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
     # Texts with fewer units than this skip top_ngram: a short paragraph that says "the package"
@@ -73,7 +73,7 @@ class FilterConfig:
     # language identification (dataprep.langid): keep only these ISO 639-1 codes (empty: all),
     # and only documents identified with at least this probability
     languages: tuple[str, ...] = field(default=())
-    min_language_score: float = 0.0
+    min_language_score: float = 0.0         # documents identified less surely are dropped
     quality: QualityFilterConfig = field(default_factory=QualityFilterConfig)
 
     def __post_init__(self):
