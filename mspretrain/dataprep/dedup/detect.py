@@ -46,7 +46,7 @@ import numpy as np
 SCHEME = "oph-rot-v1"        # bump whenever anything that changes signatures changes
 _MASK64 = (1 << 64) - 1
 _BLOCK_CHARS = 1 << 14       # shingles are hashed in blocks of about this many characters (the
-                             # working arrays stay in a core's cache: 1.6x faster than 1 << 16)
+                             # working arrays then stay in a core's cache)
 _CANDIDATE_RECALL = 0.995    # P(candidate) wanted for a pair right at the threshold
 _WIDTH = 16                  # slots per bucket of a band table
 _VERIFY_SIGMAS = 4.5         # estimates this many standard deviations from the threshold are trusted

@@ -154,7 +154,7 @@ def _map_whitespace(text: str) -> str:
 
 def _squeeze(text: str) -> str:
     """squeeze_whitespace of one block, with whole-text str.replace calls instead of a split and
-    a join per line (several times faster): every break becomes LF, the last one dropped (as
+    a join per line (no Python object per line): every break becomes LF, the last one dropped (as
     splitlines does), every other whitespace character a space, runs of spaces one space, and
     spaces next to a line break or an end go."""
     text = _map_whitespace(text)
@@ -171,7 +171,7 @@ def _squeeze(text: str) -> str:
 
 def _nfkc_keeping_cjk_punctuation(text: str) -> str:
     present = [(c, p) for c, p in _PROTECT if c in text]
-    if present:  # str.replace per character present: far faster than str.translate
+    if present:  # str.replace per character present: str.translate would visit every character
         text = _NONCHARACTERS.sub("", text)
         for c, p in present:
             text = text.replace(c, p)

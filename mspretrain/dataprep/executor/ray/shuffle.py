@@ -29,7 +29,7 @@ class PartitionedWriter:
         self.paths = [part_file(stage_dir, unit, p) for p in range(partitions)]
         self.tmps = [tmp_sibling(p) for p in self.paths]
         self.schema = schema
-        # scratch files, read once: lz4 costs 40% less CPU than zstd both ways
+        # scratch files, read once: lz4 costs less CPU than zstd both ways
         self.writers = [pq.ParquetWriter(t, schema, compression="lz4") for t in self.tmps]
 
     def add(self, columns: dict, parts: np.ndarray) -> None:
