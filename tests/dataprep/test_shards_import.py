@@ -53,7 +53,7 @@ def test_a_build_process_that_never_loads_the_framework_exits_cleanly(tmp_path):
 
 
 def test_mindrecord_encryption_reaches_the_real_functions_after_the_light_import():
-    code = ("from dataprep.shards import mindrecord\n"
+    code = ("from mspretrain.dataprep.write.shards import mindrecord\n"
             "config = mindrecord().config\n"
             "try:\n    config._encrypt()\n"
             "except TypeError as e:\n    print('real:', 'incompatible function arguments' in str(e))\n")
