@@ -326,13 +326,18 @@ class Llama(nn.Cell):
 class CausalLMLoss(nn.Cell):
     """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
     (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
+    `reduction="sum"`: the sum over the kept positions instead (what the train step differentiates and
+    divides by the global batch's token count, train.step); `summed()` is that twin over the same model.
 
     Written with primitives that each take a strategy (train.parallel), so that the loss runs on
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
         super().__init__()
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"CausalLMLoss reduction must be mean or sum, got {reduction!r}")
+        self.reduction = reduction
         self.model = model
         self.vocab_size = vocab_size
         self.eod_mask_id = eod_mask_id
@@ -366,9 +371,17 @@ class CausalLMLoss(nn.Cell):
         nll = self.nll(logz, picked)
         if self.eod_mask_id >= 0:
             keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
-            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
-            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
+            kept = self.sum_masked(self.masked(nll, keep), -1)
+            if self.reduction == "sum":
+                return kept
+            return self.divide(kept, self.at_least_one(self.count_kept(keep, -1), 1.0))
+        if self.reduction == "sum":
+            return self.sum_masked(nll, -1)
         return self.mean(nll, -1)
+
+    def summed(self) -> "CausalLMLoss":
+        """The reduction="sum" loss over the same model (the same Parameters)."""
+        return CausalLMLoss(self.model, self.vocab_size, self.eod_mask_id, reduction="sum")
 
 
 def count_params(model: nn.Cell) -> int:

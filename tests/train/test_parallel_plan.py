@@ -393,7 +393,9 @@ def test_fault_hook_spec():
             parse_fault(bad)
 
 
-def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph_mode):
+def test_data_parallel_installs_a_summing_reducer_and_the_overflow_all_reduce(graph_mode):
+    """CPU data parallel: each rank's gradient is its share of d(loss sum / global token count), so the
+    reducer must sum the shares (a mean would divide the gradient by the world size)."""
     from mindspore import nn
 
     from mspretrain.train.parallel import GlobalLossStep, check_grad_reduction, parallelize
@@ -407,14 +409,36 @@ def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph
     wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
     assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
     reducer = step.step_cell.grad_reducer
-    assert isinstance(reducer, nn.DistributedGradReducer) and reducer.mean and step.step_cell.reduce_overflow
+    assert isinstance(reducer, nn.DistributedGradReducer) and not reducer.mean
+    assert step.step_cell.reduce_overflow
     net = nn.Dense(4, 4)
     with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
         check_grad_reduction(nn.WithLossCell(net, nn.MSELoss()))
-    summing = nn.WithLossCell(net, nn.MSELoss())
-    summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
-    with pytest.raises(RuntimeError, match="sums gradients"):
-        check_grad_reduction(summing)
+    averaging = nn.WithLossCell(net, nn.MSELoss())
+    averaging.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=True, degree=2)
+    with pytest.raises(RuntimeError, match="means gradients"):
+        check_grad_reduction(averaging)
+
+
+def test_each_mode_sets_its_gradient_context(graph_mode, monkeypatch):
+    """N1: gradients_mean only where the framework's reducer needs it. CPU data parallel: the
+    DATA_PARALLEL context with gradients_mean=True (what a plain nn.TrainOneStepCell reads; our step
+    brings its own summing reducer). One process and Ascend: nothing set here; under semi-auto the
+    AutoParallel wrapper keeps gradients_mean False (test_ascend_wrapper_sets_the_expected_context)."""
+    import mindspore as ms
+
+    from mspretrain.train.distributed import set_data_parallel_context
+
+    try:
+        for device, world, mode, mean in (("CPU", 2, "data_parallel", True), ("CPU", 1, "stand_alone", False),
+                                          ("Ascend", 4, "stand_alone", False)):
+            ms.reset_auto_parallel_context()
+            cfg = load_config(None, [f"device={device}", f"parallel.data_parallel={world}"])
+            set_data_parallel_context(cfg, layout(cfg, 0, world))
+            assert ms.get_auto_parallel_context("parallel_mode") == mode, device
+            assert ms.get_auto_parallel_context("gradients_mean") is mean, device
+    finally:
+        ms.reset_auto_parallel_context()
 
 
 @pytest.mark.parametrize("sets, expect", [
@@ -451,7 +475,8 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     assert isinstance(wrapped, GlobalLossStep)
     net = wrapped.cell
     assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
-    assert net._parallel_mode == "semi_auto" and net._gradients_mean
+    # N1: no gradients_mean under semi-auto (MindFormers' gradients_mean: False); loss_repeated_mean on
+    assert net._parallel_mode == "semi_auto" and net._gradients_mean is False and net._loss_repeated_mean
     assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
     assert net._save_strategy_file_path == str(tmp_path / "run" / "strategy" / "rank_3.ckpt")
     assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
@@ -462,6 +487,45 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     if piped is None:                                           # Ascend accumulates with GradAccumulation
         from mindspore.parallel.nn import GradAccumulation
         assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop
+
+
+@pytest.mark.parametrize("opt_shard", [False, True])
+def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
+    """N2: with K > 1 split accumulation on Ascend (GradAccumulation), the micro-step mirrors look up
+    `accu_grads.<parameter>`: the step's gradient slot holds one fp32 accumulator per trainable
+    parameter under exactly that name (PipelineAccumulator), or with optimizer sharding MindSpore's
+    PipelineGradReducer(opt_shard=True) (MindFormers' opt-shard branch). Not for K = 1 nor on CPU."""
+    from mindspore import nn
+    from mindspore.parallel.nn import GradAccumulation, PipelineGradReducer
+
+    from mspretrain.train.parallel import accumulation_grad_reducer
+    from mspretrain.train.step import ACCU_PREFIX, PipelineAccumulator
+    from trainer_harness import make_step
+
+    sets = {"parallel.data_parallel": 2, "parallel.optimizer_shard": opt_shard}
+    cfg = ascend(**sets)
+    _, cpu_step = make_step("train.accumulate=split", micro_steps=4)
+    weights = cpu_step.step_cell.weights
+    reducer = accumulation_grad_reducer(cfg, weights, 4, cpu_step.step_cell)
+    if opt_shard:
+        assert isinstance(reducer, PipelineGradReducer) and reducer.opt_shard
+    else:
+        assert isinstance(reducer, PipelineAccumulator)
+    names = [p.name for p in reducer.accu_grads]
+    assert names == [f"{ACCU_PREFIX}.{p.name}" for p in weights]
+    assert isinstance(accumulation_grad_reducer(cfg, weights, 1, cpu_step.step_cell), nn.Identity)
+    cpu = load_config(None, ["parallel.data_parallel=2"])
+    assert isinstance(accumulation_grad_reducer(cpu, weights, 4, cpu_step.step_cell), nn.Identity)
+    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.step import build_train_step
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
+    loss = CausalLMLoss(model, 128)
+    step = build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 4, cfg)
+    assert isinstance(step.step_cell.network, GradAccumulation)
+    # the accumulators are no checkpoint state
+    step.step_cell.grad_reducer = accumulation_grad_reducer(cfg, step.step_cell.weights, 4, step.step_cell)
+    assert not [n for n in step.state_parameters() if n.startswith(ACCU_PREFIX)]
 
 
 def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
