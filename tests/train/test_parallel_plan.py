@@ -2,6 +2,7 @@
 `annotate` putting the strategies on a real model's primitives (runs on CPU: it only records them)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -381,6 +382,61 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
     monkeypatch.setenv("MS_WORKER_NUM", "four")
     with pytest.raises(ConfigError, match="MS_WORKER_NUM"):
         distributed.msrun_world_size()
+
+
+@pytest.mark.parametrize("deterministic, hccl, context", [(True, "true", "ON"), (False, None, "OFF")])
+def test_setup_sets_the_deterministic_switch_before_communication(deterministic, hccl, context):
+    """N5: run.deterministic (default true) sets MindSpore's deterministic switch, which exports
+    HCCL_DETERMINISTIC=true, in distributed.setup before communication.init(). A fresh process: the
+    switch can be set once per process."""
+    import subprocess
+    import sys
+
+    code = ("import os\n"
+            "from mspretrain.train import distributed\n"
+            "from mspretrain.train.config import load_config\n"
+            "from mspretrain.train.parallel import validate\n"
+            f"distributed.setup(load_config(None, ['run.deterministic={str(deterministic).lower()}']), validate)\n"
+            "import mindspore as ms\n"
+            "print(os.environ.get('HCCL_DETERMINISTIC'), ms.get_context('deterministic'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HCCL_DETERMINISTIC", "MS_ROLE", "MS_WORKER_NUM")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == [str(hccl), context]
+    from mspretrain.train.distributed import set_deterministic
+    assert set_deterministic.__doc__ and load_config(None, []).run.deterministic is True
+
+
+def test_validation_through_pipeline_stages_is_refused():
+    """N3: in-loop validation with pp > 1 would run every layer on every rank with the other stage's
+    stale weights: refused with the keys named; with eval.every_steps=0 the plan validates."""
+    cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 5})
+    with pytest.raises(ConfigError, match=r"eval.every_steps=5 with parallel.pipeline_stage=2"):
+        validate(cfg, 2)
+    validate(ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0}), 2)
+    thirteen = load_config(Path(__file__).resolve().parents[2] / "configs" / "llama-13b.yaml", [])
+    assert thirteen.parallel.pipeline_stage > 1 and thirteen.eval.every_steps == 0
+
+
+@pytest.mark.parametrize("config, sets, per_rank", [
+    ("tiny.yaml", ["parallel.data_parallel=8", "device=Ascend"], 1),      # `train doctor --nproc 8`
+    ("tiny.yaml", ["parallel.data_parallel=2"], 4),
+    ("llama-7b.yaml", [], 2),                                             # micro 2 x dp 4
+    ("llama-1b.yaml", [], 8),
+])
+def test_the_eval_batch_is_split_by_data_parallel_once(config, sets, per_rank):
+    """N4: every rank feeds the whole eval batch (full_batch on Ascend) and the graph splits it by
+    data_parallel once, so each rank's share is its training micro-batch (>= 1), never G/dp/dp."""
+    from mspretrain.train.parallel import eval_batch_size
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / config, sets)
+    dp = cfg.parallel.data_parallel
+    batch = eval_batch_size(cfg)
+    assert batch % dp == 0 and batch // dp == per_rank
+    one = load_config(Path(__file__).resolve().parents[2] / "configs" / config,
+                      sets + ["parallel.data_parallel=1", "train.micro_batch_size=0"])
+    if not cfg.train.micro_batch_size:          # the same eval batch whatever the layout
+        assert eval_batch_size(one) == batch
 
 
 def test_fault_hook_spec():
