@@ -158,9 +158,13 @@ class Attention(nn.Cell):
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
         if self.varlen:
             # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
-            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document
+            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document.
+            # The form 2.10's TND restrictions document: sparse_mode 2 or 3 with the 2048x2048 mask,
+            # next_tokens 0, pre_tokens >= the longest document (2.10 calls mode 8, MindFormers'
+            # choice, "not implemented yet"; docs/parallel.md)
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
             self.flash_attention_varlen = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                              pre_tokens=2147483647, next_tokens=0,
                                                               input_layout="TND", sparse_mode=3)
         elif self.flash:
             # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
