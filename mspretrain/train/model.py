@@ -178,6 +178,7 @@ class Attention(nn.Cell):
             self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
             self.mask = ops.MaskedFill()
             self.mask_documents = ops.MaskedFill()   # packed documents: the block-causal mask [B, 1, S, S]
+            self.mask_to_bool = ops.Cast()           # it arrives as uint8 (Llama.documents)
             self.softmax = ops.Softmax(-1)
             self.cast_probs = ops.Cast()
             self.pv = ops.BatchMatMul()
@@ -225,7 +226,7 @@ class Attention(nn.Cell):
         if masked is None:
             scores = self.mask(scores, self.future, -1e9)
         else:                       # block-causal: causal within each document
-            scores = self.mask_documents(scores, masked, -1e9)
+            scores = self.mask_documents(scores, self.mask_to_bool(masked, mstype.bool_), -1e9)
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -300,12 +301,18 @@ class Llama(nn.Cell):
             cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
             self.gather_cos, self.gather_sin = ops.Gather(), ops.Gather()   # the tables' rows per token
+        # the block-causal mask travels to the layers as uint8: with pipeline stages it crosses stages
+        # by Send/Receive, and HCCL's type map is not known to take bool (MindFormers' masks are uint8)
+        self.block_mask = args.document_mask and not args.flash_attention
+        self.mask_to_u8 = ops.Cast() if self.block_mask else None
 
     def documents(self, tokens):
         """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
         per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
         mask, pos = self.boundaries(tokens)
         if mask is not None:
+            if self.block_mask:
+                mask = self.mask_to_u8(mask, mstype.uint8)
             mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
         if pos is None:
             return mask, None, None

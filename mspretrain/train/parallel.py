@@ -306,6 +306,7 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
                 OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
                 OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
                 OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
+                OpShard(att, "mask_to_bool", "Cast", ((dp, 1, 1, 1),)),    # the uint8 mask back to bool
                 OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
                 OpShard(att, "pv", "BatchMatMul", (heads, heads))]
         if grouped_kv:
@@ -333,7 +334,8 @@ def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bo
         # block-causal mask [B, 1, S, S] from the document index of each token, [B, S, 1] vs [B, 1, S]
         ops += [OpShard(m, "count_eos", "CumSum", (row,)),
                 OpShard(m, "other_doc", "NotEqual", ((dp, 1, 1), (dp, 1, 1))),
-                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole))]
+                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole)),
+                OpShard("", "mask_to_u8", "Cast", ((dp, 1, 1, 1),))]    # uint8 to the layers (stages)
     if document_mask and flash:
         # the TND kernel's document ends [B, L]; the per-shard offsets [B, 1] split like the ends
         ops += [OpShard(m, "ends_at", "LogicalAnd", (row, whole)), OpShard(m, "cast_ends", "Cast", (row,)),

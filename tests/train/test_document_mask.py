@@ -237,3 +237,24 @@ def test_resume_eval_and_accumulation_with_packed_documents(tmp_path):
     assert r.returncode == 0, r.stderr
     val = [x["val_loss"] for x in records(straight) if x.get("eval")][-1]
     assert re.search(r"val_loss (\S+)", r.stdout).group(1) == f"{val:.6f}"
+
+
+def test_block_mask_reaches_the_layers_as_uint8():
+    """N11: the block-causal mask that every layer reads (and that crosses pipeline stages by
+    Send/Receive) is uint8, MindFormers' mask type, not bool; each layer casts it back for MaskedFill."""
+    import mindspore as ms
+    from mindspore import Tensor
+    from mindspore.common import dtype as mstype
+
+    from mspretrain.train.model import Llama
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        model = Llama(MASKED, seed=1)
+        ids, _ = _two_docs(5, seed=3)
+        mask, cos, sin = model.documents(Tensor(ids))
+        assert mask.dtype == mstype.uint8 and mask.shape == (1, 1, 16, 16)
+        expected = ~packing.block_causal_mask(ids, EOS)        # the graph's mask: True where masked
+        np.testing.assert_array_equal(mask.asnumpy().astype(bool), expected.reshape(mask.shape))
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
