@@ -260,21 +260,10 @@ class DecoderLayer(nn.Cell):
         return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
-class ReusedDecoderLayer(DecoderLayer):
-    """A DecoderLayer compiled once as a sub-graph that every layer calls (mindspore.lazy_inline), instead
-    of being inlined layer by layer: with pipeline stages the compiler otherwise unrolls micro-batches x
-    layers, and compiles for a very long time. MindFormers decorates its decoder layer the same way."""
-
-    @ms.lazy_inline
-    def __init__(self, args: ModelArgs, rng: np.random.Generator):
-        super().__init__(args, rng)
-
-
 class Llama(nn.Cell):
-    """tokens int32 [B, S] -> logits [B, S, vocab]. `lazy_inline`: the layers are ReusedDecoderLayer
-    (train.trainer sets it with pipeline stages, the case MindSpore's pipeline compile needs it for)."""
+    """tokens int32 [B, S] -> logits [B, S, vocab]."""
 
-    def __init__(self, args: ModelArgs, seed: int, lazy_inline: bool = False):
+    def __init__(self, args: ModelArgs, seed: int):
         super().__init__()
         if args.hidden_size % args.num_heads:
             raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
@@ -286,8 +275,7 @@ class Llama(nn.Cell):
         rng = np.random.default_rng(seed)
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
-        layer = ReusedDecoderLayer if lazy_inline else DecoderLayer
-        self.layers = nn.CellList([layer(args, rng) for _ in range(args.num_layers)])
+        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
@@ -390,9 +378,23 @@ class CausalLMLoss(nn.Cell):
             return self.sum_masked(nll, -1)
         return self.mean(nll, -1)
 
-    def summed(self) -> "CausalLMLoss":
-        """The reduction="sum" loss over the same model (the same Parameters)."""
-        return CausalLMLoss(self.model, self.vocab_size, self.eod_mask_id, reduction="sum")
+    def summed(self, lazy_inline: bool = False) -> "CausalLMLoss":
+        """The reduction="sum" loss over the same model (the same Parameters); `lazy_inline`: as a
+        ReusedCausalLMLoss (pipeline stages)."""
+        cls = ReusedCausalLMLoss if lazy_inline else CausalLMLoss
+        return cls(self.model, self.vocab_size, self.eod_mask_id, reduction="sum")
+
+
+class ReusedCausalLMLoss(CausalLMLoss):
+    """The loss cell (model + loss) compiled once as a sub-graph that every micro-batch calls
+    (mindspore.lazy_inline), instead of being unrolled micro-batches x layers: with pipeline stages
+    (parallel.nn.Pipeline calls it once per micro-batch). On the outermost cell that the accumulation
+    calls, where lazy_inline's documentation allows it for gradient accumulation, and where MindFormers
+    puts it (LlamaForCausalLM.__init__, its model + loss); its construct takes no default arguments."""
+
+    @ms.lazy_inline
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
+        super().__init__(model, vocab_size, eod_mask_id, reduction)
 
 
 def count_params(model: nn.Cell) -> int:

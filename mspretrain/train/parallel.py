@@ -576,10 +576,11 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
     return done
 
 
-def lazy_inline_layers(cfg) -> bool:
-    """Decoder layers as one reused sub-graph (train.model.ReusedDecoderLayer, mindspore.lazy_inline):
-    with pipeline stages, which run on Ascend only. MindSpore 2.10's CPU backend refuses lazy_inline
-    ("CPU does not support the lazy_inline feature"), so it is never on elsewhere."""
+def lazy_inline_loss(cfg) -> bool:
+    """The train loss cell as one reused sub-graph (train.model.ReusedCausalLMLoss, mindspore.lazy_inline,
+    on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
+    MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
+    so it is never on elsewhere."""
     return cfg.parallel.pipeline_stage > 1
 
 

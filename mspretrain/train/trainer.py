@@ -55,12 +55,13 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     micro = cfg.train.micro_batch_size or local
     if local % micro:
         raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = Llama(args, cfg.seed, lazy_inline=parallel.lazy_inline_layers(cfg))
+    model = Llama(args, cfg.seed)
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
     loss_net = CausalLMLoss(compute, args.vocab_size, eod)          # validation: the mean
-    train_loss = loss_net.summed()      # the step: token-loss sum / the global batch's token count
+    # the step: token-loss sum / the global batch's token count
+    train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
     pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
     if pipeline is None:

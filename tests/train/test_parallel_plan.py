@@ -584,34 +584,36 @@ def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
     assert not [n for n in step.state_parameters() if n.startswith(ACCU_PREFIX)]
 
 
-def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
-    """pp > 1: every layer is a ReusedDecoderLayer (mindspore.lazy_inline: one sub-graph the layers call,
-    as MindFormers' decoder layer), with the same parameter names; never elsewhere, because the CPU
-    backend refuses the feature (checked here, so that the rule is revisited when that changes)."""
+def test_the_loss_cell_is_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
+    """N8: pp > 1: the train loss cell (model + loss, the outermost cell that the pipeline calls per
+    micro-batch) is a ReusedCausalLMLoss (mindspore.lazy_inline on its __init__, where MindFormers puts
+    it: LlamaForCausalLM), with the same parameters; the decoder layers stay plain cells. Never
+    elsewhere, because the CPU backend refuses the feature (checked here, so that the rule is revisited
+    when that changes)."""
+    import inspect
+
     import numpy as np
     from mindspore import Tensor
 
-    from mspretrain.train.model import DecoderLayer, ReusedDecoderLayer
-    from mspretrain.train.parallel import lazy_inline_layers
+    from mspretrain.train.model import CausalLMLoss, DecoderLayer, ReusedCausalLMLoss
+    from mspretrain.train.parallel import lazy_inline_loss
 
     pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
-    assert lazy_inline_layers(pp2) and not lazy_inline_layers(ascend()) and not lazy_inline_layers(load_config(None))
-    from mspretrain.train.model import Llama
-    plain = _model(layers=2)
-    lazy = Llama(plain.args, seed=0, lazy_inline=True)
-    assert all(type(layer) is ReusedDecoderLayer for layer in lazy.layers)
-    assert all(type(layer) is DecoderLayer for layer in plain.layers)
-    assert all(layer.cell_init_args.startswith("lazy_inline_ReusedDecoderLayer") for layer in lazy.layers)
-    assert len({layer.cell_init_args for layer in lazy.layers}) == 1          # one graph for all layers
+    assert lazy_inline_loss(pp2) and not lazy_inline_loss(ascend()) and not lazy_inline_loss(load_config(None))
+    model = _model(layers=2)
+    mean = CausalLMLoss(model, 128)
+    lazy, plain = mean.summed(lazy_inline=True), mean.summed()
+    assert type(lazy) is ReusedCausalLMLoss and type(plain) is CausalLMLoss and lazy.reduction == "sum"
+    assert lazy.cell_init_args.startswith("lazy_inline_ReusedCausalLMLoss")
+    assert all(type(layer) is DecoderLayer for layer in model.layers)
+    # lazy_inline's rule: construct's parameters have no default values
+    assert all(p.default is inspect.Parameter.empty
+               for p in inspect.signature(ReusedCausalLMLoss.construct).parameters.values())
     names = lambda m: [p.name for p in m.get_parameters()]
-    assert names(lazy) == names(plain)
-    for a, b in zip(lazy.get_parameters(), plain.get_parameters()):
-        assert np.array_equal(a.asnumpy(), b.asnumpy())
-    ids = Tensor(np.arange(16, dtype=np.int32).reshape(1, 16))
+    assert names(lazy) == names(plain) == names(mean)
+    ids = Tensor(np.arange(17, dtype=np.int32).reshape(1, 17) % 128)
     monkeypatch.chdir(tmp_path)             # MindSpore writes rank_0/om/analyze_fail.ir where it fails
-    # in a train step: "CPU does not support the lazy_inline feature"; a bare forward fails on the
-    # reused sub-graph ("Input[0] must be a Primitive ValueNode, but get ValueNode<FuncGraph> ...")
-    with pytest.raises(RuntimeError, match="lazy_inline|ReusedDecoderLayer_construct"):
+    with pytest.raises(RuntimeError, match="lazy_inline|ReusedCausalLMLoss"):
         lazy(ids)
 
 
