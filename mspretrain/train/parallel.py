@@ -498,9 +498,41 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
     if loss_cell is not None:       # the validation loss cell: its own primitives
         annotate(plan, model, loss_cell)
     train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    if plan.pp > 1:     # N9: each stage saves (and loads) its own tensors only
+        train_step.keep_state = stage_state_filter(plan, dist.rank // (plan.dp * plan.mp),
+                                                   cfg.model.tie_embeddings)
     last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
     return GlobalLossStep(train_step, dist, computes_loss=last_stage,
                           counts_tokens=counts_tokens(cfg, dist.rank))
+
+
+_STATE_PREFIXES = ("adam_m.", "adam_v.", "accu_grads.")
+
+
+def stage_state_filter(plan: Plan, stage: int, tied: bool = False):
+    """name -> whether a state parameter belongs to pipeline `stage`: the weights of the cells the plan
+    puts there (and their AdamW moments); step counters, learning rate and loss scale everywhere. The
+    other stage's tensors are not in this rank's graph: unsliced, never updated, their moments lazy
+    zeros, which a checkpoint would store at full size (~78 GB per rank for llama-13b). A tied
+    embedding table serves the first and the last stage: both keep it."""
+    def owner(name: str) -> int | None:
+        for prefix in _STATE_PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        name = name[len("model."):] if name.startswith("model.") else name
+        for path, s in plan.stage_of.items():
+            if name.startswith(path + "."):
+                return s
+        return None
+
+    def keep(name: str) -> bool:
+        s = owner(name)
+        if s is None:
+            return True
+        if tied and name.split("model.")[-1].startswith("tok_embeddings."):
+            return stage in (0, plan.pp - 1)
+        return s == stage
+    return keep
 
 
 def parallel_forward(cfg, dist, model, loss_net):

@@ -282,6 +282,7 @@ class TrainStep:
         self.step_cell = cell
         self.cell = cell
         self.eod_id = eod_id        # >= 0: EOS inputs are not loss tokens (train.eod_mask_loss)
+        self.keep_state = None      # name -> bool: the state this rank owns (pipeline stages: its stage's)
         cell.set_train(True)
 
     @property
@@ -320,9 +321,11 @@ class TrainStep:
 
     def state_parameters(self) -> dict[str, Parameter]:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
-        The accumulators are rewritten from zero at every step, so they are not saved."""
+        The accumulators are rewritten from zero at every step, so they are not saved. With pipeline
+        stages only this rank's stage (train.parallel.stage_state_filter)."""
         return {p.name: p for p in self.step_cell.get_parameters()
-                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS}
+                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS
+                and (self.keep_state is None or self.keep_state(p.name))}
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,

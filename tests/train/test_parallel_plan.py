@@ -407,6 +407,36 @@ def test_setup_sets_the_deterministic_switch_before_communication(deterministic,
     assert set_deterministic.__doc__ and load_config(None, []).run.deterministic is True
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
+    """N9: with pp=2 a rank's checkpoint state is its stage's weights and their AdamW moments, plus the
+    counters and loss scale: the two stages' sets cover the whole state, overlap in the counters only
+    (and a tied embedding table, which both ends of the pipeline use)."""
+    from mspretrain.train.model import CausalLMLoss
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.parallel import stage_state_filter
+    from mspretrain.train.step import build_train_step
+
+    cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0,
+                    "model.tie_embeddings": tied, "parallel.vocab_emb_dp": not tied})
+    plan = make_plan(cfg, 2)
+    model = _model(layers=4, tie=tied)
+    loss = CausalLMLoss(model, 128)
+    step = build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 1, cfg)
+    everything = set(step.state_parameters())
+    owned = []
+    for stage in (0, 1):
+        step.keep_state = stage_state_filter(plan, stage, tied)
+        owned.append(set(step.state_parameters()))
+    assert owned[0] | owned[1] == everything
+    shared = {"global_step", "learning_rate", "loss_scale", "loss_scale_good_steps"}
+    if tied:
+        shared |= {n for n in everything if n.endswith("tok_embeddings.embedding_table")}
+    assert owned[0] & owned[1] == shared
+    assert "model.layers.1.mlp.w2.weight" in owned[0] and "adam_v.model.layers.2.mlp.w2.weight" in owned[1]
+    assert "model.norm.weight" in owned[1] and "model.layers.3.attention.wq.weight" not in owned[0]
+
+
 def test_validation_through_pipeline_stages_is_refused():
     """N3: in-loop validation with pp > 1 would run every layer on every rank with the other stage's
     stale weights: refused with the keys named; with eval.every_steps=0 the plan validates."""
@@ -538,6 +568,7 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
     for key, value in expect.items():
         assert getattr(net, key) == value, key
+    assert (step.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # N9: stage-own state
     assert step.step_cell.reduce_overflow
     assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
     if piped is None:                                           # Ascend accumulates with GradAccumulation
