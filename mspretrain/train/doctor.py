@@ -1,8 +1,9 @@
-"""`train doctor`: the first command to run on a new cluster.
+"""`train doctor`: the first command to run on a new cluster, on the user's own config.
 
-It climbs a ladder of three-step runs of a tiny Llama (hidden 64, 2 layers, 4 heads, 2 KV heads) on
-the dataset of the config, each a real `train launch` with packed-document masking on (block-causal
-attention, position reset, EOD loss mask: the shipped default):
+The config is shrunk (`shrink`: width, depth, batch, keeping every divisibility rule) and keeps its
+parallel layout, precision, recompute, accumulation, sequence parallel, vocabulary split, optimizer
+sharding and document masking. It then climbs a ladder of three-step runs, each a real `train launch`
+on the dataset of the config:
 
   one device          the reference (every other rung is compared with it, same global batch)
   dp=N                N processes under msrun, data parallel
@@ -14,13 +15,14 @@ attention, position reset, EOD loss mask: the shipped default):
   bf16+flash          bf16 with the fused flash-attention kernel, BNSD layout, no document mask
                       (Ascend), compared with "1 device, no mask"
   bf16+flash+docmask  bf16 with the kernel in TND layout over each sample's documents (Ascend)
+  your layout         the config's own dp x mp x pp and precision (when it is not one fp32 device)
+  docmask kernel      the fused TND kernel against masked plain attention on fixed tensors (Ascend)
   resume+eval         the dp=N rung again from its step-2 checkpoint (compile, then load), then step 3
                       and a validation: loss, grad norm and val loss bit for bit equal to the dp=N rung's
 
 Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
 reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests (weights, AdamW
-moments) on every rank of a replica group: data-parallel replicas hold the same tensors, sharded ones
-are compared within their group. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16)
+moments) on every data-parallel replica (sharded rungs are not compared yet: "none"). Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16)
 are listed as skipped. It prints a table; at the first failure it prints the failing worker's log tail
 and exits 1.
 
