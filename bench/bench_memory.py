@@ -79,7 +79,7 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     model = Llama(model_args(cfg.model, vocab, SEQ, "CPU", dtype, EOS if docs else None), cfg.seed)
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), vocab, EOS if docs else -1)
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    step = build_train_step(loss_net, optimizer, micro, cfg, eod_id=EOS if docs else -1)
+    step = build_train_step(loss_net, optimizer, micro, cfg)      # the EOD mask comes from loss_net
     out["built"] = mark()
     rng = np.random.default_rng(0)
     losses = []

@@ -132,11 +132,11 @@ def train_run(args, mode: str, peak: float, extra: tuple = (),
     return [r for r in recs if not r.get("eval")][args.skip:], rss
 
 
-def reference_run(args) -> tuple[float, float] | None:
+def reference_run(args, bare: bool = False) -> tuple[float, float] | None:
     """The hand-written step in its own process: (tokens/s after `skip` steps, peak RSS)."""
     cmd = [sys.executable, __file__, "--reference", *map(str, (args.hidden, args.layers, args.heads, args.ffn,
                                                                args.vocab, args.seq, args.batch, args.steps,
-                                                               args.skip))]
+                                                               args.skip, int(bare)))]
     proc, rss = with_peak_rss(cmd)
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
@@ -145,8 +145,9 @@ def reference_run(args) -> tuple[float, float] | None:
     return tps, rss
 
 
-def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip) -> None:
-    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/model.py's Llama."""
+def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, bare=0) -> None:
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/model.py's Llama;
+    `bare`: the plain nn.TrainOneStepCell + AdamWeightDecay (no clipping, no norm), the held-out baseline."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
@@ -167,7 +168,8 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip) -
     model = Llama(ModelArgs(vocab_size=vocab, seq_length=seq, hidden_size=hidden, num_layers=layers,
                             num_heads=heads, ffn_size=ffn), seed=0)
     net = CausalLMLoss(model, vocab)
-    step = ClippedStep(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
+    cell = nn.TrainOneStepCell if bare else ClippedStep
+    step = cell(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
     step.set_train(True)
     rng = np.random.default_rng(0)
     batches = [Tensor(rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)) for _ in range(steps)]
@@ -184,7 +186,7 @@ def main() -> int:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
     if sys.argv[1:2] == ["--reference"]:
-        reference_step(*map(int, sys.argv[2:11]))
+        reference_step(*map(int, sys.argv[2:12]))
         return 0
     if sys.argv[1:2] == ["--rss-of"]:
         import resource
@@ -231,7 +233,7 @@ def main() -> int:
     if args.document_mask:
         return document_mask_runs(args, peak)
     ms_per_step = {}
-    launch_tps, ref_tps, launch_rss, ref_rss = [], [], [], []
+    launch_tps, ref_tps, launch_rss, ref_rss, bare_tps, bare_rss = [], [], [], [], [], []
     for mode in args.recompute.split(","):
         for _ in range(args.repeat if mode == "none" else 1):
             out = train_run(args, mode, peak, NO_DOCUMENT_MASK)
@@ -257,6 +259,13 @@ def main() -> int:
                 return 1
             ref_tps.append(ref[0])
             ref_rss.append(ref[1])
+            bare = reference_run(args, bare=True)
+            if bare is None:
+                return 1
+            bare_tps.append(bare[0])
+            bare_rss.append(bare[1])
+            print(f"bare nn.TrainOneStepCell + AdamWeightDecay (no clipping, no norm): {bare[0]:,.0f} tokens/s, "
+                  f"peak RSS {bare[1] / 1e9:.2f} GB", flush=True)
             print(f"hand-written TrainOneStepCell + clip_by_global_norm + AdamWeightDecay: {ref[0]:,.0f} tokens/s, "
                   f"peak RSS {ref[1] / 1e9:.2f} GB", flush=True)
     if ref_tps:
@@ -265,6 +274,10 @@ def main() -> int:
         print(f"train launch / reference: tokens/s {speed:.2f}x (target >= 0.95: "
               f"{'met' if speed >= 0.95 else 'NOT met'}), peak RSS {memory:.2f}x (target <= 1.1: "
               f"{'met' if memory <= 1.1 else 'NOT met'}) over {len(ref_tps)} pair(s)")
+        speed, memory = sum(launch_tps) / sum(bare_tps), sum(launch_rss) / sum(bare_rss)
+        print(f"train launch / bare step: tokens/s {speed:.2f}x (target >= 0.95: "
+              f"{'met' if speed >= 0.95 else 'NOT met'}), peak RSS {memory:.2f}x (target <= 1.1: "
+              f"{'met' if memory <= 1.1 else 'NOT met'}); the launch also computes and logs the grad norm")
     if "none" in ms_per_step and "full" in ms_per_step:
         print(f"recompute full / none step time: {ms_per_step['full'] / ms_per_step['none']:.2f}x "
               f"(the forward runs again in backward)")

@@ -27,6 +27,9 @@ class DataConfig:
 @dataclass
 class RunConfig:
     dir: str = "runs/default"
+    # MindSpore's deterministic kernels and HCCL_DETERMINISTIC (reductions in a fixed order): the
+    # same run gives the same bits on Ascend (bitwise resume); costs speed there (docs/parallel.md)
+    deterministic: bool = True
 
 
 @dataclass

@@ -127,6 +127,26 @@ def _set_device(cfg) -> None:
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
+    set_deterministic(cfg)
+
+
+def set_deterministic(cfg) -> bool:
+    """run.deterministic: MindSpore's deterministic switch, which also exports HCCL_DETERMINISTIC=true
+    (and TE_PARALLEL_COMPILER=1), before `communication.init()` so that the world group's
+    collectives reduce in a fixed order. Ascend kernels with atomic accumulation and HCCL reductions
+    otherwise differ from run to run in the last bits (bitwise resume, `train doctor`'s resume rung).
+    CPU kernels are deterministic either way. MindSpore allows one setting per process: a second
+    call (tests calling setup twice) leaves the first. Returns whether it set it now."""
+    from mindspore.device_manager import DeviceManagerConf
+
+    if DeviceManagerConf.get_instance().is_deterministic_configured():
+        return False
+    import mindspore as ms
+
+    if cfg.run.deterministic:
+        os.environ.setdefault("HCCL_DETERMINISTIC", "true")
+    ms.set_deterministic(bool(cfg.run.deterministic))
+    return True
 
 
 def all_reduce_mean(dist: DistInfo, values):
@@ -153,6 +173,24 @@ def barrier(dist: DistInfo) -> None:
     from mindspore import ops
 
     ops.AllReduce()(ms.Tensor(np.zeros(1, np.float32))).asnumpy()
+
+
+def all_reduce_sum(dist: DistInfo, value, dtype=None):
+    """The sum of `value` over all ranks; `value` itself on one rank. Integers (token counts) are
+    summed exactly: MindSpore's CPU AllReduce takes float only, and float32 holds integers exactly up
+    to 2**24 only, so a count travels as two float32 parts, n // 4096 and n % 4096 (each sum exact up
+    to 2**24 ranks x parts). Floats are summed in float32."""
+    if not dist.distributed:
+        return value
+    import numpy as np
+    import mindspore as ms
+    from mindspore import ops
+
+    if isinstance(value, (int, np.integer)):
+        parts = np.asarray(divmod(int(value), 4096), dtype=np.float32)
+        high, low = ops.AllReduce()(ms.Tensor(parts)).asnumpy()
+        return int(high) * 4096 + int(low)
+    return float(ops.AllReduce()(ms.Tensor(np.asarray([value], dtype=np.float32))).asnumpy()[0])
 
 
 def all_reduce_weighted_mean(dist: DistInfo, value: float, weight: float) -> float:

@@ -22,7 +22,8 @@ def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
 
     if cfg.eval.batches < 1:
         raise ConfigError(f"eval.batches must be >= 1, got {cfg.eval.batches}")
-    batch_size = cfg.train.micro_batch_size or cfg.train.global_batch_size // cfg.parallel.data_parallel
+    from mspretrain.train.parallel import eval_batch_size
+    batch_size = eval_batch_size(cfg)        # the same for every layout (N4: never split by dp twice)
     losses = []
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=batch_size, seed=cfg.seed,
                 num_workers=0) as ld:

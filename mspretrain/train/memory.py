@@ -518,12 +518,52 @@ def dataset_shape(cfg, seq_length: int | None = None) -> tuple[int, int]:
     return seq_length or manifest.seq_length, cfg.model.vocab_size or manifest.tokenizer.vocab_size
 
 
+SPARE = 0.8                 # below this share of the device, memory is spare: less recompute is advised
+DEVICES_PER_NODE = 8        # an Ascend server's NPUs (HCCS inside a node, RoCE between nodes)
+
+
+def relax(cfg, seq_length: int, vocab_size: int, device_bytes: float) -> Advice | None:
+    """When memory is spare, the least recompute that still keeps the estimate under SPARE x the device:
+    recompute costs about a third more compute per recomputed layer, so spare memory should buy speed.
+    Tries no recompute, then select recompute of attention only (from full). None: nothing lighter fits."""
+    if cfg.recompute.mode == "none" or estimate(cfg, seq_length, vocab_size).total > SPARE * device_bytes:
+        return None
+    layers = f"0-{cfg.model.num_layers - 1}"
+    lighter = [("no recompute", _with(cfg, recompute={"mode": "none", "select": {}, "full_layers": ""}))]
+    if cfg.recompute.mode == "full":
+        lighter.append(("select recompute (attention) instead of full", _with(
+            cfg, recompute={"mode": "select", "select": {"attention": layers}, "full_layers": ""})))
+    for change, nxt in lighter:
+        est = estimate(nxt, seq_length, vocab_size)
+        if est.total <= SPARE * device_bytes:
+            sets = " ".join(f"--set {x}" for x in diff_sets(cfg, nxt))
+            return Advice(f"{change}: {sets}", est, True)
+    return None
+
+
+def node_warning(cfg, devices_per_node: int = DEVICES_PER_NODE) -> str:
+    """A warning when model parallelism spans nodes: its all-reduces (two per layer forward, two
+    backward) would cross the slower network between nodes; keep model_parallel within a node."""
+    mp = cfg.parallel.model_parallel
+    if mp <= devices_per_node:
+        return ""
+    return (f"warning: parallel.model_parallel ({mp}) exceeds the {devices_per_node} devices of one node: "
+            f"its per-layer all-reduces would cross nodes; use model_parallel <= {devices_per_node} and "
+            f"pipeline stages or data parallelism across nodes")
+
+
 def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None) -> int:
-    """`train estimate`: print the estimate and, when it does not fit, the advice. Returns 0."""
+    """`train estimate`: print the estimate and, when it does not fit, the advice; when memory is
+    spare, the lighter recompute that fits; a warning when model parallelism spans nodes. Returns 0."""
     seq, vocab = dataset_shape(cfg, seq_length)
     device = parse_size(device_memory) if device_memory else None
     est = estimate(cfg, seq, vocab)
     print(format_estimate(cfg, est, device))
     if device and est.total > device:
         print(format_advice(advise(cfg, seq, vocab, device), device))
+    elif device and (lighter := relax(cfg, seq, vocab, device)):
+        print(f"memory is spare ({_gb(est.total)} of {device / GB:.2f} GB): less recompute is faster and "
+              f"still fits under {SPARE:.0%}:\n  {_gb(lighter.estimate.total)}  {lighter.change}")
+    if warning := node_warning(cfg):
+        print(warning)
     return 0

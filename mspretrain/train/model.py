@@ -158,9 +158,13 @@ class Attention(nn.Cell):
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
         if self.varlen:
             # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
-            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document
+            # kvlen; sparse_mode 3 (right-down causal) applies the compressed mask inside each document.
+            # The form 2.10's TND restrictions document: sparse_mode 2 or 3 with the 2048x2048 mask,
+            # next_tokens 0, pre_tokens >= the longest document (2.10 calls mode 8, MindFormers'
+            # choice, "not implemented yet"; docs/parallel.md)
             self.fa_mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
             self.flash_attention_varlen = FlashAttentionScore(head_num=args.num_heads, scale_value=self.scale,
+                                                              pre_tokens=2147483647, next_tokens=0,
                                                               input_layout="TND", sparse_mode=3)
         elif self.flash:
             # sparse_mode 2 (left-up causal) takes the compressed 2048x2048 upper-triangle mask; one
@@ -174,6 +178,7 @@ class Attention(nn.Cell):
             self.cast_scores, self.scale_scores = ops.Cast(), ops.Mul()
             self.mask = ops.MaskedFill()
             self.mask_documents = ops.MaskedFill()   # packed documents: the block-causal mask [B, 1, S, S]
+            self.mask_to_bool = ops.Cast()           # it arrives as uint8 (Llama.documents)
             self.softmax = ops.Softmax(-1)
             self.cast_probs = ops.Cast()
             self.pv = ops.BatchMatMul()
@@ -221,7 +226,7 @@ class Attention(nn.Cell):
         if masked is None:
             scores = self.mask(scores, self.future, -1e9)
         else:                       # block-causal: causal within each document
-            scores = self.mask_documents(scores, masked, -1e9)
+            scores = self.mask_documents(scores, self.mask_to_bool(masked, mstype.bool_), -1e9)
         probs = self.cast_probs(self.softmax(scores), v.dtype)
         return self.pv(probs, v)
 
@@ -255,21 +260,10 @@ class DecoderLayer(nn.Cell):
         return self.residual_ffn(h, self.mlp(self.ffn_norm(h)))
 
 
-class ReusedDecoderLayer(DecoderLayer):
-    """A DecoderLayer compiled once as a sub-graph that every layer calls (mindspore.lazy_inline), instead
-    of being inlined layer by layer: with pipeline stages the compiler otherwise unrolls micro-batches x
-    layers, and compiles for a very long time. MindFormers decorates its decoder layer the same way."""
-
-    @ms.lazy_inline
-    def __init__(self, args: ModelArgs, rng: np.random.Generator):
-        super().__init__(args, rng)
-
-
 class Llama(nn.Cell):
-    """tokens int32 [B, S] -> logits [B, S, vocab]. `lazy_inline`: the layers are ReusedDecoderLayer
-    (train.trainer sets it with pipeline stages, the case MindSpore's pipeline compile needs it for)."""
+    """tokens int32 [B, S] -> logits [B, S, vocab]."""
 
-    def __init__(self, args: ModelArgs, seed: int, lazy_inline: bool = False):
+    def __init__(self, args: ModelArgs, seed: int):
         super().__init__()
         if args.hidden_size % args.num_heads:
             raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
@@ -281,8 +275,7 @@ class Llama(nn.Cell):
         rng = np.random.default_rng(seed)
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
-        layer = ReusedDecoderLayer if lazy_inline else DecoderLayer
-        self.layers = nn.CellList([layer(args, rng) for _ in range(args.num_layers)])
+        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
@@ -296,12 +289,18 @@ class Llama(nn.Cell):
             cos, sin = rotary_tables(args.seq_length, args.head_dim, args.rope_theta)
             self.rope_cos, self.rope_sin = Tensor(cos), Tensor(sin)
             self.gather_cos, self.gather_sin = ops.Gather(), ops.Gather()   # the tables' rows per token
+        # the block-causal mask travels to the layers as uint8: with pipeline stages it crosses stages
+        # by Send/Receive, and HCCL's type map is not known to take bool (MindFormers' masks are uint8)
+        self.block_mask = args.document_mask and not args.flash_attention
+        self.mask_to_u8 = ops.Cast() if self.block_mask else None
 
     def documents(self, tokens):
         """(mask, cos, sin) for every layer: the block-causal mask (or the kernel's document ends) and
         per-token rotary tables [B, 1, S, D/2]; an entry is None where its feature is off."""
         mask, pos = self.boundaries(tokens)
         if mask is not None:
+            if self.block_mask:
+                mask = self.mask_to_u8(mask, mstype.uint8)
             mask = ops.stop_gradient(mask)      # constants of the input: no backward through them
         if pos is None:
             return mask, None, None
@@ -326,13 +325,18 @@ class Llama(nn.Cell):
 class CausalLMLoss(nn.Cell):
     """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
     (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
+    `reduction="sum"`: the sum over the kept positions instead (what the train step differentiates and
+    divides by the global batch's token count, train.step); `summed()` is that twin over the same model.
 
     Written with primitives that each take a strategy (train.parallel), so that the loss runs on
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
         super().__init__()
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"CausalLMLoss reduction must be mean or sum, got {reduction!r}")
+        self.reduction = reduction
         self.model = model
         self.vocab_size = vocab_size
         self.eod_mask_id = eod_mask_id
@@ -366,9 +370,31 @@ class CausalLMLoss(nn.Cell):
         nll = self.nll(logz, picked)
         if self.eod_mask_id >= 0:
             keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
-            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
-            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
+            kept = self.sum_masked(self.masked(nll, keep), -1)
+            if self.reduction == "sum":
+                return kept
+            return self.divide(kept, self.at_least_one(self.count_kept(keep, -1), 1.0))
+        if self.reduction == "sum":
+            return self.sum_masked(nll, -1)
         return self.mean(nll, -1)
+
+    def summed(self, lazy_inline: bool = False) -> "CausalLMLoss":
+        """The reduction="sum" loss over the same model (the same Parameters); `lazy_inline`: as a
+        ReusedCausalLMLoss (pipeline stages)."""
+        cls = ReusedCausalLMLoss if lazy_inline else CausalLMLoss
+        return cls(self.model, self.vocab_size, self.eod_mask_id, reduction="sum")
+
+
+class ReusedCausalLMLoss(CausalLMLoss):
+    """The loss cell (model + loss) compiled once as a sub-graph that every micro-batch calls
+    (mindspore.lazy_inline), instead of being unrolled micro-batches x layers: with pipeline stages
+    (parallel.nn.Pipeline calls it once per micro-batch). On the outermost cell that the accumulation
+    calls, where lazy_inline's documentation allows it for gradient accumulation, and where MindFormers
+    puts it (LlamaForCausalLM.__init__, its model + loss); its construct takes no default arguments."""
+
+    @ms.lazy_inline
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
+        super().__init__(model, vocab_size, eod_mask_id, reduction)
 
 
 def count_params(model: nn.Cell) -> int:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mspretrain.train.config import ConfigError
-from mspretrain.train.distributed import all_reduce_weighted_mean, layout
+from mspretrain.train.distributed import all_reduce_sum, all_reduce_weighted_mean, layout
 
 COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
 ROW = ("attention.wo", "mlp.w2")
@@ -140,6 +140,7 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
                           "parallel.vocab_emb_dp=false (the shared weight must be split by vocab, as the "
                           "LM head is)")
     stage_layers(m.num_layers, pp, p.stage_offsets)
+    check_validation(cfg)
 
 
 VARLEN_MAX_SEQUENCES = 1024    # FlashAttentionScore TND: at most 1024 entries in actual_seq_qlen (2.10 docs)
@@ -305,6 +306,7 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
                 OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
                 OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
                 OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
+                OpShard(att, "mask_to_bool", "Cast", ((dp, 1, 1, 1),)),    # the uint8 mask back to bool
                 OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
                 OpShard(att, "pv", "BatchMatMul", (heads, heads))]
         if grouped_kv:
@@ -332,7 +334,8 @@ def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bo
         # block-causal mask [B, 1, S, S] from the document index of each token, [B, S, 1] vs [B, 1, S]
         ops += [OpShard(m, "count_eos", "CumSum", (row,)),
                 OpShard(m, "other_doc", "NotEqual", ((dp, 1, 1), (dp, 1, 1))),
-                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole))]
+                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole)),
+                OpShard("", "mask_to_u8", "Cast", ((dp, 1, 1, 1),))]    # uint8 to the layers (stages)
     if document_mask and flash:
         # the TND kernel's document ends [B, L]; the per-shard offsets [B, 1] split like the ends
         ops += [OpShard(m, "ends_at", "LogicalAnd", (row, whole)), OpShard(m, "cast_ends", "Cast", (row,)),
@@ -425,29 +428,53 @@ def print_plan(cfg, world_size: int | None = None) -> None:
 # ---------------------------------------------------------------- applying it (MindSpore)
 
 def grad_reducer(dist, parameters):
-    """A cell that all-reduces (means) gradients across data-parallel ranks; identity on one rank."""
+    """A cell that all-reduces (sums) gradients across CPU/GPU data-parallel ranks; identity on one rank.
+    A sum, not a mean: each rank's gradient is already its share of d(loss sum / N) with N the global
+    batch's token count (train.step), so the shares add up to the gradient of the whole batch."""
     from mindspore import nn
 
     if dist.world_size == 1:
         return nn.Identity()
-    return nn.DistributedGradReducer(parameters, mean=True, degree=dist.world_size)
+    return nn.DistributedGradReducer(parameters, mean=False, degree=dist.world_size)
 
 
 class GlobalLossStep:
-    """Reports the loss of the whole global batch: the mean over the ranks that compute it (all of
-    them, or with pipeline stages only the last stage's; equal token counts). Everything else is
-    forwarded to the wrapped train step (state_parameters, loss_scale...)."""
+    """The train step of a multi-rank job, seen from the loop.
 
-    def __init__(self, step, dist, computes_loss: bool):
-        self._step, self._dist, self._weight = step, dist, 1.0 if computes_loss else 0.0
+    Before the step: N, the loss tokens of the global batch, summed over one rank of each data-parallel
+    group (the ranks of a model-parallel group and the pipeline stages read the same rows), so that
+    every rank divides by the same N. After it: the global batch's mean loss. `loss_is_share` (CPU data
+    parallel): each rank returned its rows' loss sum / N, and the global loss is the sum over the
+    ranks. Otherwise (AutoParallel): the ranks that compute the loss (all, or the last pipeline stage's)
+    hold the global batch's loss, and it is their mean. Everything else is forwarded to the wrapped
+    train step (state_parameters, loss_scale...)."""
+
+    def __init__(self, step, dist, computes_loss: bool, counts_tokens: bool = True,
+                 loss_is_share: bool = False):
+        self._step, self._dist = step, dist
+        self._weight = 1.0 if computes_loss else 0.0
+        self._counts, self._share = counts_tokens, loss_is_share
 
     def __getattr__(self, name):
         return getattr(self._step, name)
 
     def __call__(self, input_ids, lr):
-        result = self._step(input_ids, lr)
-        loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
+        local = self._step.count_tokens(input_ids) if self._counts else 0
+        tokens = all_reduce_sum(self._dist, local)
+        result = self._step(input_ids, lr, tokens=tokens)
+        if self._share:
+            loss = all_reduce_sum(self._dist, float(result.loss))
+        else:
+            loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
         return dataclasses.replace(result, loss=loss)
+
+
+def counts_tokens(plan_or_cfg, rank: int) -> bool:
+    """Whether `rank` adds its rows' token count to the global N: the first rank of its model-parallel
+    group on the first pipeline stage (rank = stage * dp * mp + dp_rank * mp + mp_rank)."""
+    p = plan_or_cfg.parallel
+    mp, dp = p.model_parallel, p.data_parallel
+    return rank % mp == 0 and rank // (dp * mp) == 0
 
 
 def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
@@ -465,22 +492,79 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
     if cfg.device != "Ascend":
         cell.grad_reducer = grad_reducer(dist, cell.weights)
         check_grad_reduction(cell)
-        return GlobalLossStep(train_step, dist, computes_loss=True)
+        return GlobalLossStep(train_step, dist, computes_loss=True, loss_is_share=True)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
-    annotate(plan, model, loss_cell)
+    annotate(plan, model, getattr(train_step, "loss_cell", None))
+    if loss_cell is not None:       # the validation loss cell: its own primitives
+        annotate(plan, model, loss_cell)
     train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    if plan.pp > 1:     # N9: each stage saves (and loads) its own tensors only
+        train_step.keep_state = stage_state_filter(plan, dist.rank // (plan.dp * plan.mp),
+                                                   cfg.model.tie_embeddings)
     last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
-    return GlobalLossStep(train_step, dist, computes_loss=last_stage)
+    return GlobalLossStep(train_step, dist, computes_loss=last_stage,
+                          counts_tokens=counts_tokens(cfg, dist.rank))
+
+
+_STATE_PREFIXES = ("adam_m.", "adam_v.", "accu_grads.")
+
+
+def stage_state_filter(plan: Plan, stage: int, tied: bool = False):
+    """name -> whether a state parameter belongs to pipeline `stage`: the weights of the cells the plan
+    puts there (and their AdamW moments); step counters, learning rate and loss scale everywhere. The
+    other stage's tensors are not in this rank's graph: unsliced, never updated, their moments lazy
+    zeros, which a checkpoint would store at full size (~78 GB per rank for llama-13b). A tied
+    embedding table serves the first and the last stage: both keep it."""
+    def owner(name: str) -> int | None:
+        for prefix in _STATE_PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        name = name[len("model."):] if name.startswith("model.") else name
+        for path, s in plan.stage_of.items():
+            if name.startswith(path + "."):
+                return s
+        return None
+
+    def keep(name: str) -> bool:
+        s = owner(name)
+        if s is None:
+            return True
+        if tied and name.split("model.")[-1].startswith("tok_embeddings."):
+            return stage in (0, plan.pp - 1)
+        return s == stage
+    return keep
 
 
 def parallel_forward(cfg, dist, model, loss_net):
     """The loss cell to evaluate with: on Ascend with several ranks, wrapped in AutoParallel with the
-    model's strategies (already set by `parallelize`) and every rank feeding the full batch, so that
-    it runs on the sliced weights; elsewhere `loss_net` itself."""
+    model's strategies (already set by `parallelize`) and every rank feeding the full eval batch
+    (`eval_batch_size`), so that it runs on the sliced weights; elsewhere `loss_net` itself."""
     if dist.world_size == 1 or cfg.device != "Ascend":
         return loss_net
+    check_validation(cfg)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
     return wrap(plan, loss_net, None, dataset_strategy="full_batch", pipeline=False)
+
+
+def check_validation(cfg) -> None:
+    """Validation in the loop with pipeline stages is refused: the eval graph would run every layer on
+    every rank, with the other stage's weights, which that rank never updates (a wrong val loss)."""
+    if cfg.parallel.pipeline_stage > 1 and cfg.eval.every_steps:
+        raise ConfigError(
+            f"eval.every_steps={cfg.eval.every_steps} with parallel.pipeline_stage="
+            f"{cfg.parallel.pipeline_stage}: validation in the loop does not run through pipeline stages "
+            f"(each rank holds only its stage's current weights); set eval.every_steps=0 and run "
+            f"`train eval` on the checkpoint (docs/parallel.md)")
+
+
+def eval_batch_size(cfg) -> int:
+    """The batch of one validation forward, the same whatever the layout: the per-rank training
+    micro-batch (train.micro_batch_size, or global batch / data_parallel) times data_parallel. On Ascend
+    with several ranks every rank feeds this whole batch (dataset strategy full_batch) and the compiled
+    graph splits it by data_parallel; on CPU/GPU each rank evaluates all of it (the same number on every
+    rank). Never the per-rank share alone, which full_batch would split by data_parallel again."""
+    t, dp = cfg.train, cfg.parallel.data_parallel
+    return (t.micro_batch_size or t.global_batch_size // dp) * dp
 
 
 def model_vocab(model) -> int | None:
@@ -524,10 +608,11 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
     return done
 
 
-def lazy_inline_layers(cfg) -> bool:
-    """Decoder layers as one reused sub-graph (train.model.ReusedDecoderLayer, mindspore.lazy_inline):
-    with pipeline stages, which run on Ascend only. MindSpore 2.10's CPU backend refuses lazy_inline
-    ("CPU does not support the lazy_inline feature"), so it is never on elsewhere."""
+def lazy_inline_loss(cfg) -> bool:
+    """The train loss cell as one reused sub-graph (train.model.ReusedCausalLMLoss, mindspore.lazy_inline,
+    on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
+    MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
+    so it is never on elsewhere."""
     return cfg.parallel.pipeline_stage > 1
 
 
@@ -541,17 +626,30 @@ def pipeline_loss_cell(cfg, loss_cell):
     return Pipeline(loss_cell, cfg.parallel.micro_batch_num)
 
 
-def pipeline_grad_reducer(cfg, parameters):
-    """Takes the micro-batch gradients of a pipeline step that the compiler accumulated into the
-    `accu_grads.*` buffers, and zeroes those; identity without pipeline stages.
+def uses_accumulators(cfg, micro_steps: int, loop: bool) -> bool:
+    """Whether the compiler accumulates micro-batch gradients into `accu_grads.*` buffers: Ascend
+    with pipeline stages, or with the split accumulation (GradAccumulation, K > 1), whose micro-step
+    mirrors (`_MirrorMicroStepOperator`, `_MicroStepAllGather` with optimizer sharding) look up
+    `accu_grads.<parameter>` and fail the compile without them."""
+    if cfg.device != "Ascend":
+        return False
+    return cfg.parallel.pipeline_stage > 1 or (micro_steps > 1 and not loop)
 
-    With optimizer sharding: MindSpore's PipelineGradReducer. Without: our PipelineAccumulator, which
-    does what PipelineGradReducer's other branch means to do (that branch fails in graph mode in
-    MindSpore 2.10 with "NameError: The name 'grads' is not defined"). Scale 1 in both: the step cell
-    divides by micro-batches x loss scale itself."""
+
+def accumulation_grad_reducer(cfg, parameters, micro_steps: int = 1, step_cell=None):
+    """The step cell's gradient slot for Ascend accumulation (`uses_accumulators`): takes the
+    micro-batch gradient sums the compiler accumulated into the `accu_grads.*` buffers, and zeroes
+    those; identity otherwise. MindFormers' pattern (MFPipelineWithLossScaleCell, which it uses for
+    both pipeline and gradient accumulation in semi-auto).
+
+    With optimizer sharding: MindSpore's PipelineGradReducer(opt_shard=True) (the gradients themselves,
+    then the buffers zeroed). Without: our PipelineAccumulator, which does what PipelineGradReducer's
+    other branch means to do (that branch fails in graph mode in MindSpore 2.10 with "NameError: The
+    name 'grads' is not defined"). Scale 1 in both: the step cell unscales itself."""
     from mindspore import nn
 
-    if cfg.parallel.pipeline_stage == 1:
+    loop = bool(getattr(step_cell, "loop", False))
+    if not uses_accumulators(cfg, micro_steps, loop):
         return nn.Identity()
     if cfg.parallel.optimizer_shard:
         from mindspore.parallel.nn import PipelineGradReducer
@@ -562,13 +660,21 @@ def pipeline_grad_reducer(cfg, parameters):
     return PipelineAccumulator(parameters)
 
 
+def pipeline_grad_reducer(cfg, parameters):
+    """accumulation_grad_reducer for a pipeline step (K = parallel.micro_batch_num)."""
+    return accumulation_grad_reducer(cfg, parameters, cfg.parallel.micro_batch_num)
+
+
 def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=None, pipeline: bool = True):
     """AutoParallel(cell, "semi_auto") configured from the plan (Ascend; needs init())."""
     from mindspore.parallel.auto_parallel import AutoParallel
 
     net = AutoParallel(cell, parallel_mode="semi_auto")
     net.dataset_strategy(dataset_strategy or plan.dataset_strategy)
-    net.enable_gradients_mean()
+    # gradients_mean stays False (AutoParallel's default, MindFormers' `gradients_mean: False` in every
+    # semi-auto config): the compiler already makes each rank's gradient a share whose sum over the
+    # replicas is the gradient (_VirtualDiv, the backward of the forward all-reduces); the mean flag
+    # would divide it again by the mirror group's size. loss_repeated_mean stays True (the default).
     if plan.optimizer_level:
         net.hsdp(optimizer_level=plan.optimizer_level)
     if plan.pp > 1 and pipeline:
@@ -581,7 +687,8 @@ def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=No
 
 
 def check_grad_reduction(train_cell) -> None:
-    """Refuse a data-parallel train cell that would not all-reduce (mean) its gradients."""
+    """Refuse a data-parallel train cell that would not all-reduce (sum) its gradients: its shares
+    of the global batch's gradient (train.step normalises by the global token count)."""
     from mindspore import nn
 
     reducers = [c for _, c in train_cell.cells_and_names() if isinstance(c, nn.DistributedGradReducer)]
@@ -591,9 +698,9 @@ def check_grad_reduction(train_cell) -> None:
             "across ranks. Give it a `grad_reducer` slot, or build nn.TrainOneStepCell after "
             "train.distributed.setup() (it reads the DATA_PARALLEL context).")
     for r in reducers:
-        if not r.mean:
-            raise RuntimeError("the DistributedGradReducer sums gradients; data parallel needs the mean "
-                               "(gradients_mean=True)")
+        if r.mean:
+            raise RuntimeError("the DistributedGradReducer means gradients; the step's are shares of the "
+                               "global batch's gradient (divided by its token count) and need the sum")
 
 
 # ---------------------------------------------------------------- the strategy file

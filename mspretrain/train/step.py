@@ -2,8 +2,9 @@
 
 `TrainStepCell(input_ids, lr)` does, in one graph: forward and backward over the K micro-batches of
 the rank's batch, the accumulation of their gradients, loss scaling, the data-parallel gradient mean
-(`grad_reducer`, identity in one process and under AutoParallel, where the compiler inserts it), the
-unscale by K * loss_scale, an all-finite flag (all-reduced across ranks when distributed), the global
+(`grad_reducer`: a sum across CPU data-parallel ranks, identity in one process and under AutoParallel,
+where the compiler inserts it; on Ascend with accumulation it reads the `accu_grads.*` sums), the
+unscale by the loss scale, an all-finite flag (all-reduced across ranks when distributed), the global
 gradient norm (each square sum tagged `grad_scale`, the pattern MindSpore's semi-auto compiler
 all-reduces across model-parallel slices), clipping, AdamW unless a gradient overflowed, and the
 dynamic loss-scale update. One graph means one compile derives every parameter layout under
@@ -18,8 +19,15 @@ How the K micro-batches are accumulated (`accumulate`):
   `parallel.nn.GradAccumulation`, whose slices carry `grad_accu_num`), then one backward. What the
   semi-auto compiler expects on Ascend; on CPU it holds K micro-batches' activations.
 - K == 1, or a pipeline (`parallel.nn.Pipeline`, which splits and sums itself): plain forward/backward.
-In every mode the loss that backward sees is the sum of the K micro-batch means, the sens is the loss
-scale, and the gradients are multiplied by 1 / (K * scale): the mean over the K micro-batches.
+Normalisation by the global token count (every mode, every layout): the loss cell returns the *sum*
+of its tokens' losses (CausalLMLoss reduction "sum"; EOS inputs left out with train.eod_mask_loss),
+and backward starts from sens = scale / N, N the number of loss tokens in the whole global batch (all
+micro-batches, all data-parallel ranks; counted on the host, `count_loss_tokens`, and summed across
+ranks by train.parallel.GlobalLossStep). So each micro-batch and each rank contributes its share of
+d(sum of losses / N), the contributions are *summed* (loop accumulators, GradAccumulation's one
+backward, the pipeline's `accu_grads`, a summing DistributedGradReducer on CPU, semi-auto's own
+reduction on Ascend), and one device, dp = N and K micro-batches compute the same gradient in another
+summation order. The gradients are then multiplied by 1 / scale.
 
 Overflow policy: a non-finite gradient skips the update (weights, moments and the optimizer's step
 counter untouched). With fp16 the scale halves (not below `min`) and grows by `factor` after `window`
@@ -154,13 +162,14 @@ class PipelineAccumulator(nn.Cell):
 
 
 class TrainStepCell(nn.Cell):
-    """One optimizer step in one graph: (input_ids [B, S+1] int32, lr fp32) -> (mean loss, overflow,
-    grad norm [1], loss scale used). `network`: the loss cell (mean loss of a batch); with
-    `splits_batch` it already splits the batch into `micro_steps` parts and sums their losses."""
+    """One optimizer step in one graph: (input_ids [B, S+1] int32, lr fp32, tokens fp32) -> (this rank's
+    share of the mean loss, overflow, grad norm [1], loss scale used). `network`: the loss cell (the
+    *sum* of a batch's token losses); with `splits_batch` it already splits the batch into
+    `micro_steps` parts and sums their losses. `tokens`: N, the loss tokens of the global batch."""
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
                  dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
-                 grad_reducer: nn.Cell | None = None, eod_id: int = -1):
+                 grad_reducer: nn.Cell | None = None):
         super().__init__(auto_prefix=False)
         if loop and splits_batch:
             raise ValueError("TrainStepCell: loop and splits_batch exclude each other")
@@ -168,7 +177,6 @@ class TrainStepCell(nn.Cell):
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.micro_steps = int(micro_steps)
-        self.eod_id = int(eod_id)   # >= 0: the loss leaves out EOS inputs (train.eod_mask_loss)
         self.loop = bool(loop) and self.micro_steps > 1
         self.accumulators = (self.weights.clone(prefix=ACCU_PREFIX, init="zeros") if self.loop
                              else ())
@@ -187,18 +195,19 @@ class TrainStepCell(nn.Cell):
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
 
-    def construct(self, input_ids, lr):
+    def construct(self, input_ids, lr, tokens):
         scale = self.loss_scale * 1.0                  # the value this step used
+        per_token = scale / ops.maximum(tokens, 1.0)   # d(loss sum / N) * scale: the sens of every backward
         if self.loop:
-            loss, grads = self.accumulate(input_ids, scale)
+            loss, grads = self.accumulate(input_ids, per_token)
         else:
             loss = self.network(input_ids)
-            sens = ops.ones_like(loss) * scale.astype(loss.dtype)
+            sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(input_ids, sens)
         grads = self.grad_reducer(grads)
-        # One pass to measure, one to scale: the norm of the scaled sum, times 1 / (K * scale), is the
-        # norm of the mean gradient; a non-finite gradient makes it non-finite (the overflow flag).
-        inv = 1.0 / (scale * self.micro_steps)
+        # One pass to measure, one to scale: the norm of the scaled gradient, times 1 / scale, is the
+        # norm of the gradient; a non-finite gradient makes it non-finite (the overflow flag).
+        inv = 1.0 / scale
         norm = ops.sqrt(ops.addn(self.hyper_map(_square_sum, grads))) * inv
         overflow = self.overflowed(norm)
         coef = inv
@@ -210,39 +219,26 @@ class TrainStepCell(nn.Cell):
         if not overflow:
             self.optimizer(grads)
         self.update_scale(overflow)
-        mean_loss = loss.astype(mstype.float32) / self.micro_steps
+        mean_loss = loss.astype(mstype.float32) / ops.maximum(tokens, 1.0)
         return mean_loss, overflow, norm, scale
 
-    def accumulate(self, input_ids, scale):
+    def accumulate(self, input_ids, per_token):
         """The loop mode: zero the accumulators, then one micro-batch per iteration."""
         zeroed = self.hyper_map(_zero, self.accumulators)
         ids = ops.depend(input_ids, zeroed)
         b = ids.shape[0] // self.micro_steps
         chunks = ids.reshape(self.micro_steps, b, ids.shape[1])
         total = ops.zeros((), mstype.float32)
-        weights = self.micro_weights(chunks)
         i = Tensor(0, mstype.int32)
         while i < self.micro_steps:
             chunk = ops.gather(chunks, i, 0)
-            w = ops.gather(weights, i, 0)
             loss = self.network(chunk)
-            sens = ops.ones_like(loss) * (scale * w).astype(loss.dtype)
+            sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(chunk, sens)
             added = self.hyper_map(ops.assign_add, self.accumulators, grads)
-            total = ops.depend(total + loss.astype(mstype.float32) * w, added)
+            total = ops.depend(total + loss.astype(mstype.float32), added)
             i = i + 1
         return total, self.accumulators
-
-    def micro_weights(self, chunks):
-        """[K] fp32: K * n_k / N, micro-batch k's share of the step's loss tokens, so that K micro-batch
-        means add up to the mean over the whole batch when an EOD-masked loss counts unequal tokens per
-        micro-batch; all 1.0 otherwise. (The split and pipeline modes weigh micro-batches equally.)"""
-        ones = ops.ones((self.micro_steps,), mstype.float32)
-        if self.eod_id < 0:
-            return ones
-        counts = ops.not_equal(chunks[:, :, :-1], self.eod_id).astype(mstype.float32).sum(axis=(1, 2))
-        total = counts.sum()
-        return ops.select(total > 0, counts * self.micro_steps / ops.maximum(total, 1.0), ones)
 
     def overflowed(self, norm):
         flag = ops.logical_not(ops.isfinite(norm)).reshape(())
@@ -262,9 +258,18 @@ class TrainStepCell(nn.Cell):
             ops.assign(self.good_steps, new_good)
 
 
+def count_loss_tokens(input_ids: np.ndarray, eod_id: int) -> int:
+    """The positions of a batch [B, S+1] whose loss counts: all B * S, or with the EOD loss mask
+    (eod_id >= 0) those whose input token is not EOS (CausalLMLoss's `keep`)."""
+    inputs = np.asarray(input_ids)[:, :-1]
+    if eod_id < 0:
+        return int(inputs.size)
+    return int(np.count_nonzero(inputs != eod_id))
+
+
 @dataclass
 class StepResult:
-    loss: float              # mean of the micro-batch losses, fp32
+    loss: float              # the mean token loss of the batch the step saw (GlobalLossStep: the global one)
     overflow: bool
     grad_norm: float
     loss_scale: float
@@ -273,9 +278,11 @@ class StepResult:
 class TrainStep:
     """Runs the step cell (`cell`: the TrainStepCell, or its AutoParallel wrapper) from numpy."""
 
-    def __init__(self, cell: TrainStepCell):
+    def __init__(self, cell: TrainStepCell, eod_id: int = -1):
         self.step_cell = cell
         self.cell = cell
+        self.eod_id = eod_id        # >= 0: EOS inputs are not loss tokens (train.eod_mask_loss)
+        self.keep_state = None      # name -> bool: the state this rank owns (pipeline stages: its stage's)
         cell.set_train(True)
 
     @property
@@ -294,33 +301,54 @@ class TrainStep:
     def micro_steps(self) -> int:
         return self.step_cell.micro_steps
 
-    def __call__(self, input_ids: np.ndarray, lr: float) -> StepResult:
-        loss, overflow, norm, scale = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32))
+    def count_tokens(self, input_ids: np.ndarray) -> int:
+        return count_loss_tokens(input_ids, self.eod_id)
+
+    def __call__(self, input_ids: np.ndarray, lr: float, tokens: int | None = None) -> StepResult:
+        """`tokens`: the global batch's loss tokens (GlobalLossStep passes them); default: this batch's."""
+        if tokens is None:
+            tokens = self.count_tokens(input_ids)
+        loss, overflow, norm, scale = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32),
+                                                Tensor(float(tokens), mstype.float32))
         return StepResult(float(loss.asnumpy()), bool(overflow.asnumpy()),
                           float(norm.asnumpy().reshape(-1)[0]), float(scale.asnumpy()))
 
     def compile(self, batch_shape) -> None:
         """Compile the step graph without running it: under AutoParallel this slices the parameters,
         which a sharded checkpoint's per-rank tensors are then loaded into."""
-        self.cell.compile(Tensor(np.zeros(batch_shape, np.int32)), Tensor(0.0, mstype.float32))
+        self.cell.compile(Tensor(np.zeros(batch_shape, np.int32)), Tensor(0.0, mstype.float32),
+                          Tensor(1.0, mstype.float32))
 
     def state_parameters(self) -> dict[str, Parameter]:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
-        The accumulators are rewritten from zero at every step, so they are not saved."""
+        The accumulators are rewritten from zero at every step, so they are not saved. With pipeline
+        stages only this rank's stage (train.parallel.stage_state_filter)."""
         return {p.name: p for p in self.step_cell.get_parameters()
-                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS}
+                if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS
+                and (self.keep_state is None or self.keep_state(p.name))}
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,
-                     network: nn.Cell | None = None, splits_batch: bool = False,
-                     eod_id: int = -1) -> TrainStep:
-    """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`.
-    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline)."""
+                     network: nn.Cell | None = None, splits_batch: bool = False) -> TrainStep:
+    """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`, a
+    CausalLMLoss (a "mean" one is replaced by its "sum" twin over the same model).
+    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline over the sum)."""
+    loss_net = summed_loss(loss_net)
     mode = accumulate_mode(cfg)
     if network is None and micro_steps > 1 and mode == "split":
         network, splits_batch = split_cell(loss_net, micro_steps, cfg.device), True
     cell = TrainStepCell(network or loss_net, optimizer, micro_steps, cfg.optim.clip_norm,
                          cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
-                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch,
-                         eod_id=eod_id)
-    return TrainStep(cell)
+                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch)
+    step = TrainStep(cell, loss_net.eod_mask_id)
+    step.loss_cell = loss_net          # train.parallel gives its primitives their strategies
+    return step
+
+
+def summed_loss(loss_net: nn.Cell) -> nn.Cell:
+    """The loss cell the step differentiates: the sum of token losses (see the module docstring)."""
+    if getattr(loss_net, "reduction", None) == "mean":
+        return loss_net.summed()
+    if getattr(loss_net, "reduction", None) != "sum":
+        raise ValueError(f"the train step needs a CausalLMLoss, got {type(loss_net).__name__}")
+    return loss_net

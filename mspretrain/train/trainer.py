@@ -55,19 +55,22 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     micro = cfg.train.micro_batch_size or local
     if local % micro:
         raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = Llama(args, cfg.seed, lazy_inline=parallel.lazy_inline_layers(cfg))
+    model = Llama(args, cfg.seed)
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
-    loss_net = CausalLMLoss(compute, args.vocab_size, eod)
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod)          # validation: the mean
+    # the step: token-loss sum / the global batch's token count
+    train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    pipeline = parallel.pipeline_loss_cell(cfg, loss_net)
+    pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
     if pipeline is None:
-        step = build_train_step(loss_net, optimizer, local // micro, cfg, eod_id=eod)
+        step = build_train_step(train_loss, optimizer, local // micro, cfg)
     else:       # Ascend pipeline stages: its micro-batches are the accumulation
-        step = build_train_step(loss_net, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
+        step = build_train_step(train_loss, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
                                 splits_batch=True)
-        step.step_cell.grad_reducer = parallel.pipeline_grad_reducer(cfg, optimizer.parameters)
+    step.step_cell.grad_reducer = parallel.accumulation_grad_reducer(cfg, optimizer.parameters,
+                                                                     step.micro_steps, step.step_cell)
     step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
     step = hooks.load().wrap_step(step, dist, model)
     eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)

@@ -139,11 +139,14 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     flat = build_session(flat_cfg, 128, 32, one)
     step_cell = flat.train_step.step_cell
     assert isinstance(step_cell, TrainStepCell) and flat.train_step.cell is step_cell   # no wrapper on CPU
-    assert step_cell.network is flat.loss_net and step_cell.loop and step_cell.micro_steps == 2
+    # the step differentiates the token-loss sum over the same model (validation: the mean, loss_net)
+    assert step_cell.network is flat.train_step.loss_cell and step_cell.network.reduction == "sum"
+    assert step_cell.network.model is flat.loss_net.model and step_cell.loop and step_cell.micro_steps == 2
     assert isinstance(step_cell.grad_reducer, nn.Identity)
 
     # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
-    piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false"]
+    piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false",
+             "eval.every_steps=0"]       # no in-loop validation through pipeline stages
     no_shard = build_session(load_config(TINY, piped), 128, 32, one).train_step.step_cell
     assert isinstance(no_shard.grad_reducer, PipelineAccumulator)      # PipelineGradReducer's branch fails
     assert sorted(p.name.split(".", 1)[0] for p in no_shard.grad_reducer.get_parameters()) == \
@@ -152,7 +155,7 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     validate(piped_cfg, 4)
     piped = build_session(piped_cfg, 128, 32, one)
     piped_cell = piped.train_step.step_cell
-    assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.loss_net
+    assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.train_step.loss_cell
     assert piped_cell.network.micro_size == 2 and piped_cell.micro_steps == 2    # loss and grads / 2
     assert not piped_cell.loop and not piped_cell.accumulators
     assert isinstance(piped_cell.grad_reducer, PipelineGradReducer) and piped_cell.grad_reducer.opt_shard

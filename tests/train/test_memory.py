@@ -306,3 +306,35 @@ def test_document_term_is_the_tensors_the_model_builds_for_its_layers(graph_mode
     assert document_activation_bytes(off, seq, micro) == 0
     on_est, off_est = estimate(cfg, seq, 64), estimate(off, seq, 64)
     assert on_est.activations - off_est.activations == pytest.approx(mask.nbytes + cos.nbytes + sin.nbytes)
+
+
+def test_estimate_advises_less_recompute_when_memory_is_spare(capsys):
+    """The shipped 7B config recomputes every layer at ~20 % of a 64 GB device: `train estimate` names
+    the lightest recompute that stays under 80 %; none when the lighter one would not fit there, and
+    none for a config that recomputes nothing."""
+    from pathlib import Path
+
+    from mspretrain.train.memory import SPARE, relax
+
+    seven = load_config(Path(__file__).resolve().parents[2] / "configs" / "llama-7b.yaml", ["model.vocab_size=32000"])
+    assert seven.recompute.mode == "full"
+    used = estimate(seven, SEQ, VOCAB).total
+    lighter = relax(seven, SEQ, VOCAB, 64 * GB)
+    assert lighter is not None and lighter.fits and lighter.estimate.total > used
+    assert lighter.estimate.total <= SPARE * 64 * GB and "recompute.mode=" in lighter.change
+    assert relax(seven, SEQ, VOCAB, 1.1 * used) is None                 # not spare
+    tight = relax(seven, SEQ, VOCAB, lighter.estimate.total / SPARE * 0.999)
+    assert tight is None or tight.estimate.total < lighter.estimate.total   # only something lighter still
+    assert relax(cfg_7b(), SEQ, VOCAB, 640 * GB) is None                # no recompute to relax
+    main(seven, "64GB", seq_length=SEQ)
+    assert "memory is spare" in capsys.readouterr().out
+
+
+def test_estimate_warns_when_model_parallel_spans_nodes(capsys):
+    from mspretrain.train.memory import node_warning
+
+    assert node_warning(cfg_7b("parallel.model_parallel=8")) == ""
+    wide = cfg_7b("parallel.model_parallel=16")
+    assert "exceeds the 8 devices of one node" in node_warning(wide)
+    main(wide, "64GB", seq_length=SEQ)
+    assert "parallel.model_parallel (16) exceeds" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 `annotate` putting the strategies on a real model's primitives (runs on CPU: it only records them)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -383,6 +384,91 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
         distributed.msrun_world_size()
 
 
+@pytest.mark.parametrize("deterministic, hccl, context", [(True, "true", "ON"), (False, None, "OFF")])
+def test_setup_sets_the_deterministic_switch_before_communication(deterministic, hccl, context):
+    """N5: run.deterministic (default true) sets MindSpore's deterministic switch, which exports
+    HCCL_DETERMINISTIC=true, in distributed.setup before communication.init(). A fresh process: the
+    switch can be set once per process."""
+    import subprocess
+    import sys
+
+    code = ("import os\n"
+            "from mspretrain.train import distributed\n"
+            "from mspretrain.train.config import load_config\n"
+            "from mspretrain.train.parallel import validate\n"
+            f"distributed.setup(load_config(None, ['run.deterministic={str(deterministic).lower()}']), validate)\n"
+            "import mindspore as ms\n"
+            "print(os.environ.get('HCCL_DETERMINISTIC'), ms.get_context('deterministic'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HCCL_DETERMINISTIC", "MS_ROLE", "MS_WORKER_NUM")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == [str(hccl), context]
+    from mspretrain.train.distributed import set_deterministic
+    assert set_deterministic.__doc__ and load_config(None, []).run.deterministic is True
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
+    """N9: with pp=2 a rank's checkpoint state is its stage's weights and their AdamW moments, plus the
+    counters and loss scale: the two stages' sets cover the whole state, overlap in the counters only
+    (and a tied embedding table, which both ends of the pipeline use)."""
+    from mspretrain.train.model import CausalLMLoss
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.parallel import stage_state_filter
+    from mspretrain.train.step import build_train_step
+
+    cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0,
+                    "model.tie_embeddings": tied, "parallel.vocab_emb_dp": not tied})
+    plan = make_plan(cfg, 2)
+    model = _model(layers=4, tie=tied)
+    loss = CausalLMLoss(model, 128)
+    step = build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 1, cfg)
+    everything = set(step.state_parameters())
+    owned = []
+    for stage in (0, 1):
+        step.keep_state = stage_state_filter(plan, stage, tied)
+        owned.append(set(step.state_parameters()))
+    assert owned[0] | owned[1] == everything
+    shared = {"global_step", "learning_rate", "loss_scale", "loss_scale_good_steps"}
+    if tied:
+        shared |= {n for n in everything if n.endswith("tok_embeddings.embedding_table")}
+    assert owned[0] & owned[1] == shared
+    assert "model.layers.1.mlp.w2.weight" in owned[0] and "adam_v.model.layers.2.mlp.w2.weight" in owned[1]
+    assert "model.norm.weight" in owned[1] and "model.layers.3.attention.wq.weight" not in owned[0]
+
+
+def test_validation_through_pipeline_stages_is_refused():
+    """N3: in-loop validation with pp > 1 would run every layer on every rank with the other stage's
+    stale weights: refused with the keys named; with eval.every_steps=0 the plan validates."""
+    cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 5})
+    with pytest.raises(ConfigError, match=r"eval.every_steps=5 with parallel.pipeline_stage=2"):
+        validate(cfg, 2)
+    validate(ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0}), 2)
+    thirteen = load_config(Path(__file__).resolve().parents[2] / "configs" / "llama-13b.yaml", [])
+    assert thirteen.parallel.pipeline_stage > 1 and thirteen.eval.every_steps == 0
+
+
+@pytest.mark.parametrize("config, sets, per_rank", [
+    ("tiny.yaml", ["parallel.data_parallel=8", "device=Ascend"], 1),      # `train doctor --nproc 8`
+    ("tiny.yaml", ["parallel.data_parallel=2"], 4),
+    ("llama-7b.yaml", [], 2),                                             # micro 2 x dp 4
+    ("llama-1b.yaml", [], 8),
+])
+def test_the_eval_batch_is_split_by_data_parallel_once(config, sets, per_rank):
+    """N4: every rank feeds the whole eval batch (full_batch on Ascend) and the graph splits it by
+    data_parallel once, so each rank's share is its training micro-batch (>= 1), never G/dp/dp."""
+    from mspretrain.train.parallel import eval_batch_size
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / config, sets)
+    dp = cfg.parallel.data_parallel
+    batch = eval_batch_size(cfg)
+    assert batch % dp == 0 and batch // dp == per_rank
+    one = load_config(Path(__file__).resolve().parents[2] / "configs" / config,
+                      sets + ["parallel.data_parallel=1", "train.micro_batch_size=0"])
+    if not cfg.train.micro_batch_size:          # the same eval batch whatever the layout
+        assert eval_batch_size(one) == batch
+
+
 def test_fault_hook_spec():
     from train_test_hooks import parse_fault
 
@@ -393,7 +479,9 @@ def test_fault_hook_spec():
             parse_fault(bad)
 
 
-def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph_mode):
+def test_data_parallel_installs_a_summing_reducer_and_the_overflow_all_reduce(graph_mode):
+    """CPU data parallel: each rank's gradient is its share of d(loss sum / global token count), so the
+    reducer must sum the shares (a mean would divide the gradient by the world size)."""
     from mindspore import nn
 
     from mspretrain.train.parallel import GlobalLossStep, check_grad_reduction, parallelize
@@ -407,14 +495,36 @@ def test_data_parallel_installs_a_mean_reducer_and_the_overflow_all_reduce(graph
     wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
     assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
     reducer = step.step_cell.grad_reducer
-    assert isinstance(reducer, nn.DistributedGradReducer) and reducer.mean and step.step_cell.reduce_overflow
+    assert isinstance(reducer, nn.DistributedGradReducer) and not reducer.mean
+    assert step.step_cell.reduce_overflow
     net = nn.Dense(4, 4)
     with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
         check_grad_reduction(nn.WithLossCell(net, nn.MSELoss()))
-    summing = nn.WithLossCell(net, nn.MSELoss())
-    summing.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=False, degree=2)
-    with pytest.raises(RuntimeError, match="sums gradients"):
-        check_grad_reduction(summing)
+    averaging = nn.WithLossCell(net, nn.MSELoss())
+    averaging.reducer = nn.DistributedGradReducer(net.trainable_params(), mean=True, degree=2)
+    with pytest.raises(RuntimeError, match="means gradients"):
+        check_grad_reduction(averaging)
+
+
+def test_each_mode_sets_its_gradient_context(graph_mode, monkeypatch):
+    """N1: gradients_mean only where the framework's reducer needs it. CPU data parallel: the
+    DATA_PARALLEL context with gradients_mean=True (what a plain nn.TrainOneStepCell reads; our step
+    brings its own summing reducer). One process and Ascend: nothing set here; under semi-auto the
+    AutoParallel wrapper keeps gradients_mean False (test_ascend_wrapper_sets_the_expected_context)."""
+    import mindspore as ms
+
+    from mspretrain.train.distributed import set_data_parallel_context
+
+    try:
+        for device, world, mode, mean in (("CPU", 2, "data_parallel", True), ("CPU", 1, "stand_alone", False),
+                                          ("Ascend", 4, "stand_alone", False)):
+            ms.reset_auto_parallel_context()
+            cfg = load_config(None, [f"device={device}", f"parallel.data_parallel={world}"])
+            set_data_parallel_context(cfg, layout(cfg, 0, world))
+            assert ms.get_auto_parallel_context("parallel_mode") == mode, device
+            assert ms.get_auto_parallel_context("gradients_mean") is mean, device
+    finally:
+        ms.reset_auto_parallel_context()
 
 
 @pytest.mark.parametrize("sets, expect", [
@@ -451,12 +561,14 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     assert isinstance(wrapped, GlobalLossStep)
     net = wrapped.cell
     assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
-    assert net._parallel_mode == "semi_auto" and net._gradients_mean
+    # N1: no gradients_mean under semi-auto (MindFormers' gradients_mean: False); loss_repeated_mean on
+    assert net._parallel_mode == "semi_auto" and net._gradients_mean is False and net._loss_repeated_mean
     assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
     assert net._save_strategy_file_path == str(tmp_path / "run" / "strategy" / "rank_3.ckpt")
     assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
     for key, value in expect.items():
         assert getattr(net, key) == value, key
+    assert (step.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # N9: stage-own state
     assert step.step_cell.reduce_overflow
     assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
     if piped is None:                                           # Ascend accumulates with GradAccumulation
@@ -464,34 +576,75 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
         assert isinstance(step.step_cell.network, GradAccumulation) and not step.step_cell.loop
 
 
-def test_decoder_layers_are_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
-    """pp > 1: every layer is a ReusedDecoderLayer (mindspore.lazy_inline: one sub-graph the layers call,
-    as MindFormers' decoder layer), with the same parameter names; never elsewhere, because the CPU
-    backend refuses the feature (checked here, so that the rule is revisited when that changes)."""
+@pytest.mark.parametrize("opt_shard", [False, True])
+def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
+    """N2: with K > 1 split accumulation on Ascend (GradAccumulation), the micro-step mirrors look up
+    `accu_grads.<parameter>`: the step's gradient slot holds one fp32 accumulator per trainable
+    parameter under exactly that name (PipelineAccumulator), or with optimizer sharding MindSpore's
+    PipelineGradReducer(opt_shard=True) (MindFormers' opt-shard branch). Not for K = 1 nor on CPU."""
+    from mindspore import nn
+    from mindspore.parallel.nn import GradAccumulation, PipelineGradReducer
+
+    from mspretrain.train.parallel import accumulation_grad_reducer
+    from mspretrain.train.step import ACCU_PREFIX, PipelineAccumulator
+    from trainer_harness import make_step
+
+    sets = {"parallel.data_parallel": 2, "parallel.optimizer_shard": opt_shard}
+    cfg = ascend(**sets)
+    _, cpu_step = make_step("train.accumulate=split", micro_steps=4)
+    weights = cpu_step.step_cell.weights
+    reducer = accumulation_grad_reducer(cfg, weights, 4, cpu_step.step_cell)
+    if opt_shard:
+        assert isinstance(reducer, PipelineGradReducer) and reducer.opt_shard
+    else:
+        assert isinstance(reducer, PipelineAccumulator)
+    names = [p.name for p in reducer.accu_grads]
+    assert names == [f"{ACCU_PREFIX}.{p.name}" for p in weights]
+    assert isinstance(accumulation_grad_reducer(cfg, weights, 1, cpu_step.step_cell), nn.Identity)
+    cpu = load_config(None, ["parallel.data_parallel=2"])
+    assert isinstance(accumulation_grad_reducer(cpu, weights, 4, cpu_step.step_cell), nn.Identity)
+    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.step import build_train_step
+    model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
+    loss = CausalLMLoss(model, 128)
+    step = build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 4, cfg)
+    assert isinstance(step.step_cell.network, GradAccumulation)
+    # the accumulators are no checkpoint state
+    step.step_cell.grad_reducer = accumulation_grad_reducer(cfg, step.step_cell.weights, 4, step.step_cell)
+    assert not [n for n in step.state_parameters() if n.startswith(ACCU_PREFIX)]
+
+
+def test_the_loss_cell_is_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
+    """N8: pp > 1: the train loss cell (model + loss, the outermost cell that the pipeline calls per
+    micro-batch) is a ReusedCausalLMLoss (mindspore.lazy_inline on its __init__, where MindFormers puts
+    it: LlamaForCausalLM), with the same parameters; the decoder layers stay plain cells. Never
+    elsewhere, because the CPU backend refuses the feature (checked here, so that the rule is revisited
+    when that changes)."""
+    import inspect
+
     import numpy as np
     from mindspore import Tensor
 
-    from mspretrain.train.model import DecoderLayer, ReusedDecoderLayer
-    from mspretrain.train.parallel import lazy_inline_layers
+    from mspretrain.train.model import CausalLMLoss, DecoderLayer, ReusedCausalLMLoss
+    from mspretrain.train.parallel import lazy_inline_loss
 
     pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
-    assert lazy_inline_layers(pp2) and not lazy_inline_layers(ascend()) and not lazy_inline_layers(load_config(None))
-    from mspretrain.train.model import Llama
-    plain = _model(layers=2)
-    lazy = Llama(plain.args, seed=0, lazy_inline=True)
-    assert all(type(layer) is ReusedDecoderLayer for layer in lazy.layers)
-    assert all(type(layer) is DecoderLayer for layer in plain.layers)
-    assert all(layer.cell_init_args.startswith("lazy_inline_ReusedDecoderLayer") for layer in lazy.layers)
-    assert len({layer.cell_init_args for layer in lazy.layers}) == 1          # one graph for all layers
+    assert lazy_inline_loss(pp2) and not lazy_inline_loss(ascend()) and not lazy_inline_loss(load_config(None))
+    model = _model(layers=2)
+    mean = CausalLMLoss(model, 128)
+    lazy, plain = mean.summed(lazy_inline=True), mean.summed()
+    assert type(lazy) is ReusedCausalLMLoss and type(plain) is CausalLMLoss and lazy.reduction == "sum"
+    assert lazy.cell_init_args.startswith("lazy_inline_ReusedCausalLMLoss")
+    assert all(type(layer) is DecoderLayer for layer in model.layers)
+    # lazy_inline's rule: construct's parameters have no default values
+    assert all(p.default is inspect.Parameter.empty
+               for p in inspect.signature(ReusedCausalLMLoss.construct).parameters.values())
     names = lambda m: [p.name for p in m.get_parameters()]
-    assert names(lazy) == names(plain)
-    for a, b in zip(lazy.get_parameters(), plain.get_parameters()):
-        assert np.array_equal(a.asnumpy(), b.asnumpy())
-    ids = Tensor(np.arange(16, dtype=np.int32).reshape(1, 16))
+    assert names(lazy) == names(plain) == names(mean)
+    ids = Tensor(np.arange(17, dtype=np.int32).reshape(1, 17) % 128)
     monkeypatch.chdir(tmp_path)             # MindSpore writes rank_0/om/analyze_fail.ir where it fails
-    # in a train step: "CPU does not support the lazy_inline feature"; a bare forward fails on the
-    # reused sub-graph ("Input[0] must be a Primitive ValueNode, but get ValueNode<FuncGraph> ...")
-    with pytest.raises(RuntimeError, match="lazy_inline|ReusedDecoderLayer_construct"):
+    with pytest.raises(RuntimeError, match="lazy_inline|ReusedCausalLMLoss"):
         lazy(ids)
 
 

@@ -113,7 +113,8 @@ ARGS = ModelArgs(vocab_size=64, seq_length=16, hidden_size=32, num_layers=2, num
 BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.int32)
 
 
-def make_step(*sets, micro_steps=1):
+def make_step(*sets, micro_steps=1, eod=-1):
+    """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS)."""
     from mspretrain.train.model import CausalLMLoss, Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute
@@ -122,7 +123,7 @@ def make_step(*sets, micro_steps=1):
     cfg = load_config(None, list(sets))
     check_precision(cfg)
     model = Llama(ARGS, seed=11)
-    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size)
+    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size, eod)
     apply_recompute(model, cfg.recompute)
     opt = build_optimizer(loss_net.trainable_params(), cfg.optim)
     return cfg, build_train_step(loss_net, opt, micro_steps, cfg)
