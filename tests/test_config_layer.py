@@ -78,3 +78,38 @@ def test_a_dataclass_that_checks_itself_names_its_section():
 def test_malformed_set_items(item):
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_set(item)
+
+
+@pytest.mark.parametrize("text", ["0x10", "1e3", "010", "true", "1_000", ".5"])
+def test_a_string_field_keeps_the_text_the_user_wrote(tmp_path, text):
+    """YAML reads these as numbers or a bool; a string field takes them as written (in --set and in
+    the YAML file), while a number field still reads the number."""
+    cfg = load_config(None, [f"run.dir={text}", f"data.valid_split={text}"])
+    assert (cfg.run.dir, cfg.data.valid_split) == (text, text)
+    (tmp_path / "c.yaml").write_text(f"run:\n  dir: {text}\neval:\n  blend: {{{text}: 1.0}}\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.run.dir == text and list(cfg.eval.blend) == [text]
+    assert load_build_config(sets=[f"input.text_field={text}"]).input.text_field == text
+    assert load_config(None, ["train.steps=0x10"]).train.steps == 16
+    assert load_config(None, ["run.dir='0x10'"]).run.dir == "0x10"
+
+
+def test_a_string_field_keeps_its_text_through_both_clis(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    # train: the run dir is 0x10 (relative to the working directory), not 16
+    r = subprocess.run([sys.executable, "-m", "mspretrain.train", "eval", "--config", str(repo / TINY),
+                        "--set", "run.dir=0x10", f"data.path={tmp_path}"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "0x10 has no checkpoint yet" in r.stderr, r.stderr
+    # dataprep: the text field is 0x10, not 16
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i, "text": f"doc {i}"}) + "\n"
+                                              for i in range(3)))
+    r = subprocess.run([sys.executable, "-m", "mspretrain.dataprep", "build", "a.jsonl", "--out", "out",
+                        "--no-progress", "--set", "input.text_field=0x10"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "3 record(s) in a.jsonl have no '0x10' field" in r.stderr

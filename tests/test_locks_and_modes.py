@@ -4,6 +4,7 @@ MindSpore writes follow the umask."""
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_second_holder_is_refused_naming_the_pid_and_a_killed_holder_is_recovere
     finally:
         kill(holder)
     with out_dir_lock(out, "--out data") as lock:      # SIGKILLed holder: the kernel freed it
-        assert lock.pid_file.read_text().strip() == str(os.getpid())
+        assert lock.pid_file.read_text().strip() == f"{os.getpid()} {socket.gethostname()}"
     assert not out.exists()                            # the lock lives beside the dir, not in it
 
 

@@ -4,7 +4,9 @@
 Why pydantic: the config trees stay plain dataclasses (readable, `dataclasses.asdict` for hashes and
 manifests), and pydantic's documented lax coercion gives one set of rules for both tools: numeric strings
 become numbers, integral floats become ints, lists become tuples, unions are really checked. Numbers are
-read as YAML 1.2 numbers, so `1e3` is a float (YAML 1.1 would read a string). Errors name the dotted key.
+read as YAML 1.2 numbers, so `1e3` is a float (YAML 1.1 would read a string). A value given for a string
+field stays the text the user wrote: `run.dir=0x10` is the directory `0x10`, not `16` (YAML would read a
+number, and `1e3`, `010` or `true` would each become another text). Errors name the dotted key.
 """
 from __future__ import annotations
 
@@ -81,6 +83,66 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Scalar:
+    """A plain YAML scalar that YAML typed (number, bool): its value and the text it was written as,
+    so that a string field can take the text. Only inside `load`; `_untag` removes every one."""
+    value: Any
+    text: str
+
+
+class _TextKeepingLoader(_Loader):
+    """_Loader whose numbers and booleans remember their source text (for string fields)."""
+
+
+def _keeping_text(tag: str):
+    construct = _Loader.yaml_constructors[tag]
+
+    def keep(loader, node):
+        return _Scalar(construct(loader, node), node.value)
+    return keep
+
+
+for _tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"):
+    _TextKeepingLoader.add_constructor(_tag, _keeping_text(_tag))
+
+
+def _read_config_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_TextKeepingLoader)
+
+
+def _untag(tp, value):
+    """Replace each _Scalar in `value` by its text where the field type `tp` is a string, else by
+    its value, following the dataclass fields, lists, tuples and mappings of `tp`."""
+    if isinstance(value, _Scalar):
+        return value.text if _is_str(tp) else value.value
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(value, dict):
+        if dataclasses.is_dataclass(tp):
+            hints = typing.get_type_hints(tp, include_extras=True)
+            return {_untag(str, k): _untag(hints.get(_untag(str, k), Any), v) for k, v in value.items()}
+        key_tp, value_tp = args if origin is dict and len(args) == 2 else (Any, Any)
+        return {_untag(key_tp, k): _untag(value_tp, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) == len(value):
+            return [_untag(a, v) for a, v in zip(args, value)]
+        item_tp = args[0] if origin in (list, tuple) and args else Any
+        return [_untag(item_tp, v) for v in value]
+    return value
+
+
+def _is_str(tp) -> bool:
+    """str, Annotated[str, ...] or a union whose only non-None member is str."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        return len(members) == 1 and _is_str(members[0])
+    return tp is str
+
+
 # ---------------------------------------------------------------- loading
 
 def load(cls: type[T], path: str | Path | None = None, sets: list[str] | tuple = (),
@@ -92,22 +154,28 @@ def load(cls: type[T], path: str | Path | None = None, sets: list[str] | tuple =
         if not path.is_file():
             raise ConfigError(f"config file {path} not found")
         try:
-            raw = read_yaml(path.read_text()) or {}
+            raw = _read_config_yaml(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: invalid YAML ({e})") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
-    for key, value in [parse_set(s) for s in sets] + list((overrides or {}).items()):
+    for key, value in [_parse_set(s) for s in sets] + list((overrides or {}).items()):
         _assign(raw, key, value)
-    return validate(cls, raw)
+    return validate(cls, _untag(cls, raw))
 
 
 def parse_set(item: str) -> tuple[str, Any]:
+    """`a.b=v` -> ("a.b", v read as YAML)."""
+    key, value = _parse_set(item)
+    return key, _untag(Any, value)
+
+
+def _parse_set(item: str) -> tuple[str, Any]:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=100")
     try:
-        return key.strip(), read_yaml(value)
+        return key.strip(), _read_config_yaml(value)
     except yaml.YAMLError as e:
         raise ConfigError(f"--set {item!r}: invalid YAML value ({e})") from None
 

@@ -2,11 +2,12 @@
 
 An OS-level lock (`filelock`, flock on Unix) on a lock file: the kernel drops it when its holder dies,
 however it dies, so a lock left by a killed process is never stale. After acquiring, the holder writes
-its pid into a sidecar file, which is what the second process names in its error.
+its pid and host name into a sidecar file, which is what the second process names in its error.
 """
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -32,7 +33,7 @@ class DirLock:
         except Timeout:
             raise LockedError(f"{self.what} is in use by another process ({self.holder()}, lock "
                               f"{self.path}); wait for it to finish or stop it") from None
-        self.pid_file.write_text(f"{os.getpid()}\n")
+        self.pid_file.write_text(f"{os.getpid()} {socket.gethostname()}\n")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -41,7 +42,8 @@ class DirLock:
 
     def holder(self) -> str:
         try:
-            return f"pid {int(self.pid_file.read_text())}"
+            pid, _, host = self.pid_file.read_text().strip().partition(" ")
+            return f"pid {int(pid)}" + (f" on host {host}" if host else "")
         except (OSError, ValueError):
             return "pid not yet written"
 

@@ -10,6 +10,17 @@ the loss-scale value and its clean-step counter). When the model is sharded each
 `rank_R/model.ckpt` inside the same directory, and its parallel strategy as `strategy/rank_R.ckpt`
 (beside the rank directories: see train.parallel.copy_strategy).
 
+Every file of a checkpoint but state.json has its sha256 and size in state.json's `files`
+(`{"model.ckpt": {"sha256": ..., "bytes": ...}}`), recorded before the directory is renamed and
+`latest` moves: a resume, `train eval` and the commands that read weights check them first, so a
+flipped bit or a truncated file is an error naming the file, never a silent resume. Checkpoints
+written before this record load with a warning.
+
+`--resume auto` (`find_resumable`) takes the newest checkpoint that passes these checks and the
+checks of its state.json against its contents (`check_state`), whatever `latest` says (missing,
+garbage, or one step behind a write killed before it moved), and names each one it passed over. A
+checkpoint is never overwritten: a write of a step whose directory exists moves the old one aside.
+
 `on_phase(phase, step)` is called at the two moments that matter for crash safety: `before_rename`
 (temp dir complete, not renamed) and `before_latest` (renamed, latest not yet updated); the trainer
 passes train.hooks' callback (a no-op unless a hooks module replaced it: the kill-and-resume tests
@@ -17,10 +28,12 @@ SIGKILL the writer there).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import mindspore as ms
@@ -32,7 +45,9 @@ CKPT_DIR = "checkpoints"
 LATEST = "latest"
 MODEL_FILE = "model.ckpt"
 STATE_FILE = "state.json"
+FILES_KEY = "files"             # state.json: {relative path: {"sha256", "bytes"}} of every other file
 _STEP_RE = re.compile(r"^step_(\d{8})$")
+_DIGESTS = ".digests-rank_{}.json"     # a sharded write: each rank's digests, merged by the main rank
 
 
 class CheckpointError(RuntimeError):
@@ -62,11 +77,76 @@ def latest_checkpoint(run_dir) -> Path | None:
     pointer = root / LATEST
     if not pointer.exists():
         return None
-    name = pointer.read_text().strip()
-    ckpt = root / name
-    if not _STEP_RE.match(name) or not (ckpt / STATE_FILE).is_file():
-        raise CheckpointError(f"{pointer} names {name!r}, which is not a complete checkpoint directory")
+    name = _pointer_name(pointer)
+    ckpt = root / name if name else None
+    if ckpt is None or not (ckpt / STATE_FILE).is_file():
+        raise CheckpointError(f"{pointer} names {name or pointer.read_bytes()[:40]!r}, which is not a "
+                              f"complete checkpoint directory (`train launch --resume auto` finds the "
+                              f"newest complete one; other commands take --checkpoint/--step)")
     return ckpt
+
+
+def _pointer_name(pointer: Path) -> str | None:
+    """The checkpoint name in `latest`, or None when it holds anything else (garbage, binary)."""
+    try:
+        name = pointer.read_bytes().decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if _STEP_RE.match(name) else None
+
+
+def find_resumable(run_dir, warn=None) -> Path | None:
+    """The newest checkpoint that passes `check_checkpoint`, for `--resume auto`; None when the run
+    has no checkpoint at all (and no `latest`). Each newer one passed over, and a `latest` that is
+    missing, garbage or names another, is reported through `warn`. CheckpointError when checkpoints
+    exist but none is complete: nothing is changed then."""
+    warn = warn or (lambda s: print(s, file=sys.stderr, flush=True))
+    root = checkpoints_root(run_dir)
+    pointer = root / LATEST
+    named = _pointer_name(pointer) if pointer.exists() else None
+    passed_over = []
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        try:
+            check_checkpoint(ckpt)
+        except CheckpointError as e:
+            passed_over.append(str(e))
+            continue
+        for problem in passed_over:
+            warn(f"[train] warning: skipping a damaged checkpoint: {problem}")
+        if named != ckpt.name:
+            said = ("is missing" if not pointer.exists() else
+                    f"names {named}" if named else "does not hold a checkpoint name")
+            warn(f"[train] warning: {pointer} {said}; resuming from the newest complete checkpoint, "
+                 f"{ckpt.name}")
+        return ckpt
+    if passed_over or pointer.exists():
+        found = "; ".join(passed_over) or f"{pointer} exists but no checkpoint directory does"
+        raise CheckpointError(f"no complete checkpoint to resume from in {root}: {found}. "
+                              f"Nothing was changed.")
+    return None
+
+
+def repoint_latest(run_dir, ckpt_dir) -> bool:
+    """After a resume from `ckpt_dir` of this run: make `latest` name it if it names anything else
+    (missing, garbage, a damaged checkpoint). Returns whether it changed."""
+    root = checkpoints_root(run_dir)
+    ckpt_dir = Path(ckpt_dir)
+    if ckpt_dir.parent.resolve() != root.resolve() or not _STEP_RE.match(ckpt_dir.name):
+        return False
+    pointer = root / LATEST
+    if pointer.exists() and _pointer_name(pointer) == ckpt_dir.name:
+        return False
+    atomic_write_text(pointer, ckpt_dir.name + "\n")
+    return True
+
+
+def check_checkpoint(ckpt_dir, out=None) -> dict:
+    """state.json of `ckpt_dir`, after checking it (`check_state`) and every file's digest; or
+    CheckpointError naming the file."""
+    state = read_state(ckpt_dir)
+    check_state(state, ckpt_dir)
+    verify_files(ckpt_dir, state, out=out)
+    return state
 
 
 def remove_stale_temps(run_dir) -> None:
@@ -103,22 +183,28 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         ms.save_checkpoint([{"name": name, "data": p} for name, p in params.items()], str(model_path))
         use_umask(model_path, readonly=True)    # save_checkpoint makes it owner-only
         fsync_path(model_path)
-        if is_main:
-            atomic_write_json(tmp / STATE_FILE, state)
         fsync_path(model_dir)
+        written = [model_path]
         if add_files:
             for path in add_files(tmp) or ():
                 fsync_path(path)
                 fsync_path(path.parent)
+                written.append(path)
+        digests = {p.relative_to(tmp).as_posix(): file_digest(p) for p in written}
+        if rank is not None:        # the main rank merges every rank's digests into state.json
+            atomic_write_json(tmp / _DIGESTS.format(rank), digests)
         if barrier:
             barrier()
         if not is_main:
             return final
+        if rank is not None:
+            digests = _merge_rank_digests(tmp)
+        atomic_write_json(tmp / STATE_FILE, {**state, FILES_KEY: dict(sorted(digests.items()))})
         fsync_path(tmp)
         if on_phase:
             on_phase("before_rename", step)
-        if final.exists():       # the same step again after a resume from an older checkpoint
-            shutil.rmtree(final)
+        if final.exists():       # the same step again after a resume from an older (or past a damaged) one
+            _move_aside(final)
         os.rename(tmp, final)
         fsync_path(root)
         if on_phase:
@@ -129,6 +215,94 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         raise CheckpointError(f"cannot write checkpoint {final}: {e} (earlier checkpoints are untouched)") from e
     prune(run_dir, keep_max)
     return final
+
+
+def _merge_rank_digests(tmp: Path) -> dict:
+    merged = {}
+    for part in sorted(tmp.glob(_DIGESTS.format("*"))):
+        merged.update(json.loads(part.read_text()))
+        part.unlink()
+    return merged
+
+
+def _move_aside(final: Path) -> None:
+    """Never overwrite a checkpoint: the existing directory becomes STEP.replaced-N (not listed, not
+    pruned; delete it when it is not wanted)."""
+    n = 1
+    while (aside := final.with_name(f"{final.name}.replaced-{n}")).exists():
+        n += 1
+    os.rename(final, aside)
+    print(f"[train] {final} existed (from before this resume); moved it to {aside.name}",
+          file=sys.stderr, flush=True)
+
+
+def file_digest(path) -> dict:
+    """{"sha256", "bytes"} of a file (hashlib reads it in large blocks without holding the GIL)."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"sha256": digest, "bytes": Path(path).stat().st_size}
+
+
+def verify_files(ckpt_dir, state: dict, out=None) -> None:
+    """Every file state.json lists has its recorded size and sha256; CheckpointError names the first
+    that does not. A checkpoint without the record (written by an older trainer) is loaded with a
+    warning: its files cannot be checked."""
+    ckpt_dir = Path(ckpt_dir)
+    files = state.get(FILES_KEY)
+    if files is None:
+        (out or (lambda s: print(s, file=sys.stderr, flush=True)))(
+            f"[train] warning: {ckpt_dir / STATE_FILE} records no file digests (written by an older "
+            f"trainer): {ckpt_dir.name}'s files are not verified")
+        return
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: field {FILES_KEY!r} must map file names to "
+                              f"digests, got {files!r}")
+    for rel, want in sorted(files.items()):
+        path = ckpt_dir / rel
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (listed in {ckpt_dir / STATE_FILE})")
+        size = path.stat().st_size
+        if not isinstance(want, dict) or size != want.get("bytes"):
+            raise CheckpointError(f"{path}: {size} bytes, {STATE_FILE} recorded "
+                                  f"{want.get('bytes') if isinstance(want, dict) else want!r} "
+                                  f"(truncated or replaced)")
+        if file_digest(path)["sha256"] != want.get("sha256"):
+            raise CheckpointError(f"{path}: sha256 differs from the one {STATE_FILE} recorded when it "
+                                  f"was written (the file is damaged or was replaced)")
+
+
+def check_state(state: dict, ckpt_dir) -> None:
+    """state.json's fields have their types and agree with each other and with the directory's name:
+    a state edited or damaged by hand is an error naming the field before anything is written."""
+    where = Path(ckpt_dir) / STATE_FILE
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise CheckpointError(f"{where}: {what}; this checkpoint cannot be resumed as it is")
+
+    def count(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    step = state.get("step")
+    need(count(step), f"field 'step' must be an integer >= 0, got {step!r}")
+    m = _STEP_RE.match(Path(ckpt_dir).name)
+    need(m is None or int(m.group(1)) == step,
+         f"step {step} does not match the directory name {Path(ckpt_dir).name}")
+    loader = state.get("loader")
+    need(isinstance(loader, dict), f"field 'loader' (the loader state) must be an object, got {loader!r}")
+    cursor, batch = loader.get("cursor"), loader.get("global_batch_size")
+    need(count(cursor), f"field 'loader.cursor' must be an integer >= 0, got {cursor!r}")
+    need(batch is None or (count(batch) and batch > 0),
+         f"field 'loader.global_batch_size' must be a positive integer, got {batch!r}")
+    need(step == 0 or cursor > 0, f"loader.cursor 0 after {step} steps")
+    last = state.get("last_metrics")
+    if isinstance(last, dict) and "step" in last:
+        need(last["step"] == step, f"last_metrics.step {last['step']!r} != step {step}")
+        if "consumed_samples" in last:
+            need(last["consumed_samples"] == cursor,
+                 f"last_metrics.consumed_samples {last['consumed_samples']!r} != loader.cursor {cursor}")
+    need(count(state.get("bad_streak", 0)), f"field 'bad_streak' must be an integer >= 0, got "
+                                            f"{state.get('bad_streak')!r}")
 
 
 def prune(run_dir, keep_max: int) -> None:
@@ -145,20 +319,27 @@ def prune(run_dir, keep_max: int) -> None:
 def read_state(ckpt_dir) -> dict:
     path = Path(ckpt_dir) / STATE_FILE
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise CheckpointError(f"{path} not found: {ckpt_dir} is not a complete checkpoint") from None
-    except json.JSONDecodeError as e:
+    except (OSError, ValueError) as e:      # JSONDecodeError and invalid UTF-8 are ValueErrors
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(state).__name__}")
+    return state
 
 
-def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bool = False) -> None:
+def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bool = False,
+                verify: bool = True) -> None:
     """Copy the saved tensors into `params` (name -> Parameter); names and shapes must match exactly
-    (`allow_extra`: the file may hold more, e.g. optimizer moments when only weights are wanted)."""
+    (`allow_extra`: the file may hold more, e.g. optimizer moments when only weights are wanted).
+    `verify`: check the files' digests first (off when `check_checkpoint` has just done it)."""
     path = Path(ckpt_dir) / (f"rank_{rank}" if rank is not None else "") / MODEL_FILE
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
-    saved = ms.load_checkpoint(str(path))
+    if verify:
+        verify_files(ckpt_dir, read_state(ckpt_dir))
+    saved = load_file(path)
     missing = sorted(set(params) - set(saved))
     extra = [] if allow_extra else sorted(set(saved) - set(params))
     if missing or extra:
@@ -172,3 +353,9 @@ def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bo
         p.set_data(value)
 
 
+def load_file(path) -> dict:
+    """ms.load_checkpoint, with a damaged file (empty, truncated, not a checkpoint) as CheckpointError."""
+    try:
+        return ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, TypeError, OSError) as e:
+        raise CheckpointError(f"{path}: cannot be read as a checkpoint ({str(e).splitlines()[0][:200]})") from None

@@ -107,7 +107,7 @@ class CheckpointConfig:
 class EvalConfig:
     every_steps: int = 0            # 0: no periodic validation
     batches: int = 4
-    blend: dict = field(default_factory=dict)   # {dataset dir: weight}: evaluate a blend, per source
+    blend: dict[str, float] = field(default_factory=dict)   # {dataset dir: weight}: evaluate a blend
     prompts: str = ""               # jsonl of {"text"} / {"tokens"}: generation-quality metrics
     gen_tokens: int = 32            # new tokens per prompt (greedy) for those metrics
     suite_in_loop: bool = False     # the periodic eval also runs the suite (per source, bits/byte, ...)

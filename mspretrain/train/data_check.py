@@ -1,9 +1,13 @@
 """Is this the dataset a run or a checkpoint expects? Checked at the start of `train launch` and
 `train eval`, before any step.
 
-Quick (always, milliseconds): the manifest loads; every shard of the splits in use and its .db index
-exist, their sizes add up to what the manifest records, and each data file starts with a readable
-MindRecord header. With a checkpoint: the dataset's identity (tokenizer sha256, vocabulary size,
+Quick (always, milliseconds): the manifest loads and its fingerprint is the hash of what it records
+(seq_length, tokenizer sha256, every shard's name, size in samples and checksums, the build config: a
+hand edit shows); the tokenizer file has the sha256 the manifest records, and the vocabulary size and
+special ids the manifest gives are the model's own; every shard of the splits in use and its .db
+index exist, their sizes add up to what the manifest records, and each data file starts with a
+readable MindRecord header whose sample width is seq_length + 1. The shards' own bytes are checked by
+the loader, each shard when it is first read (mspretrain/loader/mindrecord.py). With a checkpoint: the dataset's identity (tokenizer sha256, vocabulary size,
 sequence length) is the one the checkpoint was trained on (`identity`, recorded in its state.json and
 in RUN/run.json). Full
 (`--verify-data`): the sha256 of every shard, index and the tokenizer file, as `dataprep verify` does.
@@ -14,7 +18,7 @@ import json
 import struct
 from pathlib import Path
 
-from mspretrain.loader.manifest import ManifestError, load_manifest, sha256_file
+from mspretrain.loader.manifest import ManifestError, compute_fingerprint, load_manifest, sha256_file
 
 
 class DataCheckError(RuntimeError):
@@ -55,15 +59,11 @@ def check_dataset(path: str, splits: tuple[str, ...], full: bool = False):
         m = load_manifest(root)
     except ManifestError as e:
         raise DataCheckError(str(e)) from None
-    faults = []
+    faults = _manifest_faults(root, m)
     for name in splits:
         split = m.splits.get(name)
         for shard in split.shards if split else ():
-            faults += _shard_faults(root, shard, full)
-    if full:
-        tok = root / (m.tokenizer.file or "tokenizer.model")
-        if tok.is_file() and sha256_file(tok) != m.tokenizer.sha256:
-            faults.append(f"{tok}: sha256 differs from the manifest's tokenizer.sha256")
+            faults += _shard_faults(root, shard, m.seq_length, full)
     if faults:
         hint = "" if full else "; run `dataprep verify` on it for a full check"
         raise DataCheckError(f"dataset {root} is damaged: " + "; ".join(faults[:5])
@@ -71,7 +71,38 @@ def check_dataset(path: str, splits: tuple[str, ...], full: bool = False):
     return m
 
 
-def _shard_faults(root: Path, shard, full: bool) -> list[str]:
+def _manifest_faults(root: Path, m) -> list[str]:
+    """What the manifest vouches for and can be checked cheaply: its own fingerprint, the tokenizer."""
+    where = root / "manifest.json"
+    if compute_fingerprint(m.seq_length, m.tokenizer.sha256, m.splits, m.config) != m.fingerprint:
+        return [f"{where}: its fingerprint is not the hash of its contents (seq_length, tokenizer, "
+                f"shards or config were edited after the build)"]
+    tok = m.tokenizer
+    if not tok.file:
+        return []           # no tokenizer file (a synthetic dataset): nothing to check it against
+    path = root / tok.file
+    if not path.is_file():
+        return [f"{path}: tokenizer file missing (listed in {where})"]
+    if sha256_file(path) != tok.sha256:
+        return [f"{path}: sha256 differs from tokenizer.sha256 in {where} (replaced or damaged)"]
+    return _tokenizer_id_faults(path, tok, where)
+
+
+def _tokenizer_id_faults(path: Path, tok, where: Path) -> list[str]:
+    """The manifest's vocab_size and special ids are those of the sentencepiece model itself."""
+    import sentencepiece as spm
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as e:
+        return [f"{path}: not a sentencepiece model ({e})"]
+    pad = sp.pad_id() if sp.pad_id() >= 0 else sp.eos_id()      # what dataprep records
+    model = {"vocab_size": sp.get_piece_size(), "bos_id": sp.bos_id(), "eos_id": sp.eos_id(),
+             "pad_id": pad, "unk_id": sp.unk_id()}
+    return [f"{where}: tokenizer.{key} is {getattr(tok, key)!r}, but {path.name} has {value}"
+            for key, value in model.items() if getattr(tok, key) != value]
+
+
+def _shard_faults(root: Path, shard, seq_length: int, full: bool) -> list[str]:
     data, db = root / shard.file, root / f"{shard.file}.db"
     missing = [f"{p}: missing" for p in (data, db) if not p.is_file()]
     if missing:
@@ -79,7 +110,7 @@ def _shard_faults(root: Path, shard, full: bool) -> list[str]:
     size = data.stat().st_size + db.stat().st_size
     if size != shard.bytes:
         return [f"{data}: data + .db are {size} bytes, the manifest says {shard.bytes}"]
-    header = _header_fault(data)
+    header = _header_fault(data, seq_length)
     if header:
         return [header]
     if full:
@@ -90,8 +121,9 @@ def _shard_faults(root: Path, shard, full: bool) -> list[str]:
     return []
 
 
-def _header_fault(data: Path) -> str | None:
-    """A MindRecord data file starts with the length of its JSON header, then the header."""
+def _header_fault(data: Path, seq_length: int) -> str | None:
+    """A MindRecord data file starts with the length of its JSON header, then the header, whose
+    schema gives input_ids seq_length + 1 tokens."""
     with open(data, "rb") as f:
         head = f.read(8)
         n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
@@ -103,4 +135,10 @@ def _header_fault(data: Path) -> str | None:
                 raise ValueError
         except (ValueError, UnicodeDecodeError):
             return f"{data}: no MindRecord header at its start"
+    try:
+        shape = header["schema"][0]["schema"]["input_ids"]["shape"]
+    except (KeyError, IndexError, TypeError):
+        return f"{data}: its MindRecord header has no input_ids field"
+    if shape != [seq_length + 1]:
+        return f"{data}: rows of {shape} tokens, the manifest's seq_length {seq_length} needs [{seq_length + 1}]"
     return None

@@ -45,17 +45,18 @@ def read_records(path) -> list[dict]:
     """Every record of a metrics file. A final line cut short by a kill is ignored; any other
     line that is not a JSON object with an integer `step` is an error naming the line."""
     path = Path(path)
-    lines = path.read_text().split("\n")
+    lines = path.read_bytes().split(b"\n")
     records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = json.loads(raw.decode("utf-8"))
+        except ValueError:                    # not JSON, or not UTF-8 (JSONDecodeError is one)
             if number == len(lines):          # the unterminated last line of a killed run
                 break
-            raise MetricsError(f"{path}:{number}: not valid JSON: {line[:80]!r}") from None
+            text = raw[:80].decode("utf-8", "replace")
+            raise MetricsError(f"{path}:{number}: not valid JSON: {text!r}") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
             raise MetricsError(f"{path}:{number}: expected an object with an integer 'step'")
         records.append(rec)

@@ -71,8 +71,17 @@ def run_config(run_dir) -> Config:
 
 
 def run_tokenizer(run_dir) -> Path | None:
+    """RUN/tokenizer.model, checked against the sha256 run.json records for it."""
+    from mspretrain.loader.manifest import sha256_file
+
     path = Path(run_dir) / RUN_TOKENIZER
-    return path if path.is_file() else None
+    if not path.is_file():
+        return None
+    want = read_run(run_dir).get("dataset", {}).get("tokenizer_sha256")
+    if want and sha256_file(path) != want:
+        raise RunInfoError(f"{path}: sha256 differs from the tokenizer {Path(run_dir) / RUN_INFO} "
+                           f"records ({want[:12]}): it was replaced or damaged after the run started")
+    return path
 
 
 def checkpoint_dir(run_dir, step: int | None = None) -> Path:
@@ -93,9 +102,11 @@ def checkpoint_dir(run_dir, step: int | None = None) -> Path:
 def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
     """The model's weights of a checkpoint, keyed by their name inside `Llama` (optimizer moments and
     counters left out). A sharded checkpoint (rank_R/) is merged into full tensors first."""
-    import mindspore as ms
+    from mspretrain.train import checkpoint as ckpt
 
     ckpt_dir = Path(ckpt_dir)
+    if (ckpt_dir / ckpt.STATE_FILE).is_file():     # a checkpoint of a run: its files' digests first
+        ckpt.verify_files(ckpt_dir, ckpt.read_state(ckpt_dir))
     path = ckpt_dir / "model.ckpt"
     if not path.is_file():
         if (ckpt_dir / "rank_0").is_dir():
@@ -103,7 +114,7 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
         else:
             raise RunInfoError(f"{path} not found")
     out = {}
-    for key, value in ms.load_checkpoint(str(path)).items():
+    for key, value in ckpt.load_file(path).items():
         if key.startswith(_OPTIMIZER_PREFIXES):
             continue
         parts = key.split(".")

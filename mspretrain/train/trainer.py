@@ -79,7 +79,8 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
 
 
 def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
-    """The checkpoint to continue from, or None to start at step 0 (never overwriting checkpoints)."""
+    """The checkpoint to continue from, checked (its state.json against its contents, every file's
+    digest), or None to start at step 0; never a start that would overwrite a checkpoint."""
     if resume is None:
         existing = ckpt.list_checkpoints(run_dir)
         if existing or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
@@ -89,10 +90,11 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
         resume_policy.check_fresh_start(run_dir)
         return None
     if resume == "auto":
-        return ckpt.latest_checkpoint(run_dir)
+        return ckpt.find_resumable(run_dir)
     path = Path(resume)
     if not (path / ckpt.STATE_FILE).is_file():
         raise resume_policy.ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
+    ckpt.check_checkpoint(path)
     return path
 
 
@@ -125,9 +127,24 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
-    ckpt.load_params(ckpt_dir, session.train_step.state_parameters(), rank=rank)
+    params = session.train_step.state_parameters()
+    ckpt.load_params(ckpt_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
+    check_optimizer_step(params, state, ckpt_dir)
     loader.load_state_dict(state["loader"], force=force)
     return state
+
+
+def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
+    """The optimizer's own step counter (in model.ckpt) counts the updates that were not skipped,
+    so it can never exceed state.json's step: a step edited upwards or another run's weights."""
+    counter = params.get("global_step")
+    if counter is None:
+        return
+    updates = int(np.asarray(counter.asnumpy()).reshape(-1)[0])
+    if updates > state["step"]:
+        raise ckpt.CheckpointError(f"{ckpt_dir / ckpt.STATE_FILE}: step {state['step']}, but its "
+                                   f"{ckpt.MODEL_FILE} holds {updates} optimizer updates; the state does "
+                                   f"not belong to these weights. Nothing was changed.")
 
 
 def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
@@ -238,19 +255,22 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     if not cfg.data.path:
         raise ConfigError("data.path is empty: set it to a dataset dir (--set data.path=DIR)")
     run_dir = Path(cfg.run.dir)
-    resume_from = resolve_resume(run_dir, resume)
-    data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
+    # the lock first: a second launch is told who holds the run, before it looks at what is in it
+    with run_lock(run_dir, dist.is_main):
+        resume_from = resolve_resume(run_dir, resume)
+        data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
+        return _launch_locked(cfg, dist, run_dir, resume_from, force)
 
+
+def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, force: bool) -> int:
     import mindspore as ms
     from mspretrain.loader import Loader
 
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
     with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
                 seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
-                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader, \
-            run_lock(run_dir, dist.is_main):
+                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader:
         if dist.is_main:
-            prepare_run_dir(run_dir)
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak = 0, 0
@@ -260,6 +280,9 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
             if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
                 print(done, flush=True)
         if dist.is_main:
+            if resume_from is not None and ckpt.repoint_latest(run_dir, resume_from):
+                print(f"[train] {ckpt.checkpoints_root(run_dir) / ckpt.LATEST} now names {resume_from.name}",
+                      file=sys.stderr, flush=True)
             dropped = metrics.truncate_after(run_dir, start)
             from mspretrain.train.runinfo import record_run
             record_run(cfg)     # RUN/run.json + tokenizer.model, for export/generate/score/eval

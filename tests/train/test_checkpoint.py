@@ -25,7 +25,10 @@ def test_write_publish_prune_and_load(tmp_path):
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step_00000004", "step_00000006"]
     assert ckpt.latest_checkpoint(tmp_path).name == "step_00000006"
-    assert ckpt.read_state(root / "step_00000004") == {"step": 4}
+    model = root / "step_00000004" / "model.ckpt"
+    assert ckpt.read_state(root / "step_00000004") == {
+        "step": 4, "files": {"model.ckpt": {"sha256": ckpt.file_digest(model)["sha256"],
+                                            "bytes": model.stat().st_size}}}
     target = params(0.0)
     ckpt.load_params(root / "step_00000004", target)
     assert target["w"].asnumpy().tolist() == [[4.0, 4.0]] * 3 and int(target["global_step"].asnumpy()) == 4
@@ -70,7 +73,7 @@ def test_killed_during_a_write_leaves_the_previous_checkpoint_latest(tmp_path, p
         ckpt.remove_stale_temps(tmp_path)
         assert ".tmp-step_00000002" not in {p.name for p in (tmp_path / "checkpoints").iterdir()}
     else:
-        assert "step_00000002" in names       # complete, but not published: resume uses step 1
+        assert "step_00000002" in names       # complete, not published: --resume auto still finds it
 
 
 def test_unwritable_location_is_a_clear_error(tmp_path):
