@@ -9,14 +9,14 @@ The layouts already agree, so the conversion is a renaming, with no permutation:
 - nn.Dense weights are [out, in] like torch.nn.Linear; a tied head is `tie_word_embeddings`;
 - RMSNorm computes in fp32 with the same epsilon (`rms_norm_eps`); no biases anywhere.
 
-Tokenizer: the dataset's sentencepiece model is copied as tokenizer.model, with a tokenizer_config.json
-for `LlamaTokenizer` that adds neither BOS nor EOS (documents are packed without BOS, each ending in
+Tokenizer: the dataset's sentencepiece model is copied as tokenizer.model (the slow `LlamaTokenizer`)
+and converted to tokenizer.json (the fast tokenizer, mspretrain/train/hf_tokenizer.py), with a
+tokenizer_config.json that adds neither BOS nor EOS (documents are packed without BOS, each ending in
 EOS; ids unk 0 / bos 1 / eos 2 / pad 3 are the model's own).
 """
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -140,19 +140,13 @@ def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def write_tokenizer(spm_file: Path, out: Path, seq_length: int) -> None:
-    import sentencepiece as spm
+    """tokenizer.json (the fast tokenizer, mspretrain/train/hf_tokenizer.py), tokenizer.model and the
+    configs for LlamaTokenizer; says so when the fast tokenizer may differ from sentencepiece."""
+    from mspretrain.train import hf_tokenizer
 
-    shutil.copyfile(spm_file, out / "tokenizer.model")
-    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
-    piece = lambda i: sp.id_to_piece(i) if 0 <= i < sp.get_piece_size() else None  # noqa: E731
-    special = {"bos_token": piece(sp.bos_id()), "eos_token": piece(sp.eos_id()),
-               "unk_token": piece(sp.unk_id()), "pad_token": piece(sp.pad_id())}
-    special = {k: v for k, v in special.items() if v is not None}
-    config = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False, "add_eos_token": False,
-              "legacy": True, "add_prefix_space": None, "model_max_length": seq_length,
-              "clean_up_tokenization_spaces": False, "sp_model_kwargs": {}, **special}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    for problem in hf_tokenizer.write(spm_file, out, seq_length):
+        print(f"[export] warning: {spm_file}: {problem}; tokenizer.json may encode such text differently "
+              f"from sentencepiece (tokenizer.model, LlamaTokenizer, is exact)")
 
 
 # ---------------------------------------------------------------- import
@@ -227,34 +221,79 @@ def check_hf_config(hf_dir: Path, args) -> None:
 
 
 def check_tokenizer(hf_dir: Path, data_path: str) -> None:
-    """The HF tokenizer must be the dataset's: same sentencepiece pieces and special ids."""
+    """The HF tokenizer must be the dataset's: same pieces for the same ids and the same special ids,
+    read from tokenizer.model (sentencepiece) or, when that is absent, from tokenizer.json."""
     import sentencepiece as spm
     from mspretrain.loader.manifest import load_manifest
 
     m = load_manifest(data_path)
     ours = Path(data_path) / m.tokenizer.file if m.tokenizer.file else None
-    theirs = hf_dir / "tokenizer.model"
     if ours is None or not ours.is_file():
         print(f"[import] {data_path} has no sentencepiece model: the tokenizer is not checked")
         return
+    theirs = hf_dir / "tokenizer.model"
     if not theirs.is_file():
-        raise HFError(f"{hf_dir} has no tokenizer.model, so it cannot be checked against the dataset's "
-                      f"{ours}; training would read ids of another vocabulary")
+        if (hf_dir / "tokenizer.json").is_file():
+            return check_tokenizer_json(hf_dir, ours)
+        raise HFError(f"{hf_dir} has neither tokenizer.model nor tokenizer.json, so it cannot be checked "
+                      f"against the dataset's {ours}; training would read ids of another vocabulary")
     if theirs.read_bytes() == ours.read_bytes():
         return
     a = spm.SentencePieceProcessor(model_file=str(theirs))
     b = spm.SentencePieceProcessor(model_file=str(ours))
-    if a.get_piece_size() != b.get_piece_size():
-        raise HFError(f"tokenizer mismatch: {theirs} has {a.get_piece_size()} pieces, the dataset's {ours} "
-                      f"{b.get_piece_size()}")
-    for i in range(a.get_piece_size()):
-        if a.id_to_piece(i) != b.id_to_piece(i):
-            raise HFError(f"tokenizer mismatch: id {i} is {a.id_to_piece(i)!r} in {theirs} but "
-                          f"{b.id_to_piece(i)!r} in the dataset's {ours}")
+    _same_pieces([a.id_to_piece(i) for i in range(a.get_piece_size())], b, theirs, ours)
     ids = [(x.unk_id(), x.bos_id(), x.eos_id(), x.pad_id()) for x in (a, b)]
     if ids[0] != ids[1]:
         raise HFError(f"tokenizer mismatch: special ids (unk, bos, eos, pad) {ids[0]} in {theirs}, "
                       f"{ids[1]} in {ours}")
+
+
+def _same_pieces(pieces: list[str], sp, where: Path, ours: Path) -> None:
+    if len(pieces) != sp.get_piece_size():
+        raise HFError(f"tokenizer mismatch: {where} has {len(pieces)} pieces, the dataset's {ours} "
+                      f"{sp.get_piece_size()}")
+    for i, piece in enumerate(pieces):
+        if piece != sp.id_to_piece(i):
+            raise HFError(f"tokenizer mismatch: id {i} is {piece!r} in {where} but "
+                          f"{sp.id_to_piece(i)!r} in the dataset's {ours}")
+
+
+# texts whose ids tell whether a fast tokenizer encodes like sentencepiece (dummy prefix, spaces,
+# line breaks, digits, byte fallback, strings that look like special tokens)
+PROBE_TEXTS = ["The licence is granted", " a leading space", "trailing space ", "two  spaces\tand a tab",
+               "line\nbreaks\n\n", "12345 digits", "中文和 English", "emoji 🙂", "<s> and </s> are text"]
+
+
+def check_tokenizer_json(hf_dir: Path, ours: Path) -> None:
+    """tokenizer.json without tokenizer.model: its vocabulary and special ids must be the dataset's;
+    texts it encodes otherwise than sentencepiece are named (a warning: training reads the dataset's
+    ids, only tools that tokenize with this tokenizer.json would see other ids)."""
+    import sentencepiece as spm
+    from tokenizers import Tokenizer
+
+    path = hf_dir / "tokenizer.json"
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:      # the library's own error types: one line naming the file
+        raise HFError(f"{path}: not a tokenizers file ({str(e).splitlines()[0]})") from None
+    sp = spm.SentencePieceProcessor(model_file=str(ours))
+    n = tok.get_vocab_size(with_added_tokens=True)
+    _same_pieces([tok.id_to_token(i) for i in range(n)], sp, path, ours)
+    config = hf_dir / "tokenizer_config.json"
+    named = json.loads(config.read_text()) if config.is_file() else {}
+    for key, want in (("unk_token", sp.unk_id()), ("bos_token", sp.bos_id()), ("eos_token", sp.eos_id()),
+                      ("pad_token", sp.pad_id())):
+        token = named.get(key)
+        token = token.get("content") if isinstance(token, dict) else token
+        if token is None or want < 0:
+            continue
+        if tok.token_to_id(token) != want:
+            raise HFError(f"tokenizer mismatch: {config} gives {key} {token!r}, id {tok.token_to_id(token)} "
+                          f"in {path}, but the dataset's {ours} has id {want}")
+    for text in PROBE_TEXTS:
+        if tok.encode(text, add_special_tokens=False).ids != sp.encode(text):
+            print(f"[import] warning: {path} encodes {text!r} to other ids than the dataset's {ours} "
+                  f"(same vocabulary; the dataset's ids are what training reads)")
 
 
 def to_llama_weights(hf: dict[str, np.ndarray], args, where: str) -> dict[str, np.ndarray]:

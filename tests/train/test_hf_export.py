@@ -40,7 +40,7 @@ def valid_batches(data, n: int, batch: int = 8, seed: int = 1234) -> list[np.nda
 def test_export_files(exported, spm_data):
     names = sorted(p.name for p in exported.iterdir())
     assert names == ["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
-                     "tokenizer.model", "tokenizer_config.json"]
+                     "tokenizer.json", "tokenizer.model", "tokenizer_config.json"]
     config = json.loads((exported / "config.json").read_text())
     assert (config["num_attention_heads"], config["num_key_value_heads"], config["tie_word_embeddings"]) == \
         (4, 2, False)
@@ -80,14 +80,17 @@ def test_loss_equals_train_eval(spm_run, spm_data, hf_model):
 def test_tokenizer_gives_the_dataset_ids(exported, spm_data):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=str(spm_data / "tokenizer.model"))
-    tok = transformers.LlamaTokenizer.from_pretrained(exported)
     texts = ["Debian is a free operating system.\nIt uses  two spaces and 12345 digits.",
              " a leading space", "apt-get install foo\n\n\nbar", "中文 和 emoji 🙂 bytes",
-             "tabs\tand trailing space "]
-    for text in texts:
-        assert tok(text)["input_ids"] == sp.encode(text), text
-        assert tok.decode(sp.encode(text)) == text
-    assert (tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2, 3)
+             "tabs\tand trailing space ", "The licence is granted", "<s> and </s> are text"]
+    # the fast tokenizer (tokenizer.json, what AutoTokenizer and every tool on it load) and the slow one;
+    # tests/train/test_hf_tokenizer.py compares them on 10,000 texts
+    for tok in (transformers.AutoTokenizer.from_pretrained(exported),
+                transformers.LlamaTokenizer.from_pretrained(exported)):
+        for text in texts:
+            assert tok(text)["input_ids"] == sp.encode(text), (type(tok).__name__, text)
+            assert tok.decode(sp.encode(text)) == text
+        assert (tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2, 3)
 
 
 def test_greedy_generation_matches_transformers(spm_run, spm_data, hf_model, tmp_path):
@@ -159,6 +162,22 @@ def test_import_refuses_another_tokenizer_and_model(spm_data, exported, tmp_path
     assert not (tmp_path / "r1" / "checkpoints").exists()
     p = run(import_cmd(tmp_path / "r2", spm_data, exported, "model.hidden_size=32"))
     assert p.returncode == 2 and "hidden_size=64 but the config gives 32" in p.stderr, p.stderr[-2000:]
+    # a model whose tokenizer is only a tokenizer.json: checked from it (here: another vocabulary)
+    from mspretrain.train.hf_tokenizer import build
+    (other / "tokenizer.model").unlink()
+    build(tmp_path / "sp.model").save(str(other / "tokenizer.json"))
+    p = run(import_cmd(tmp_path / "r3", spm_data, other))
+    assert p.returncode == 2 and "tokenizer mismatch" in p.stderr and "tokenizer.json" in p.stderr, p.stderr[-2000:]
+
+
+def test_import_reads_a_tokenizer_json_only_model(spm_data, exported, tmp_path):
+    other = tmp_path / "fast-only"
+    shutil.copytree(exported, other)
+    (other / "tokenizer.model").unlink()
+    p = run(import_cmd(tmp_path / "run", spm_data, other))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "warning" not in p.stdout + p.stderr      # its tokenizer.json encodes the probes as sentencepiece
+    assert (tmp_path / "run" / "checkpoints" / "latest").exists()
 
 
 @pytest.mark.slow
