@@ -70,6 +70,11 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     clip_norm: float = 1.0          # 0 disables clipping
+    name: str = "adamw"             # adamw (bias-corrected, PyTorch) | adamw_nobc (MindSpore AdamWeightDecay)
+    schedule: str = "cosine"        # cosine | wsd | linear | constant (mspretrain/train/optim.py)
+    decay: str = "linear"           # wsd's decay shape: linear | cosine | sqrt
+    decay_fraction: float = 0.2     # wsd: the last fraction of train.steps decays
+    decay_start_step: int = 0       # wsd: > 0 decays after this step instead (continued training)
 
 
 @dataclass

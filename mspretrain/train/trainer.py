@@ -21,7 +21,7 @@ import numpy as np
 from mspretrain.train import checkpoint as ckpt
 from mspretrain.train import console, data_check, metrics, resume_policy
 from mspretrain.train.config import Config, ConfigError
-from mspretrain.train.optim import lr_at
+from mspretrain.train.optim import check_schedule, lr_at
 
 EXIT_BAD_STEPS = 3
 STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
@@ -201,6 +201,7 @@ def check_loop_config(cfg: Config) -> None:
         if not ok:
             section, name = key.split(".")
             raise ConfigError(f"{key} must be {want}, got {getattr(getattr(cfg, section), name)!r}")
+    check_schedule(cfg.optim, cfg.train.steps)
 
 
 def is_bad(result, cfg: Config) -> bool:
