@@ -194,3 +194,21 @@ def test_wsd_decay_resumed_from_a_stable_checkpoint_equals_a_straight_run(tmp_pa
     assert len(ref) == 20 and got == ref
     lrs = [dict(x)["lr"] for x in ref]
     assert len(set(lrs[5:12])) == 1 and float.fromhex(lrs[-1]) == pytest.approx(3e-4)   # stable, then decayed
+
+
+def test_train_plot_draws_the_configured_schedule(tmp_path, capsys):
+    """`train plot --config F --set ... --out F.png` draws the lr schedule without any run; the picture
+    changes with the schedule; a bad schedule key is a config error (exit 2)."""
+    from mspretrain.train.cli import main
+    from trainer_harness import TINY
+
+    pngs = {}
+    for schedule in ("cosine", "wsd"):
+        out = tmp_path / f"{schedule}.png"
+        assert main(["plot", "--config", str(TINY), "--set", f"optim.schedule={schedule}", "--out", str(out)]) == 0
+        pngs[schedule] = out.read_bytes()
+    assert pngs["cosine"][:8] == b"\x89PNG\r\n\x1a\n" and pngs["cosine"] != pngs["wsd"]
+    assert main(["plot", "--config", str(TINY), "--set", "optim.decay=exp", "optim.schedule=wsd",
+                 "--out", str(tmp_path / "x.png")]) == 2
+    assert "optim.decay must be one of" in capsys.readouterr().err
+    assert main(["plot", "--out", str(tmp_path / "y.png")]) == 2
