@@ -245,7 +245,7 @@ class TrainData:
             out[f"samples/{name}"] = n
             out[f"tokens/{name}"] = n * self.seq_length
         if self.kind == "mixture":
-            out["mixture_phase"] = self.schedule.phase_of(self.cursor)
+            out["mixture_phase"] = self.schedule.phase_of(max(0, self.cursor - 1))   # of the step's last sample
         return out
 
     def current_weights(self) -> dict[str, float]:
