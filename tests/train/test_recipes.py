@@ -183,9 +183,9 @@ def _per_source_view(run_dir):
 @pytest.mark.slow
 def test_blend_counts_follow_the_weights_and_resume_bitwise(tmp_path, two_corpora):
     en, zh = two_corpora
-    sets = (f"data.blend={{{en}: 0.7, {zh}: 0.3}}", "train.steps=24", "checkpoint.every_steps=4",
+    sets = (f"data.blend={{{en}: 0.7, {zh}: 0.3}}", "train.steps=16", "checkpoint.every_steps=4",
             "eval.every_steps=8", "log.every_steps=1")
-    straight, killed = _kill_and_resume(tmp_path, sets, [9, 18], trace=False)
+    straight, killed = _kill_and_resume(tmp_path, sets, [10], trace=False)
     assert exact_view(killed) == exact_view(straight)
     assert _per_source_view(killed) == _per_source_view(straight)
 
@@ -201,11 +201,11 @@ def test_blend_counts_follow_the_weights_and_resume_bitwise(tmp_path, two_corpor
     n = steps[-1]["consumed_samples"]
     for name, w in (("en", 0.7), ("zh", 0.3)):
         assert abs(steps[-1][f"samples/{name}"] - n * w) <= MAX_WINDOW_ERROR + n / PERIOD
-    state = json.loads((killed / "checkpoints" / "step_00000024" / "state.json").read_text())
+    state = json.loads((killed / "checkpoints" / "step_00000016" / "state.json").read_text())
     assert {k: v["samples"] for k, v in state["consumed"].items()} == {"en": steps[-1]["samples/en"],
                                                                        "zh": steps[-1]["samples/zh"]}
     evals = [r for r in records(straight) if r.get("eval")]
-    assert len(evals) == 3
+    assert len(evals) == 2
     for r in evals:         # per-source validation; the total is their mean under the weights
         assert r["val_loss"] == pytest.approx(0.7 * r["val_loss/en"] + 0.3 * r["val_loss/zh"], rel=1e-12)
         assert r["val_loss/en"] != r["val_loss/zh"]
