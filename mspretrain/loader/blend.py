@@ -64,3 +64,71 @@ class BlendSchedule:
         cycle, offset = np.divmod(positions, self.period)
         source = self.sched[offset]
         return source, cycle * self.counts[source] + self.rank[offset]
+
+    def counts_before(self, length: int) -> np.ndarray:
+        """Samples of each source among positions [0, length) (int64 [sources])."""
+        cycles, rest = divmod(int(length), self.period)
+        return cycles * self.counts + np.bincount(self.sched[:rest], minlength=self.counts.size)
+
+
+class MixtureSchedule:
+    """A blend whose weights change in phases: phase k covers the blended positions [starts[k], ends[k])
+    (the last phase is endless) with its own BlendSchedule over a subset of the sources.
+
+    Every source keeps one cursor across the phases: the sample numbers a source's positions get run
+    on, from where the earlier phases left it, so a phase change neither repeats nor skips a sample of
+    any source. Like BlendSchedule, a pure function of the positions (same `locate` contract).
+    """
+
+    def __init__(self, num_sources: int, phases: list[tuple[int | None, dict[int, float]]],
+                 period: int = PERIOD):
+        """phases: (end position or None for the last, {source index: weight}) in order."""
+        if not phases or phases[-1][0] is not None or any(end is None for end, _ in phases[:-1]):
+            raise ValueError("a mixture needs phases with an end position each, but for the last")
+        self.num_sources = num_sources
+        self.ends = np.array([end for end, _ in phases[:-1]], dtype=np.int64)
+        if np.any(np.diff(np.concatenate([[0], self.ends])) <= 0):
+            raise ValueError(f"mixture phase ends must increase from above 0, got {self.ends.tolist()}")
+        self.starts = np.concatenate([[0], self.ends]).astype(np.int64)
+        self.members = [np.array(sorted(w), dtype=np.int32) for _, w in phases]
+        self.blends = [BlendSchedule([w[j] for j in m], period) for m, (_, w) in zip(self.members, phases)]
+        # base[k][j]: samples of source j the phases before k consumed (its cursor when phase k starts)
+        self.base = np.zeros((len(phases), num_sources), dtype=np.int64)
+        for k in range(1, len(phases)):
+            self.base[k] = self.base[k - 1] + self._phase_counts(k - 1, self.ends[k - 1] - self.starts[k - 1])
+
+    @property
+    def counts(self) -> list[list[int]]:
+        """The quantised slot counts of each phase, by source (0 where a phase leaves it out)."""
+        out = []
+        for m, b in zip(self.members, self.blends):
+            row = [0] * self.num_sources
+            for j, n in zip(m.tolist(), b.counts.tolist()):
+                row[j] = n
+            out.append(row)
+        return out
+
+    def phase_of(self, position: int) -> int:
+        return int(np.searchsorted(self.ends, position, side="right"))
+
+    def _phase_counts(self, k: int, length: int) -> np.ndarray:
+        out = np.zeros(self.num_sources, dtype=np.int64)
+        out[self.members[k]] = self.blends[k].counts_before(length)
+        return out
+
+    def counts_before(self, length: int) -> np.ndarray:
+        """Samples of each source among positions [0, length)."""
+        k = self.phase_of(max(0, int(length) - 1)) if length > 0 else 0
+        return self.base[k] + self._phase_counts(k, int(length) - self.starts[k])
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.asarray(positions, dtype=np.int64)
+        phase = np.searchsorted(self.ends, positions, side="right")
+        sources = np.empty(positions.shape, dtype=np.int32)
+        numbers = np.empty(positions.shape, dtype=np.int64)
+        for k in np.unique(phase).tolist():
+            at = phase == k
+            local, number = self.blends[k].locate(positions[at] - self.starts[k])
+            sources[at] = self.members[k][local]
+            numbers[at] = self.base[k][sources[at]] + number
+        return sources, numbers

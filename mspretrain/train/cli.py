@@ -5,6 +5,7 @@
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
   train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
   train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
+                 [--config F.yaml --set ...]   also the configured lr schedule (runs optional then)
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
   train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of three-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
@@ -63,8 +64,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also draw both runs' curves into FILE.png")
 
     p = sub.add_parser("plot", help="draw runs' loss, val loss, lr, grad norm, loss scale, tokens/s")
-    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("runs", nargs="*", metavar="RUN")
     p.add_argument("--out", required=True, metavar="FILE.png")
+    add_config_options(p)      # optional: draw the config's learning-rate schedule too
 
     p = sub.add_parser("plan", help="print the parallel plan")
     _config_args(p)
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run_hf_command(args)
         if args.command == "plot":
             from mspretrain.train.plot import plot_runs
-            print(f"plot: {plot_runs(args.runs, args.out)}")
+            schedule = load_config(args.config, args.set) if args.config or args.set else None
+            print(f"plot: {plot_runs(args.runs, args.out, schedule)}")
             return 0
         if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
             from mspretrain.train.launch import run_msrun

@@ -18,6 +18,9 @@ from mspretrain.common.config import ConfigError, load  # noqa: F401 (ConfigErro
 @dataclass
 class DataConfig:
     path: str = ""                  # a dataset dir written by `dataprep build`
+    blend: dict = field(default_factory=dict)    # {dataset dir: weight}: blended training data (not with path)
+    mixture: list = field(default_factory=list)  # [{until_tokens: N, blend: {dir: w}}, ..., {blend: {...}}]:
+                                                 # blend weights by phase of consumed tokens (docs/recipes.md)
     split: str = "train"
     valid_split: str = "valid"
     num_workers: int = 1            # loader worker processes
@@ -53,6 +56,16 @@ class ModelConfig:
 
 
 @dataclass
+class RampupConfig:
+    """Batch-size ramp-up, Megatron's --rampup-batch-size: from `start` samples per step, up by
+    `increment` after every samples / ((global_batch_size - start) / increment) consumed samples, to
+    train.global_batch_size once `samples` were consumed. start 0: no ramp."""
+    start: int = 0
+    increment: int = 0
+    samples: int = 0
+
+
+@dataclass
 class TrainConfig:
     steps: int = 100
     global_batch_size: int = 8      # samples per optimizer step, all ranks together
@@ -61,6 +74,7 @@ class TrainConfig:
     max_bad_steps: int = 3          # consecutive non-finite losses before the run stops
     peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
     eod_mask_loss: bool = True      # no loss where the input token is EOS (its label is another document's)
+    rampup: RampupConfig = field(default_factory=RampupConfig)
 
 
 @dataclass
@@ -73,6 +87,12 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     clip_norm: float = 1.0          # 0 disables clipping
+    name: str = "adamw"             # adamw (bias-corrected, PyTorch) | adamw_nobc (MindSpore AdamWeightDecay)
+    schedule: str = "cosine"        # cosine | wsd | linear | constant (mspretrain/train/optim.py)
+    decay: str = "linear"           # wsd's decay shape: linear | cosine | sqrt
+    decay_fraction: float = 0.2     # wsd: the last fraction of train.steps decays
+    decay_start_step: int = 0       # wsd: > 0 decays after this step instead (continued training)
+    lr_scaling: str = "none"        # during train.rampup: lr x (batch / global_batch_size): none | sqrt | linear
 
 
 @dataclass
@@ -159,6 +179,10 @@ class Config:
         d.pop("checkpoint")     # when state is saved, not what it is
         d.pop("eval")           # validation reads, never trains
         d["data"].pop("path")           # where, not what: the dataset fingerprint is checked apart
+        d["data"]["blend"] = sorted(d["data"]["blend"].values())   # the weights, not where the data is
+        d["data"]["mixture"] = [[m.get("until_tokens") if isinstance(m, dict) else None,
+                                 sorted((m.get("blend") or {}).values()) if isinstance(m, dict) else None]
+                                for m in d["data"]["mixture"]]
         d["data"].pop("num_workers")    # the loader's stream does not depend on these (docs/contracts.md)
         d["data"].pop("prefetch")
         d["train"].pop("peak_tflops")

@@ -53,8 +53,14 @@ class Progress:
                 and math.isfinite(r["val_loss"])]
         last = steps[-1]["step"] if steps else self.start
         ran = max(0, last - self.start)
+        tokens = ran * self.tokens_per_step
+        before = [r for r in steps if r["step"] == self.start] if self.start else [{"consumed_samples": 0}]
+        if steps and before and "consumed_samples" in steps[-1] and "consumed_samples" in before[0]:
+            # samples really consumed (train.rampup makes early steps smaller)
+            per_sample = self.tokens_per_step // self.cfg.train.global_batch_size
+            tokens = (steps[-1]["consumed_samples"] - before[0]["consumed_samples"]) * per_sample
         lines = [f"[train] done: step {last}/{self.cfg.train.steps} ({ran} this session, "
-                 f"{ran * self.tokens_per_step:,} tokens in {hms(time.perf_counter() - self.t0)})"]
+                 f"{tokens:,} tokens in {hms(time.perf_counter() - self.t0)})"]
         if steps:
             lines.append(f"[train] final loss {steps[-1]['loss']:.4f}")
         if vals:

@@ -12,9 +12,9 @@ import numpy as np
 from mspretrain.train.config import Config, ConfigError
 
 
-def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
+def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = None) -> float:
     """Mean next-token loss over eval.batches batches of micro-batch size (equal token counts, so the
-    mean of batch means is the token mean)."""
+    mean of batch means is the token mean) of the valid split of `path` (default data.path)."""
     from mindspore import Tensor
     from mspretrain.loader import Loader
 
@@ -24,11 +24,12 @@ def validation_loss(loss_net, cfg: Config, seq_length: int) -> float:
         raise ConfigError(f"eval.batches must be >= 1, got {cfg.eval.batches}")
     from mspretrain.train.parallel import eval_batch_size
     batch_size = eval_batch_size(cfg)        # the same for every layout (N4: never split by dp twice)
+    path = path or cfg.data.path
     losses = []
-    with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=batch_size, seed=cfg.seed,
+    with Loader(path, split=cfg.data.valid_split, global_batch_size=batch_size, seed=cfg.seed,
                 num_workers=0) as ld:
         if ld.seq_length != seq_length:
-            raise ConfigError(f"{cfg.data.path}: valid split seq_length {ld.seq_length} != {seq_length}")
+            raise ConfigError(f"{path}: valid split seq_length {ld.seq_length} != {seq_length}")
         for _ in range(capped_batches(cfg, ld.num_samples, batch_size, cfg.data.valid_split)):
             losses.append(float(loss_net(Tensor(next(ld)["input_ids"])).asnumpy()))
     return float(np.mean(np.asarray(losses, dtype=np.float64)))

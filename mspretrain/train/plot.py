@@ -3,6 +3,9 @@ one or several runs, overlaid, against the step.
 
 Panels: loss and val loss, learning rate, gradient norm, loss scale, tokens/s. Read from each run's
 metrics.jsonl; a run that lacks a metric (no validation, say) leaves its panel empty for that run.
+`--config F.yaml [--set ...]` adds the configured learning-rate schedule (optim.schedule over
+train.steps, a pure function of the step: mspretrain/train/optim.py) to the lr panel, with or without
+runs: what a run will do before it starts, or what a resume with another optim.decay_start_step would.
 matplotlib, Agg backend (no display needed): the `viz` extra.
 """
 from __future__ import annotations
@@ -22,12 +25,15 @@ def run_records(run) -> list[dict]:
     return read_records(path)
 
 
-def plot_runs(runs: list[str], out: str) -> Path:
+def plot_runs(runs: list[str], out: str, schedule_cfg=None) -> Path:
+    """`schedule_cfg`: a train Config whose learning-rate schedule is drawn too (dashed, black)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     data = {str(r): run_records(r) for r in runs}
+    if not data and schedule_cfg is None:
+        raise MetricsError("nothing to plot: give run dirs, or --config for the learning-rate schedule")
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 2.4 * len(PANELS)), dpi=100, sharex=True)
     for i, (name, recs) in enumerate(data.items()):
         colour = f"C{i % 10}"
@@ -40,12 +46,20 @@ def plot_runs(runs: list[str], out: str) -> Path:
         if evals:
             axes[0].plot([r["step"] for r in evals], [r["val_loss"] for r in evals], color=colour,
                          ls="--", marker="o", ms=3, label=f"{name} (val)")
+    if schedule_cfg is not None:
+        from mspretrain.train.optim import check_schedule, schedule_points
+        check_schedule(schedule_cfg.optim, schedule_cfg.train.steps)
+        o = schedule_cfg.optim
+        axes[1].plot(*schedule_points(o, schedule_cfg.train.steps), color="black", ls="--", lw=1.0,
+                     label=f"{o.schedule} schedule" + (f" ({o.decay} decay)" if o.schedule == "wsd" else ""))
+        axes[1].legend(fontsize=8)
     for ax, (key, title) in zip(axes, PANELS):
         ax.set_ylabel(title)
         ax.grid(True, alpha=0.3)
         if key in ("loss_scale",):
             ax.set_yscale("log", base=2)
-    axes[0].legend(fontsize=8)
+    if data:
+        axes[0].legend(fontsize=8)
     axes[-1].set_xlabel("step")
     fig.tight_layout()
     out = Path(out)

@@ -22,6 +22,7 @@ from mspretrain.train.optim import lr_at
 # keys that may differ on resume without --force (prefixes end in ".")
 SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers", "data.prefetch",
         "train.peak_tflops", "train.steps",
+        "optim.decay_start_step",    # a WSD decay started from a stable checkpoint (optim.py)
         "parallel.data_parallel")    # elastic resume: the loader continues the same sample stream
 
 
@@ -67,6 +68,10 @@ def check_resume(state: dict, cfg, loader_fingerprint: str, data_path: str, ckpt
                 continue
             change = f"{key} {old!r} -> {new!r}"
             (notes if _safe(key) else problems).append(change)
+    decay = cfg.optim.decay_start_step
+    if saved and saved.get("optim.decay_start_step", 0) != decay and 0 < decay < int(state.get("step", 0)):
+        problems.append(f"optim.decay_start_step {decay} is before the checkpoint's step {state['step']} "
+                        f"(the steps after {decay} were trained at the stable lr)")
     if state.get("dataset_fingerprint") != loader_fingerprint:
         problems.append(f"dataset fingerprint {str(state.get('dataset_fingerprint'))[:16]} -> "
                         f"{data_path}'s {loader_fingerprint[:16]} (another dataset)")

@@ -44,12 +44,14 @@ def dataset_info(data_path) -> dict:
 def record_run(cfg: Config) -> None:
     """Write RUN/run.json (+ RUN/tokenizer.model) once a launch has passed its checks and starts
     (the trainer calls this on the main rank), or when `train import` creates a run."""
+    from mspretrain.train.data import source_dirs
     run_dir = Path(cfg.run.dir)
-    info = {"config": cfg.to_dict(), "dataset": dataset_info(cfg.data.path)}
+    data_path = source_dirs(cfg)[0]     # a blend's datasets share one tokenizer (train.data)
+    info = {"config": cfg.to_dict(), "dataset": dataset_info(data_path)}
     run_dir.mkdir(parents=True, exist_ok=True)
     tok = info["dataset"]["tokenizer"]
     if tok["file"]:
-        src = Path(cfg.data.path) / tok["file"]
+        src = Path(data_path) / tok["file"]
         if src.is_file():
             _atomic_copy(src, run_dir / RUN_TOKENIZER)
     atomic_write_text(run_dir / RUN_INFO, json.dumps(info, indent=1, sort_keys=True) + "\n")

@@ -21,7 +21,7 @@ import numpy as np
 from mspretrain.train import checkpoint as ckpt
 from mspretrain.train import console, data_check, metrics, resume_policy
 from mspretrain.train.config import Config, ConfigError
-from mspretrain.train.optim import lr_at
+from mspretrain.train.optim import check_schedule, lr_at
 
 EXIT_BAD_STEPS = 3
 STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
@@ -123,7 +123,7 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     state = ckpt.read_state(ckpt_dir)
     check_state_version(state, ckpt_dir)
     if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
-        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path, ckpt_dir, force)
+        resume_policy.check_resume(state, cfg, loader.fingerprint, ", ".join(loader.dirs), ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
@@ -162,6 +162,7 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "config": resume_policy.config_record(cfg),
         "dataset": data_check.identity(loader),
         "dataset_fingerprint": loader.fingerprint,
+        "consumed": loader.consumed(),      # per source: samples and tokens (train.data)
         "world_size": dist.world_size,
         "bad_streak": bad_streak,
         "last_metrics": record,
@@ -221,6 +222,7 @@ def check_loop_config(cfg: Config) -> None:
         if not ok:
             section, name = key.split(".")
             raise ConfigError(f"{key} must be {want}, got {getattr(getattr(cfg, section), name)!r}")
+    check_schedule(cfg.optim, cfg.train.steps)
 
 
 def is_bad(result, cfg: Config) -> bool:
@@ -252,24 +254,23 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     check_loop_config(cfg)
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
-    if not cfg.data.path:
-        raise ConfigError("data.path is empty: set it to a dataset dir (--set data.path=DIR)")
+    from mspretrain.train.data import TrainData, check_sources, data_kind
+    data_kind(cfg)          # exactly one of data.path, data.blend, data.mixture
     run_dir = Path(cfg.run.dir)
     # the lock first: a second launch is told who holds the run, before it looks at what is in it
     with run_lock(run_dir, dist.is_main):
         resume_from = resolve_resume(run_dir, resume)
-        data_check.check_dataset(cfg.data.path, (cfg.data.split, cfg.data.valid_split), full=verify_data)
+        check_sources(cfg, verify_data)     # each dataset intact, all of one tokenizer and seq_length
         return _launch_locked(cfg, dist, run_dir, resume_from, force)
 
 
 def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, force: bool) -> int:
     import mindspore as ms
-    from mspretrain.loader import Loader
 
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
-    with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
-                seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size,
-                num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch) as loader:
+    from mspretrain.train.data import TrainData
+
+    with TrainData(cfg, dist) as loader:
         if dist.is_main:
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
@@ -292,9 +293,27 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
         return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak)
 
 
+def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
+    """The eval record: val_loss over the valid split; for a blend or mixture, val_loss/<source> of
+    each dataset's valid split and val_loss their mean under the weights now in force."""
+    from mspretrain.train.evaluate import validation_loss
+
+    if data.kind == "path":
+        val = validation_loss(session.eval_net, cfg, data.seq_length)
+        return {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+    weights = data.current_weights()
+    per_source = {name: validation_loss(session.eval_net, cfg, data.seq_length, d)
+                  for name, d in zip(data.names, data.dirs)}
+    total = sum(weights.values())
+    val = sum(per_source[name] * weights.get(d, 0.0) for name, d in zip(data.names, data.dirs)) / total
+    rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+    rec.update({f"val_loss/{name}": v for name, v in per_source.items()})
+    return rec
+
+
 def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
               bad_streak: int) -> int:
-    from mspretrain.train.evaluate import validation_loss
+    from mspretrain.train.data import lr_scale
 
     peak = cfg.train.peak_tflops or measure_peak_tflops()
     tokens_per_step = cfg.train.global_batch_size * loader.seq_length
@@ -307,17 +326,21 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     try:
         for step in range(start + 1, cfg.train.steps + 1):
             t0 = time.perf_counter()
+            batch_size = loader.batch_size()        # train.rampup: a function of the cursor
             batch = next(batches)
             t1 = time.perf_counter()
-            lr = lr_at(step, cfg.optim, cfg.train.steps)
+            lr = lr_at(step, cfg.optim, cfg.train.steps) * lr_scale(cfg, batch_size)
             result = session.train_step(batch["input_ids"], lr)
             elapsed = time.perf_counter() - t0
-            tps = tokens_per_step / elapsed
+            tps = batch_size * loader.seq_length / elapsed
             record = {"step": step, "loss": result.loss, "lr": lr, "grad_norm": result.grad_norm,
                       "loss_scale": result.loss_scale, "overflow": result.overflow,
                       "tokens_per_s": tps,
                       "mfu": tps * session.flops_per_token / (peak * 1e12 * dist.world_size),
                       "consumed_samples": loader.cursor, "data_wait_s": t1 - t0, "step_time_s": elapsed}
+            if loader.rampup:
+                record["batch_size"] = batch_size
+            record.update(loader.metrics())         # per source of a blend / mixture: samples, tokens
             if session.args.flash_attention and session.args.document_mask:   # the kernel's document limit
                 from mspretrain.train.packing import count_over_limit
                 record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
@@ -328,8 +351,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
                     print(progress.line(record), flush=True)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
-                val = validation_loss(session.eval_net, cfg, loader.seq_length)
-                rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+                rec = validation_record(session, cfg, loader, step)
                 if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # mspretrain/train/evalsuite.py
                     from mspretrain.train.evalsuite import in_loop
                     rec.update(in_loop(session.model, cfg, run_dir, step))
