@@ -123,7 +123,8 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     state = ckpt.read_state(ckpt_dir)
     check_state_version(state, ckpt_dir)
     if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
-        resume_policy.check_resume(state, cfg, loader.fingerprint, ", ".join(loader.dirs), ckpt_dir, force)
+        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path or ", ".join(loader.dirs),
+                                   ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
