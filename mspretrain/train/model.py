@@ -26,6 +26,8 @@ from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
 from mspretrain.train.packing import DocumentBoundaries
 
+Z_VALUE = "z_loss_value"        # CausalLMLoss's z-loss reading: not a weight, never checkpointed
+
 
 @dataclass(frozen=True)
 class ModelArgs:
@@ -331,9 +333,14 @@ class CausalLMLoss(nn.Cell):
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, z_loss: float = 0.0):
         super().__init__()
         self.model = model
+        # train.z_loss: + z_loss * logsumexp(logits)^2 per loss token (PaLM's z-loss); the term's own
+        # mean is kept in z_value for the metrics (mspretrain/train/observe.py). Absent when off.
+        self.z_loss = float(z_loss)
+        if self.z_loss > 0:
+            self.z_value = Parameter(Tensor(0.0, mstype.float32), name=Z_VALUE, requires_grad=False)
         self.vocab_size = vocab_size
         self.eod_mask_id = eod_mask_id
         self.cast = ops.Cast()
@@ -364,11 +371,26 @@ class CausalLMLoss(nn.Cell):
         logz = self.log(self.sum_exp(self.exp(shifted), -1))
         picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
         nll = self.nll(logz, picked)
+        if self.z_loss > 0:
+            lse = logz + top.reshape(-1)                      # the true logsumexp, not the shifted one
+            z = self.z_loss * lse * lse
+            nll = nll + z
         if self.eod_mask_id >= 0:
             keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
             count = self.at_least_one(self.count_kept(keep, -1), 1.0)
-            return self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
+            loss = self.divide(self.sum_masked(self.masked(nll, keep), -1), count)
+            if self.z_loss > 0:
+                z_mean = self.divide(self.sum_masked(self.masked(z, keep), -1), count)
+                return self.keep_z(loss, z_mean)
+            return loss
+        if self.z_loss > 0:
+            return self.keep_z(self.mean(nll, -1), self.mean(z, -1))
         return self.mean(nll, -1)
+
+    def keep_z(self, loss, z_mean):
+        """`loss`, after z_value holds this forward's z-loss term (the loss depends on the write, so
+        whoever reads z_value after the loss reads this forward's value)."""
+        return ops.depend(loss, ops.assign(self.z_value, ops.stop_gradient(z_mean)))
 
 
 def count_params(model: nn.Cell) -> int:
