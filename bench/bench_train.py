@@ -182,6 +182,8 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--observe-cost"]:          # docs/long-runs.md
+        return observe_cost(sys.argv[2:])
     if sys.argv[1:2] == ["--mindspore-peak"]:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
@@ -370,6 +372,67 @@ def document_mask_runs(args, peak: float) -> int:
     print(f"loader-side alternative: numpy mask + positions {per_batch * 1000:.2f} ms/batch and "
           f"{args.batch * args.seq * args.seq / 1e6:.1f} MB of bool mask per batch to copy into the graph "
           f"(the trainer computes both inside the graph instead)")
+    return 0
+
+
+def observe_cost(argv) -> int:
+    """`bench_train.py --observe-cost [--steps 6]`: what z-loss, the spike thresholds and the memory
+    reading cost per step, in one process: two TrainSteps of the same model (the 33.9M bench model by
+    default), one with train.z_loss=1e-4, armed spike limits from a full window, the peak-memory read
+    and the guard's bookkeeping, one with none of them, stepped alternately (median step time each).
+    The graph's two threshold comparisons are in both (they are always compiled in). Target <= 2%."""
+    ap = argparse.ArgumentParser(prog="bench_train.py --observe-cost")
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--ffn", type=int, default=1408)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per variant (after 1 compile step)")
+    args = ap.parse_args(argv)
+    import mindspore as ms
+
+    from mspretrain.train import observe, spike
+    from mspretrain.train.config import load_config
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs, count_params
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.step import build_train_step
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    margs = ModelArgs(vocab_size=args.vocab, seq_length=args.seq, hidden_size=args.hidden,
+                      num_layers=args.layers, num_heads=args.heads, ffn_size=args.ffn)
+    variants = {}
+    for name, z in (("off", 0.0), ("on", 1e-4)):
+        cfg = load_config(None, [f"train.z_loss={z}", "train.spike.warmup=0", "train.spike.window=10"])
+        model = Llama(margs, seed=0)
+        net = CausalLMLoss(model, args.vocab, z_loss=z)
+        step = build_train_step(net, build_optimizer(net.trainable_params(), cfg.optim), 1, cfg)
+        guard = spike.SpikeGuard(cfg)
+        guard.window.extend((10.0 + i, 5.0 + i) for i in range(10))    # thresholds far above any step
+        variants[name] = (step, guard)
+    print(f"model: {count_params(Llama(margs, seed=0)) / 1e6:.1f}M parameters, batch {args.batch} x seq "
+          f"{args.seq}, {args.steps} timed steps per variant, alternating")
+    rng = np.random.default_rng(0)
+    batch = rng.integers(0, args.vocab, (args.batch, args.seq + 1), dtype=np.int32)
+    times = {"off": [], "on": []}
+    for i in range(args.steps + 1):
+        for name, (step, guard) in variants.items():
+            t = time.perf_counter()
+            if name == "on":
+                limits = guard.arm(step, i + 1)
+                result = step(batch, 1e-4)
+                observe.peak_memory_mb("CPU")
+                guard.observe(i + 1, result, limits, 0)
+            else:
+                step(batch, 1e-4)
+            if i:                   # step 0 compiles
+                times[name].append(time.perf_counter() - t)
+    off, on = (float(np.median(times[k])) for k in ("off", "on"))
+    print(f"median step: off {off * 1000:.1f} ms, on {on * 1000:.1f} ms -> cost {(on / off - 1) * 100:+.2f}% "
+          f"(target <= 2%; per-step times off {[round(x, 3) for x in times['off']]}, "
+          f"on {[round(x, 3) for x in times['on']]})")
     return 0
 
 

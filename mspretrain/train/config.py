@@ -33,6 +33,7 @@ class RunConfig:
     # MindSpore's deterministic kernels and HCCL_DETERMINISTIC (reductions in a fixed order): the
     # same run gives the same bits on Ascend (bitwise resume); costs speed there (docs/parallel.md)
     deterministic: bool = True
+    mode: str = "graph"             # graph | pynative (step-through debugging on a small config)
 
 
 @dataclass
@@ -66,6 +67,16 @@ class RampupConfig:
 
 
 @dataclass
+class SpikeConfig:
+    """Loss / grad-norm spike defence (mspretrain/train/spike.py, docs/long-runs.md)."""
+    action: str = "skip"            # none | skip | rollback
+    window: int = 100               # applied steps of history
+    sigma: float = 6.0              # a step above mean + sigma * std of the window is a spike
+    warmup: int = 100               # steps before the defence acts
+    max_consecutive: int = 5        # rollback: this many skipped steps in a row go back to a checkpoint
+
+
+@dataclass
 class TrainConfig:
     steps: int = 100
     global_batch_size: int = 8      # samples per optimizer step, all ranks together
@@ -75,6 +86,8 @@ class TrainConfig:
     peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
     eod_mask_loss: bool = True      # no loss where the input token is EOS (its label is another document's)
     rampup: RampupConfig = field(default_factory=RampupConfig)
+    z_loss: float = 0.0             # + z_loss * mean(logsumexp(logits)^2) over the loss tokens; 0: off (docs/long-runs.md)
+    spike: SpikeConfig = field(default_factory=SpikeConfig)
 
 
 @dataclass
@@ -108,6 +121,7 @@ class PrecisionConfig:
     dtype: str = "fp32"             # fp32 | fp16 | bf16
     amp_level: str = "O2"           # O1 | O2
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
+    graph_kernel: bool = False      # MindSpore graph-kernel fusion (GPU / Ascend; docs/long-runs.md)
 
 
 @dataclass
@@ -136,6 +150,15 @@ class EvalConfig:
 @dataclass
 class LogConfig:
     every_steps: int = 1
+    detail_every_steps: int = 50    # update_ratio (RMS update / RMS weights) every N steps; 0: never
+
+
+@dataclass
+class ProfileConfig:
+    """A mindspore.profiler window over steps start_step..stop_step (mspretrain/train/profile.py)."""
+    start_step: int = 0             # 0: no profiling
+    stop_step: int = 0
+    dir: str = ""                   # "": RUN/profile
 
 
 @dataclass
@@ -150,6 +173,7 @@ class ParallelConfig:
     stage_offsets: list = field(default_factory=list)   # extra layers per stage (sum 0)
     optimizer_level: str = "level1"  # with optimizer_shard: AutoParallel.hsdp level1 (weights + states),
                                      # level2 (+ gradients), level3 (+ re-gather before backward)
+    comm_fusion: int = 0            # all-reduce fusion buckets in MB; 0: MindSpore's default
 
 
 @dataclass
@@ -167,6 +191,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -178,6 +203,7 @@ class Config:
         d.pop("log")
         d.pop("checkpoint")     # when state is saved, not what it is
         d.pop("eval")           # validation reads, never trains
+        d.pop("profile")        # observing, not training
         d["data"].pop("path")           # where, not what: the dataset fingerprint is checked apart
         d["data"]["blend"] = sorted(d["data"]["blend"].values())   # the weights, not where the data is
         d["data"]["mixture"] = [[m.get("until_tokens") if isinstance(m, dict) else None,

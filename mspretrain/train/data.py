@@ -216,6 +216,10 @@ class TrainData:
     def state_dict(self) -> dict:
         return self._loader.state_dict()
 
+    def state_at(self, cursor: int) -> dict:
+        """The state with the cursor at `cursor` (the spike guard's jump past a skipped range)."""
+        return self._loader.state_at(cursor)
+
     def load_state_dict(self, state, force: bool = False) -> None:
         self._loader.load_state_dict(state, force=force)
         self.cursor = self._loader.cursor

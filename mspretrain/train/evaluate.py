@@ -12,9 +12,13 @@ import numpy as np
 from mspretrain.train.config import Config, ConfigError
 
 
-def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = None) -> float:
+def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = None,
+                    extras: dict | None = None) -> float:
     """Mean next-token loss over eval.batches batches of micro-batch size (equal token counts, so the
-    mean of batch means is the token mean) of the valid split of `path` (default data.path)."""
+    mean of batch means is the token mean) of the valid split of `path` (default data.path). With
+    train.z_loss the z-loss term is taken out (val_loss stays the cross entropy, comparable across
+    runs) and its mean goes to extras["val_z_loss"]."""
+    from mspretrain.train.step import z_loss_reading
     from mindspore import Tensor
     from mspretrain.loader import Loader
 
@@ -25,13 +29,19 @@ def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = N
     from mspretrain.train.parallel import eval_batch_size
     batch_size = eval_batch_size(cfg)        # the same for every layout (N4: never split by dp twice)
     path = path or cfg.data.path
-    losses = []
+    losses, z_terms = [], []
+    z_value = z_loss_reading(loss_net)
     with Loader(path, split=cfg.data.valid_split, global_batch_size=batch_size, seed=cfg.seed,
                 num_workers=0) as ld:
         if ld.seq_length != seq_length:
             raise ConfigError(f"{path}: valid split seq_length {ld.seq_length} != {seq_length}")
         for _ in range(capped_batches(cfg, ld.num_samples, batch_size, cfg.data.valid_split)):
-            losses.append(float(loss_net(Tensor(next(ld)["input_ids"])).asnumpy()))
+            loss = float(loss_net(Tensor(next(ld)["input_ids"])).asnumpy())
+            z = float(z_value.asnumpy()) if z_value is not None else 0.0
+            losses.append(loss - z)
+            z_terms.append(z)
+    if extras is not None and z_value is not None:
+        extras["val_z_loss"] = float(np.mean(np.asarray(z_terms, dtype=np.float64)))
     return float(np.mean(np.asarray(losses, dtype=np.float64)))
 
 

@@ -83,12 +83,19 @@ def train_losses(path) -> dict[int, float]:
 
 def console_line(rec: dict, total_steps: int) -> str:
     if rec.get("eval"):
-        return f"step {rec['step']:>6}/{total_steps}  val_loss {rec['val_loss']:.4f}  val_ppl {rec['val_ppl']:.2f}"
+        z = f"  val_z_loss {rec['val_z_loss']:.2e}" if rec.get("val_z_loss") is not None else ""
+        return (f"step {rec['step']:>6}/{total_steps}  val_loss {rec['val_loss']:.4f}  "
+                f"val_ppl {rec['val_ppl']:.2f}{z}")
     flags = " overflow(skipped)" if rec["overflow"] else ""
+    if rec.get("skipped") and not rec["overflow"]:          # train.spike (mspretrain/train/spike.py)
+        flags = f" {rec.get('skip_reason', 'spike')}(skipped)"
     mfu = f"  mfu {rec['mfu'] * 100:.1f}%" if rec.get("mfu") is not None else ""
-    return (f"step {rec['step']:>6}/{total_steps}  loss {rec['loss']:.4f}  lr {rec['lr']:.3e}  "
+    mem = f"  mem {rec['peak_memory_mb']:,.0f}MB" if rec.get("peak_memory_mb") is not None else ""
+    z = f"  z {rec['z_loss']:.2e}" if rec.get("z_loss") is not None else ""
+    upd = f"  upd {rec['update_ratio']:.1e}" if rec.get("update_ratio") is not None else ""
+    return (f"step {rec['step']:>6}/{total_steps}  loss {rec['loss']:.4f}{z}  lr {rec['lr']:.3e}  "
             f"gnorm {rec['grad_norm']:.3f}  scale {rec['loss_scale']:g}  "
-            f"tok/s {rec['tokens_per_s']:,.0f}{mfu}  wait {rec['data_wait_s'] * 1000:.1f}ms{flags}")
+            f"tok/s {rec['tokens_per_s']:,.0f}{mfu}{mem}{upd}  wait {rec['data_wait_s'] * 1000:.1f}ms{flags}")
 
 
 def _hex(x) -> str:

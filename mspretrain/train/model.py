@@ -26,6 +26,8 @@ from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
 from mspretrain.train.packing import DocumentBoundaries
 
+Z_VALUE = "z_loss_value"        # CausalLMLoss's z-loss reading: not a weight, never checkpointed
+
 
 @dataclass(frozen=True)
 class ModelArgs:
@@ -332,12 +334,18 @@ class CausalLMLoss(nn.Cell):
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean",
+                 z_loss: float = 0.0):
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise ValueError(f"CausalLMLoss reduction must be mean or sum, got {reduction!r}")
         self.reduction = reduction
         self.model = model
+        # train.z_loss: + z_loss * logsumexp(logits)^2 per loss token (PaLM's z-loss); the term itself
+        # (reduced as the loss is) is kept in z_value for the metrics (train/observe.py). Absent when off.
+        self.z_loss = float(z_loss)
+        if self.z_loss > 0:
+            self.z_value = Parameter(Tensor(0.0, mstype.float32), name=Z_VALUE, requires_grad=False)
         self.vocab_size = vocab_size
         self.eod_mask_id = eod_mask_id
         self.cast = ops.Cast()
@@ -368,21 +376,36 @@ class CausalLMLoss(nn.Cell):
         logz = self.log(self.sum_exp(self.exp(shifted), -1))
         picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
         nll = self.nll(logz, picked)
+        if self.z_loss > 0:
+            lse = logz + top.reshape(-1)                      # the true logsumexp, not the shifted one
+            z = self.z_loss * lse * lse
+            nll = nll + z
         if self.eod_mask_id >= 0:
             keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
-            kept = self.sum_masked(self.masked(nll, keep), -1)
-            if self.reduction == "sum":
-                return kept
-            return self.divide(kept, self.at_least_one(self.count_kept(keep, -1), 1.0))
-        if self.reduction == "sum":
-            return self.sum_masked(nll, -1)
-        return self.mean(nll, -1)
+            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
+            loss = self.reduce(self.sum_masked(self.masked(nll, keep), -1), count)
+            if self.z_loss > 0:
+                return self.keep_z(loss, self.reduce(self.sum_masked(self.masked(z, keep), -1), count))
+            return loss
+        whole = self.sum_masked if self.reduction == "sum" else self.mean
+        if self.z_loss > 0:
+            return self.keep_z(whole(nll, -1), whole(z, -1))
+        return whole(nll, -1)
+
+    def reduce(self, total, count):
+        """The sum itself (reduction "sum") or the mean over `count` positions."""
+        return total if self.reduction == "sum" else self.divide(total, count)
+
+    def keep_z(self, loss, z_term):
+        """`loss`, after z_value holds this forward's z-loss term (the loss depends on the write, so
+        whoever reads z_value after the loss reads this forward's value)."""
+        return ops.depend(loss, ops.assign(self.z_value, ops.stop_gradient(z_term)))
 
     def summed(self, lazy_inline: bool = False) -> "CausalLMLoss":
         """The reduction="sum" loss over the same model (the same Parameters); `lazy_inline`: as a
         ReusedCausalLMLoss (pipeline stages)."""
         cls = ReusedCausalLMLoss if lazy_inline else CausalLMLoss
-        return cls(self.model, self.vocab_size, self.eod_mask_id, reduction="sum")
+        return cls(self.model, self.vocab_size, self.eod_mask_id, reduction="sum", z_loss=self.z_loss)
 
 
 class ReusedCausalLMLoss(CausalLMLoss):
@@ -393,8 +416,9 @@ class ReusedCausalLMLoss(CausalLMLoss):
     puts it (LlamaForCausalLM.__init__, its model + loss); its construct takes no default arguments."""
 
     @ms.lazy_inline
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean"):
-        super().__init__(model, vocab_size, eod_mask_id, reduction)
+    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean",
+                 z_loss: float = 0.0):
+        super().__init__(model, vocab_size, eod_mask_id, reduction, z_loss)
 
 
 def count_params(model: nn.Cell) -> int:

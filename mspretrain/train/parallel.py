@@ -462,11 +462,10 @@ class GlobalLossStep:
         local = self._step.count_tokens(input_ids) if self._counts else 0
         tokens = all_reduce_sum(self._dist, local)
         result = self._step(input_ids, lr, tokens=tokens)
-        if self._share:
-            loss = all_reduce_sum(self._dist, float(result.loss))
-        else:
-            loss = all_reduce_weighted_mean(self._dist, result.loss, self._weight)
-        return dataclasses.replace(result, loss=loss)
+        reduce = ((lambda v: all_reduce_sum(self._dist, float(v))) if self._share
+                  else (lambda v: all_reduce_weighted_mean(self._dist, v, self._weight)))
+        z = reduce(result.z_loss) if self._step.step_cell.z_value is not None else result.z_loss
+        return dataclasses.replace(result, loss=reduce(result.loss), z_loss=z)
 
 
 def counts_tokens(plan_or_cfg, rank: int) -> bool:
@@ -490,6 +489,7 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
     cell = train_step.step_cell
     cell.reduce_overflow = True
     if cfg.device != "Ascend":
+        cell.loss_is_share = True
         cell.grad_reducer = grad_reducer(dist, cell.weights)
         check_grad_reduction(cell)
         return GlobalLossStep(train_step, dist, computes_loss=True, loss_is_share=True)

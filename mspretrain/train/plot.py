@@ -16,6 +16,8 @@ from mspretrain.train.metrics import METRICS_FILE, MetricsError, read_records
 
 PANELS = (("loss", "loss"), ("lr", "learning rate"), ("grad_norm", "gradient norm"),
           ("loss_scale", "loss scale"), ("tokens_per_s", "tokens/s"))
+# long runs (mspretrain/train/observe.py): peak memory every step, update ratio every detail step
+PANELS += (("peak_memory_mb", "peak memory MiB"), ("update_ratio", "update RMS / weight RMS"))
 
 
 def run_records(run) -> list[dict]:
@@ -58,6 +60,8 @@ def plot_runs(runs: list[str], out: str, schedule_cfg=None) -> Path:
         ax.grid(True, alpha=0.3)
         if key in ("loss_scale",):
             ax.set_yscale("log", base=2)
+        if key == "update_ratio" and ax.has_data():
+            ax.set_yscale("log")
     if data:
         axes[0].legend(fontsize=8)
     axes[-1].set_xlabel("step")

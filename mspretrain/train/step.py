@@ -50,6 +50,8 @@ AMP_LEVELS = ("O1", "O2")
 ACCUMULATE = ("auto", "loop", "split")
 ACCU_PREFIX = "accu_grads"      # the name MindSpore's optimizer-sharding pass gives layouts to
 _CONSTANTS = {"scale_sense"}    # PipelineGradReducer's fixed scale (1: the step cell unscales)
+# observations, not state: the host's spike thresholds, the loss cell's z-loss reading (spike.py)
+_NOT_STATE = {"spike_limits", "z_loss_value"}
 
 
 def check_precision(cfg) -> None:
@@ -187,6 +189,7 @@ class TrainStepCell(nn.Cell):
                                     requires_grad=False)
         self.grad_reducer = grad_reducer if grad_reducer is not None else nn.Identity()
         self.reduce_overflow = False        # set by train.parallel when the job has several ranks
+        self.loss_is_share = False          # CPU data parallel: the loss is this rank's share (train.parallel)
         self.allreduce = ops.AllReduce()
         self.clip_norm = float(clip_norm)
         self.dynamic = dynamic_scale
@@ -194,14 +197,19 @@ class TrainStepCell(nn.Cell):
         self.min_scale = float(scale_cfg.min)
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
+        # train.spike: [loss limit, grad-norm limit], set by the host before each step (+inf: off)
+        self.spike_limits = Parameter(Tensor(np.full(2, np.inf, np.float32)), name="spike_limits",
+                                      requires_grad=False)
+        self.z_value = z_loss_reading(network)
 
     def construct(self, input_ids, lr, tokens):
         scale = self.loss_scale * 1.0                  # the value this step used
         per_token = scale / ops.maximum(tokens, 1.0)   # d(loss sum / N) * scale: the sens of every backward
         if self.loop:
-            loss, grads = self.accumulate(input_ids, per_token)
+            loss, grads, z_sum = self.accumulate(input_ids, per_token)
         else:
             loss = self.network(input_ids)
+            z_sum = self.z_of(loss)
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(input_ids, sens)
         grads = self.grad_reducer(grads)
@@ -216,11 +224,17 @@ class TrainStepCell(nn.Cell):
         grads = self.hyper_map(ops.partial(_multiply, coef), grads)
         lr = ops.depend(lr, grads)
         ops.assign(self.optimizer.learning_rate, lr)
-        if not overflow:
+        mean_loss = loss.astype(mstype.float32) / ops.maximum(tokens, 1.0)
+        z_mean = z_sum / ops.maximum(tokens, 1.0)
+        # the spike test reads the global batch's loss: on CPU data parallel each rank holds its share
+        global_loss = self.allreduce(mean_loss) if self.loss_is_share else mean_loss
+        spiked = ops.logical_or(global_loss > self.spike_limits[0], norm.reshape(()) > self.spike_limits[1])
+        if self.reduce_overflow:        # one rank's spike skips every rank's step, as an overflow does
+            spiked = self.allreduce(spiked.astype(mstype.float32)) > 0
+        if not ops.logical_or(overflow, spiked):
             self.optimizer(grads)
         self.update_scale(overflow)
-        mean_loss = loss.astype(mstype.float32) / ops.maximum(tokens, 1.0)
-        return mean_loss, overflow, norm, scale
+        return mean_loss, overflow, norm, scale, z_mean, spiked
 
     def accumulate(self, input_ids, per_token):
         """The loop mode: zero the accumulators, then one micro-batch per iteration."""
@@ -229,16 +243,24 @@ class TrainStepCell(nn.Cell):
         b = ids.shape[0] // self.micro_steps
         chunks = ids.reshape(self.micro_steps, b, ids.shape[1])
         total = ops.zeros((), mstype.float32)
+        z_total = ops.zeros((), mstype.float32)
         i = Tensor(0, mstype.int32)
         while i < self.micro_steps:
             chunk = ops.gather(chunks, i, 0)
             loss = self.network(chunk)
+            z_total = z_total + self.z_of(loss)
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(chunk, sens)
             added = self.hyper_map(ops.assign_add, self.accumulators, grads)
             total = ops.depend(total + loss.astype(mstype.float32), added)
             i = i + 1
-        return total, self.accumulators
+        return total, self.accumulators, z_total
+
+    def z_of(self, loss):
+        """The z-loss term of the forward that gave `loss` (0 when train.z_loss is off)."""
+        if self.z_value is None:
+            return ops.zeros((), mstype.float32)
+        return ops.depend(self.z_value, loss) * 1.0
 
     def overflowed(self, norm):
         flag = ops.logical_not(ops.isfinite(norm)).reshape(())
@@ -273,6 +295,8 @@ class StepResult:
     overflow: bool
     grad_norm: float
     loss_scale: float
+    z_loss: float = 0.0      # the z-loss term in `loss` (train.z_loss)
+    spiked: bool = False     # over the host's spike thresholds: the update was not applied
 
 
 class TrainStep:
@@ -308,10 +332,15 @@ class TrainStep:
         """`tokens`: the global batch's loss tokens (GlobalLossStep passes them); default: this batch's."""
         if tokens is None:
             tokens = self.count_tokens(input_ids)
-        loss, overflow, norm, scale = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32),
-                                                Tensor(float(tokens), mstype.float32))
+        loss, overflow, norm, scale, z, spiked = self.cell(Tensor(input_ids), Tensor(lr, mstype.float32),
+                                                           Tensor(float(tokens), mstype.float32))
         return StepResult(float(loss.asnumpy()), bool(overflow.asnumpy()),
-                          float(norm.asnumpy().reshape(-1)[0]), float(scale.asnumpy()))
+                          float(norm.asnumpy().reshape(-1)[0]), float(scale.asnumpy()),
+                          float(z.asnumpy()), bool(spiked.asnumpy()))
+
+    def set_spike_limits(self, loss_limit: float, norm_limit: float) -> None:
+        """The next steps skip their update when the loss or grad norm exceeds these (train.spike)."""
+        self.step_cell.spike_limits.set_data(Tensor(np.array([loss_limit, norm_limit], np.float32)))
 
     def compile(self, batch_shape) -> None:
         """Compile the step graph without running it: under AutoParallel this slices the parameters,
@@ -325,7 +354,17 @@ class TrainStep:
         stages only this rank's stage (train.parallel.stage_state_filter)."""
         return {p.name: p for p in self.step_cell.get_parameters()
                 if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS
+                and p.name.rsplit(".", 1)[-1] not in _NOT_STATE
                 and (self.keep_state is None or self.keep_state(p.name))}
+
+
+def z_loss_reading(network: nn.Cell):
+    """The z-loss reading Parameter of the loss cell inside `network` (None without z-loss)."""
+    from mspretrain.train.model import Z_VALUE
+    for p in network.get_parameters():
+        if p.name.rsplit(".", 1)[-1] == Z_VALUE:
+            return p
+    return None
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,

@@ -59,7 +59,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
-    loss_net = CausalLMLoss(compute, args.vocab_size, eod)          # validation: the mean
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod, z_loss=cfg.train.z_loss)   # validation: the mean
     # the step: token-loss sum / the global batch's token count
     train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
@@ -149,7 +149,7 @@ def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
 
 
 def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
-         bad_streak: int) -> None:
+         bad_streak: int, extra: dict | None = None) -> None:
     from mspretrain.train import distributed, hooks
     ts = session.train_step
     state = {
@@ -167,8 +167,12 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "world_size": dist.world_size,
         "bad_streak": bad_streak,
         "last_metrics": record,
+        **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/spike.py)
     }
     on_phase = hooks.load().checkpoint_phase
+    if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
+        from mspretrain.train.diskspace import check_free_space
+        check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
     if dist.sharded:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               rank=dist.rank, is_main=dist.is_main,
@@ -256,7 +260,11 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
     from mspretrain.train.data import TrainData, check_sources, data_kind
+    from mspretrain.train.spike import check_spike_config
+    from mspretrain.train.switches import check_switches
     data_kind(cfg)          # exactly one of data.path, data.blend, data.mixture
+    check_spike_config(cfg)
+    check_switches(cfg)
     run_dir = Path(cfg.run.dir)
     # the lock first: a second launch is told who holds the run, before it looks at what is in it
     with run_lock(run_dir, dist.is_main):
@@ -270,15 +278,20 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
 
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
     from mspretrain.train.data import TrainData
+    from mspretrain.train.switches import apply_switches
 
+    apply_switches(cfg)         # run.mode, precision.graph_kernel, parallel.comm_fusion
     with TrainData(cfg, dist) as loader:
         if dist.is_main:
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak = 0, 0
+        from mspretrain.train import spike
+        guard = spike.SpikeGuard(cfg)
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
             start, bad_streak = state["step"], state.get("bad_streak", 0)
+            guard.load_state_dict(state.get("spike"))
             if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
                 print(done, flush=True)
         if dist.is_main:
@@ -291,7 +304,11 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
             print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "
                   f"{start}/{cfg.train.steps}, {session.micro_steps} micro-step(s) per step"
                   + (f", {dropped} metrics line(s) after it dropped" if dropped else ""), flush=True)
-        return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak)
+        while True:
+            try:
+                return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak, guard)
+            except spike.Rollback as rb:        # back to a checkpoint before the spikes, past their samples
+                start, bad_streak = spike.roll_back(rb, run_dir, session, loader, guard, dist)
 
 
 def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
@@ -300,8 +317,9 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     from mspretrain.train.evaluate import validation_loss
 
     if data.kind == "path":
-        val = validation_loss(session.eval_net, cfg, data.seq_length)
-        return {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+        extras: dict = {}           # val_z_loss with train.z_loss
+        val = validation_loss(session.eval_net, cfg, data.seq_length, extras=extras)
+        return {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0)), **extras}
     weights = data.current_weights()
     per_source = {name: validation_loss(session.eval_net, cfg, data.seq_length, d)
                   for name, d in zip(data.names, data.dirs)}
@@ -313,7 +331,8 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
 
 
 def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
-              bad_streak: int) -> int:
+              bad_streak: int, guard=None) -> int:
+    from mspretrain.train import observe, profile, spike
     from mspretrain.train.data import lr_scale
 
     peak = cfg.train.peak_tflops or measure_peak_tflops()
@@ -323,16 +342,26 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     console.catch_interrupts()
     if writer and start < cfg.train.steps:
         print(progress.compile_notice(), flush=True)
+    guard = guard or spike.SpikeGuard(cfg)
+    observer = observe.StepObserver(cfg, session.model.trainable_params(),
+                                    observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size))
+    window = profile.ProfileWindow(cfg, run_dir, dist)
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
+            limits = guard.arm(session.train_step, step)
+            observer.before(step)
+            window.before(step)
             t0 = time.perf_counter()
+            guard.jump(loader)
+            cursor_before = loader.cursor
             batch_size = loader.batch_size()        # train.rampup: a function of the cursor
             batch = next(batches)
             t1 = time.perf_counter()
             lr = lr_at(step, cfg.optim, cfg.train.steps) * lr_scale(cfg, batch_size)
             result = session.train_step(batch["input_ids"], lr)
             elapsed = time.perf_counter() - t0
+            window.after(step)
             tps = batch_size * loader.seq_length / elapsed
             record = {"step": step, "loss": result.loss, "lr": lr, "grad_norm": result.grad_norm,
                       "loss_scale": result.loss_scale, "overflow": result.overflow,
@@ -346,11 +375,15 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 from mspretrain.train.packing import count_over_limit
                 record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
                                                              session.args.max_documents)
+            record.update(observer.fields(step, result))
+            record.update(guard.observe(step, result, limits, cursor_before))
             bad_streak = bad_streak + 1 if is_bad(result, cfg) else 0
             if writer:
                 writer.write(record)
                 if step % cfg.log.every_steps == 0 or step == cfg.train.steps or bad_streak:
                     print(progress.line(record), flush=True)
+                if notice := observer.first_peak_notice(record):
+                    print(notice, flush=True)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
                 if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # mspretrain/train/evalsuite.py
@@ -359,16 +392,20 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 if writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
+            if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
+                raise spike.Rollback(step, loader.cursor, bad_streak)
             stop = bad_streak >= cfg.train.max_bad_steps
             if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
                     or stop):
-                save(run_dir, step, session, loader, cfg, dist, record, bad_streak)
+                save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
+                     {"spike": guard.state_dict()})
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",
                       file=sys.stderr, flush=True)
                 return EXIT_BAD_STEPS
     finally:
+        window.close()
         if writer:
             writer.close()
     if writer:

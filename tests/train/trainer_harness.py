@@ -123,7 +123,7 @@ def make_step(*sets, micro_steps=1, eod=-1):
     cfg = load_config(None, list(sets))
     check_precision(cfg)
     model = Llama(ARGS, seed=11)
-    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size, eod)
+    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size, eod, z_loss=cfg.train.z_loss)
     apply_recompute(model, cfg.recompute)
     opt = build_optimizer(loss_net.trainable_params(), cfg.optim)
     return cfg, build_train_step(loss_net, opt, micro_steps, cfg)

@@ -1,0 +1,101 @@
+"""train.spike on a dataset with a planted garbage window (random tokens after easy rows): `skip`
+skips exactly those steps, `rollback` goes back to a checkpoint and jumps over their samples, and both
+resume bitwise after SIGKILL (the window's statistics are in the checkpoint)."""
+import json
+import random
+
+import pytest
+
+from spike_data import garbage_dataset
+from trainer_harness import exact_view, launch_cmd, records, run, run_killed_at
+
+pytestmark = pytest.mark.slow
+
+GARBAGE = (16, 17)       # the steps whose samples are random tokens
+BATCH = 8
+SETS = ("train.steps=20", "train.spike.warmup=8", "train.spike.window=8", "eval.every_steps=0",
+        "optim.lr=1e-2", "optim.warmup_steps=2", "log.every_steps=5")
+SKIP = SETS + ("checkpoint.every_steps=5",)
+ROLLBACK = SETS + ("checkpoint.every_steps=6", "train.spike.action=rollback",
+                   "train.spike.max_consecutive=2")
+
+
+@pytest.fixture(scope="module")
+def garbage(tmp_path_factory):
+    return garbage_dataset(tmp_path_factory.mktemp("spike") / "data", GARBAGE, batch=BATCH)
+
+
+def _launch(run_dir, data, sets, resume=None):
+    out = run(launch_cmd(run_dir, data, *sets, resume=resume))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def _steps(run_dir):
+    return [r for r in records(run_dir) if not r.get("eval")]
+
+
+@pytest.fixture(scope="module")
+def skip_run(garbage, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("skip") / "run"
+    _launch(run_dir, garbage, SKIP)
+    return run_dir
+
+
+def test_skip_skips_exactly_the_garbage_steps(skip_run):
+    recs = _steps(skip_run)
+    assert [r["step"] for r in recs] == list(range(1, 21))
+    skipped = [r["step"] for r in recs if r.get("skipped")]
+    assert skipped == list(range(GARBAGE[0], GARBAGE[1] + 1))
+    for r in recs:
+        if r.get("skipped"):
+            assert r["skip_reason"] == "loss_spike" and r["loss"] > r["spike_loss_limit"]
+    # training continued: the steps after the window learn on from where it stopped
+    after = [r["loss"] for r in recs if r["step"] > GARBAGE[1]]
+    before = recs[GARBAGE[0] - 2]["loss"]
+    assert max(after) < 2 * before
+
+
+def test_skip_resumes_bitwise_after_sigkill(garbage, skip_run, tmp_path):
+    run_dir = tmp_path / "run"
+    killed = run_killed_at(launch_cmd(run_dir, garbage, *SKIP), run_dir, GARBAGE[0],
+                           random.uniform(0.0, 0.6), tmp_path / "log")
+    assert killed
+    _launch(run_dir, garbage, SKIP, resume="auto")
+    assert exact_view(run_dir) == exact_view(skip_run)
+    assert [r["step"] for r in _steps(run_dir) if r.get("skipped")] == list(range(16, 18))
+
+
+@pytest.fixture(scope="module")
+def rollback_run(garbage, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("rollback") / "run"
+    out = _launch(run_dir, garbage, ROLLBACK)
+    return run_dir, out.stdout
+
+
+def test_rollback_goes_back_and_jumps_over_the_samples(rollback_run):
+    run_dir, stdout = rollback_run
+    recs = _steps(run_dir)
+    assert [r["step"] for r in recs] == list(range(1, 21))      # one record per step, after the cut
+    assert not any(r.get("skipped") for r in recs)               # the garbage was never trained on
+    lo, hi = (GARBAGE[0] - 1) * BATCH, GARBAGE[1] * BATCH
+    by_step = {r["step"]: r for r in recs}
+    assert by_step[GARBAGE[0] - 1]["consumed_samples"] == lo
+    assert by_step[GARBAGE[0]]["consumed_samples"] == hi + BATCH      # step 16 read step 18's batch
+    events = [json.loads(x) for x in (run_dir / "spikes.jsonl").read_text().splitlines()]
+    assert events == [{"step": GARBAGE[1], "rollback": True, "steps": list(GARBAGE), "samples": [lo, hi],
+                       "back_to": 12}]
+    state = json.loads((run_dir / "checkpoints" / "step_00000020" / "state.json").read_text())
+    assert state["spike"]["skipped"] == [{"steps": list(GARBAGE), "samples": [lo, hi], "back_to": 12}]
+    assert "rolled back to step_00000012" in stdout
+
+
+@pytest.mark.parametrize("delay", [random.uniform(0.0, 1.5)])
+def test_rollback_resumes_bitwise_after_sigkill(garbage, rollback_run, tmp_path, delay):
+    """Killed once the first garbage step is logged: before, during or after the rollback."""
+    run_dir = tmp_path / "run"
+    killed = run_killed_at(launch_cmd(run_dir, garbage, *ROLLBACK), run_dir, GARBAGE[0], delay,
+                           tmp_path / "log")
+    assert killed
+    _launch(run_dir, garbage, ROLLBACK, resume="auto")
+    assert exact_view(run_dir) == exact_view(rollback_run[0])
