@@ -345,11 +345,10 @@ def import_run(cfg: Config, hf_dir) -> Path:
     trainer.check_loop_config(cfg)
     check_precision(cfg)
     import mindspore as ms
-    from mspretrain.loader import Loader
+    from mspretrain.train.data import TrainData
 
     ms.set_seed(cfg.seed)
-    with Loader(cfg.data.path, split=cfg.data.split, global_batch_size=cfg.train.global_batch_size,
-                seed=cfg.seed, dp_rank=dist.dp_rank, dp_size=dist.dp_size, num_workers=0) as loader:
+    with TrainData(cfg, dist) as loader:        # the stream the continued run will read
         session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
                                         loader.tokenizer.eos_id)
         check_hf_config(hf_dir, session.args)
