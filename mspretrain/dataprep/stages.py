@@ -150,7 +150,7 @@ def process_document(text: str, setup: WorkerSetup) -> tuple[str, str, dict]:
             clean = decontam_mod.cut(clean, spans)
             if len(clean) < f.min_chars:
                 return clean, "decontam", attrs
-    redacted, attrs["pii"] = redact(clean)
+    redacted, attrs["pii"] = redact(clean, setup.pii.phone_regions)
     if attrs["pii"] and setup.pii.action == "drop":
         return clean, "pii", attrs
     if setup.pii.action == "redact":
