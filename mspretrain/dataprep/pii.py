@@ -92,11 +92,11 @@ _CARD = re.compile(rf"(?<!{_W}|[.+-])(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
 # a phone number's shape, which phonenumbers then parses: an optional "+" or "(", digits with at
 # most one separator (space, dot, hyphen, slash) or a bracket between them, 7 to 20 digits, and
 # an optional extension
-_PHONE = re.compile(rf"(?<!{_W}|[.+/:-])(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
+_PHONE = re.compile(rf"(?<!{_W}|[.+/:#-])(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
                     rf"(?: ?(?:x|ext\.?|#) ?\d{{1,6}})?(?!{_W}|-|[.:]\d)")
-# a date at the start of a candidate ("2024-01-15 12", "15.01.2024 0800"): not a phone number
-_DATE = re.compile(r"(?:19|20)\d\d([-./ ])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?!\d)"
-                   r"|(?:0?[1-9]|[12]\d|3[01])([-./ ])(?:0?[1-9]|1[0-2])\2(?:19|20)\d\d(?!\d)")
+# a date in a candidate ("2024-01-15 12", "15.01.2024 0800"): not a phone number
+_DATE = re.compile(r"(?<!\d)(?:19|20)\d\d([-./ ])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?!\d)"
+                   r"|(?<!\d)(?:0?[1-9]|[12]\d|3[01])([-./ ])(?:0?[1-9]|1[0-2])\2(?:19|20)\d\d(?!\d)")
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
 
@@ -194,6 +194,11 @@ def _card_ok(m: re.Match) -> bool:
 _EXTENSION = re.compile(r" ?(?:x|ext\.?|#) ?\d{1,6}$")
 
 
+# a group of one digit next to a dot: "9.11.12.13" is a version; dotted phone numbers are written
+# in groups of 2-4 ("06.12.34.56.78", "821.246.2584")
+_ONE_DIGIT_DOTTED = re.compile(r"(?<!\d)\d\.|\.\d(?!\d)")
+
+
 def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     """Whether libphonenumber calls `candidate` a valid number: international (a "+", or an
     international prefix of one of the regions such as "00") or national in one of `regions`
@@ -201,7 +206,7 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     import phonenumbers
     main = _EXTENSION.sub("", candidate)
     digits = sum(c.isdigit() for c in main)
-    if not 7 <= digits <= 17 or _DATE.match(candidate):
+    if not 7 <= digits <= 17 or _DATE.search(main) or _ONE_DIGIT_DOTTED.search(main):
         return False
     for region in ("ZZ",) if candidate.startswith(("+", "(+")) else regions:
         try:
@@ -221,7 +226,12 @@ def _national_form(number, written: str, region: str) -> bool:
     whose national prefix is left out ("4711081542" reads as Hohhot's 0471 108 1542), which is
     what order numbers and counts look like."""
     import phonenumbers
-    if number.country_code_source != phonenumbers.CountryCodeSource.FROM_DEFAULT_COUNTRY:
+    source = number.country_code_source
+    if source == phonenumbers.CountryCodeSource.FROM_NUMBER_WITHOUT_PLUS_SIGN:
+        # the country code written without "+" ("1 415 555 0132"): grouped, or it is any number
+        # that starts with a country code ("8228680966", a millisecond timestamp)
+        return not _UNBROKEN.fullmatch(written)
+    if source != phonenumbers.CountryCodeSource.FROM_DEFAULT_COUNTRY:
         return True
     digits = phonenumbers.normalize_digits_only(written)
     bare = copy.copy(number)
@@ -231,10 +241,31 @@ def _national_form(number, written: str, region: str) -> bool:
     prefix = phonenumbers.PhoneMetadata.metadata_for_region(region).national_prefix or ""
     if digits not in (national, prefix + national):
         return False
-    # one unbroken run of digits without a national prefix is a phone number only where mobile
-    # numbers are written so ("15341354926" in China): otherwise it reads as an order number
-    return not (written.isdigit() and not (prefix and digits.startswith(prefix)) and
-                phonenumbers.number_type(number) != phonenumbers.PhoneNumberType.MOBILE)
+    if _UNBROKEN.fullmatch(written):
+        # one unbroken run of digits without a national prefix is a phone number only as a mobile
+        # number of 11 digits or more ("15341354926" in China): shorter runs, and other kinds of
+        # number, read as order numbers and counts
+        return bool(prefix) and digits.startswith(prefix) or (
+            len(digits) >= 11 and
+            phonenumbers.number_type(number) == phonenumbers.PhoneNumberType.MOBILE)
+    if not prefix:
+        # where there is no national prefix (Hong Kong, Singapore) any 8 digits may be valid: the
+        # groups as written must be those of the region's format ("2345 6789", not "23 456 789")
+        return _group_ends(written) <= _group_ends(phonenumbers.format_number(
+            bare, phonenumbers.PhoneNumberFormat.NATIONAL))
+    return True
+
+
+_UNBROKEN = re.compile(r"\(?\d+\)?")
+
+
+def _group_ends(s: str) -> set[int]:
+    """The digit counts at which each group of digits of `s` ends."""
+    ends, n = set(), 0
+    for group in re.findall(r"\d+", s):
+        n += len(group)
+        ends.add(n)
+    return ends
 
 
 def _phone_spans(piece: str, regions: tuple[str, ...]) -> list[tuple[int, int]]:
