@@ -175,6 +175,15 @@ def test_planted_pii_is_absent_from_the_samples_and_placeholders_are_there(corpu
     assert "## Personal data (action: redact)" in (out / "report.md").read_text()
     attrs = pq.read_table(out / "documents" / "attributes.parquet").to_pylist()
     assert sum(a["pii"] for a in attrs) == sum(report["pii"]["matches"].values())
+    # each kind counted per language of the document: the same totals, and per language the
+    # documents' own counts
+    by_language = report["pii"]["by_language"]
+    for kind, n in report["pii"]["matches"].items():
+        assert sum(v.get(kind, 0) for v in by_language.values()) == n, kind
+    for lang, kinds in by_language.items():
+        assert sum(kinds.values()) == sum(a["pii"] for a in attrs if a["language"] == lang), lang
+    assert len(by_language) >= 2, by_language
+    assert "Matches by the language of the document" in (out / "report.md").read_text()
 
 
 def test_drop_removes_the_documents_and_keep_keeps_the_strings(corpus, tmp_path):
