@@ -25,7 +25,8 @@ only because English is its fallback: CLD2 answers "en" for text in languages it
 the language's model, per KB) far below real English's. On gettext catalogues of 136 languages
 and manual pages on this machine (bench/bench_pii.py), English windows score >= 542 and 99% of
 them >= 705, while all but one of the non-English ones CLD2 calls "en" score 96-544 (median 285):
-below EN_MIN_SCORE = 550 "en" becomes "und".
+below EN_MIN_SCORE = 550 "en" gives way to CLD2's second language if that one fits at least as
+well (a Chinese page whose window starts with a paragraph of English), else to "und".
 """
 from __future__ import annotations
 
@@ -48,7 +49,13 @@ def identify(text: str) -> tuple[str, float]:
         return UNKNOWN, 0.0
     _, _, details = pycld2.detect(head, bestEffort=True)
     _, code, percent, fit = details[0]
-    if code in ("un", "xxx") or code.startswith("xx-") or (code == "en" and fit < EN_MIN_SCORE):
+    if code == "en" and fit < EN_MIN_SCORE:
+        # English only as CLD2's fallback: the next language it found, if any (a Chinese page
+        # whose window starts with a paragraph of English), else none
+        _, code, percent, fit = details[1]
+        if fit < EN_MIN_SCORE:
+            return UNKNOWN, 0.0
+    if code in ("un", "xxx") or code.startswith("xx-"):
         return UNKNOWN, 0.0
     return iso_code(code), round(percent / 100.0, 4)
 
