@@ -28,6 +28,7 @@ import copy
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 KINDS = ("EMAIL", "IP", "ID_NUMBER", "CARD", "PHONE")
 ACTIONS = ("redact", "drop", "keep")
@@ -94,8 +95,10 @@ _CARD = re.compile(rf"(?<!{_W}|[.+-])(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
 # an optional extension
 _PHONE = re.compile(rf"(?<!{_W}|[.+/:#-])(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
                     rf"(?: ?(?:x|ext\.?|#) ?\d{{1,6}})?(?!{_W}|-|[.:]\d)")
-# a date in a candidate ("2024-01-15 12", "15.01.2024 0800"): not a phone number
-_DATE = re.compile(r"(?<!\d)(?:19|20)\d\d([-./ ])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?!\d)"
+# a date in a candidate ("2024-01-15 12", "15.01.2024 0800") or a range of years ("2006-2023"): not
+# a phone number
+_DATE = re.compile(r"(?<!\d)(?:19|20)\d\d ?[-\u2013] ?(?:19|20)\d\d(?!\d)"
+                   r"|(?<!\d)(?:19|20)\d\d([-./ ])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?!\d)"
                    r"|(?<!\d)(?:0?[1-9]|[12]\d|3[01])([-./ ])(?:0?[1-9]|1[0-2])\2(?:19|20)\d\d(?!\d)")
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
@@ -208,7 +211,10 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     digits = sum(c.isdigit() for c in main)
     if not 7 <= digits <= 17 or _DATE.search(main) or _ONE_DIGIT_DOTTED.search(main):
         return False
-    for region in ("ZZ",) if candidate.startswith(("+", "(+")) else regions:
+    international = candidate.startswith(("+", "(+"))
+    for region in ("ZZ",) if international else regions:
+        if not international and not _length_possible(main, digits, region):
+            continue   # spares the parse (most of the cost) for regions it cannot be from
         try:
             number = phonenumbers.parse(candidate, region, keep_raw_input=True)
         except phonenumbers.NumberParseException:
@@ -216,6 +222,30 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
         if phonenumbers.is_valid_number(number) and _national_form(number, main, region):
             return True
     return False
+
+
+@lru_cache(maxsize=None)
+def _region_lengths(region: str) -> tuple[str, frozenset[int], tuple[str, ...]]:
+    """(national prefix, possible national significant number lengths, international prefixes
+    as digits) of a region, from phonenumbers' metadata."""
+    import phonenumbers
+    meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    idd = tuple(p for p in (meta.international_prefix or "").split("|") if p.isdigit())
+    return (meta.national_prefix or "", frozenset(meta.general_desc.possible_length or ()),
+            idd + ((meta.preferred_international_prefix,) if meta.preferred_international_prefix
+                   and meta.preferred_international_prefix.isdigit() else ()))
+
+
+def _length_possible(written: str, digits: int, region: str) -> bool:
+    """Whether a number of `digits` digits written as `written` can be national in `region`
+    (its length, with its national prefix or without, is one the region has) or can start with
+    one of its international prefixes (then phonenumbers decides)."""
+    prefix, lengths, idd = _region_lengths(region)
+    head = "".join(c for c in written[:8] if c.isdigit())
+    if any(head.startswith(p) for p in idd) or not lengths:
+        return True
+    return digits in lengths or (bool(prefix) and head.startswith(prefix)
+                                 and digits - len(prefix) in lengths)
 
 
 def _national_form(number, written: str, region: str) -> bool:
