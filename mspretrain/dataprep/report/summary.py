@@ -112,6 +112,7 @@ def document_stages(markers: list[dict], cfg) -> dict:
     """Language, PII and decontamination counts over the chunk markers (input order)."""
     langs: dict = {}
     pii: dict = {}
+    pii_languages: dict = {}   # language of the document -> {kind: matches}
     matches: list = []
     for m in markers:
         for lang, (n, b) in m.get("languages", {}).items():
@@ -120,12 +121,18 @@ def document_stages(markers: list[dict], cfg) -> dict:
             entry["bytes"] += b
         for kind, n in m.get("pii", {}).items():
             pii[kind] = pii.get(kind, 0) + n
+        for lang, kinds in m.get("pii_languages", {}).items():
+            entry = pii_languages.setdefault(lang, {})
+            for kind, n in kinds.items():
+                entry[kind] = entry.get(kind, 0) + n
         matches += m.get("decontam", [])
     langs = dict(sorted(langs.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])))
     return {
         "languages": langs,
         "pii": {"action": cfg.pii.action, "docs": sum(m.get("pii_docs", 0) for m in markers),
-                "matches": dict(sorted(pii.items()))},
+                "matches": dict(sorted(pii.items())),
+                "by_language": {lang: dict(sorted(kinds.items()))
+                                for lang, kinds in sorted(pii_languages.items())}},
         "decontam": {"action": cfg.decontam.action, "files": list(cfg.decontam.files),
                      "docs_cut": sum(m.get("decontam_cut", 0) for m in markers),
                      "matches": matches},   # [evaluation item, doc_id]
@@ -229,6 +236,13 @@ def _document_stages_md(r: dict) -> list[str]:
     lines += ["", f"## Personal data (action: {pii['action']})", "",
               f"{pii['docs']} documents held personal data.", "", "| kind | matches |", "|---|---:|"]
     lines += [f"| {k} | {n} |" for k, n in pii["matches"].items()]
+    by_language = pii.get("by_language", {})
+    if by_language:
+        kinds = sorted({k for v in by_language.values() for k in v})
+        lines += ["", "Matches by the language of the document:", "",
+                  "| language | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+        lines += [f"| {lang} | " + " | ".join(str(v.get(k, 0)) for k in kinds) + " |"
+                  for lang, v in by_language.items()]
     dc = r.get("decontam", {"action": "drop", "files": [], "docs_cut": 0, "matches": []})
     lines += ["", f"## Decontamination (action: {dc['action']})", ""]
     if not dc["files"]:
