@@ -235,10 +235,7 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
     setup = worker_setup(cfg, work)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
-    try:
-        return WorkerPool(cfg.run.workers, setup)
-    except WorkerDied as e:
-        raise BuildError(str(e)) from None
+    return WorkerPool(cfg.run.workers, setup)     # started by `with`
 
 
 def _timed(times: dict, name: str, fn, *args):

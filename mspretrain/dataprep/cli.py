@@ -3,39 +3,62 @@ dataset error (the message names the file or line), 2 on a config error (it name
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shlex
 import sys
 
 from mspretrain.dataprep import interrupt
-from mspretrain.dataprep.config import load_build_config
-from mspretrain.common.config import ConfigError, add_config_options, parse_size, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a 250 MB
-    # build ~100 MB more peak RSS across the main process and a worker, for no speed gain here. It is
-    # read when pyarrow's default pool is first made, so it is set before the build imports pyarrow;
-    # worker processes inherit it. An explicit setting wins.
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = None
     try:
+        # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a
+        # 250 MB build ~100 MB more peak RSS across the main process and a worker, for no speed
+        # gain here. It is read when pyarrow's default pool is first made, so it is set before the
+        # build imports pyarrow; worker processes inherit it. An explicit setting wins.
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
         with interrupt.catching():
-            return args.func(args)
-    except ConfigError as e:
-        return report(f"dataprep {args.command}", e)
+            # a Ctrl-C that lands inside an import can be dropped, or turned into an ImportError
+            # with a traceback (numpy does): the modules a command needs import with it deferred
+            with interrupt.deferred():
+                from mspretrain.common.config import ConfigError, report
+                args = _parser().parse_args(argv)
+                for module in _MODULES[args.command]:
+                    importlib.import_module(module)
+            try:
+                return args.func(args)
+            except ConfigError as e:
+                return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
-        if args.command == "build":
-            print(f"\ndataprep build: interrupted; the finished work is kept in "
-                  f"{args.out}/.build; rerun the same command to resume: dataprep "
-                  f"{shlex.join(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
-        else:
-            print(f"\ndataprep {args.command}: interrupted", file=sys.stderr)
+        print(_interrupted(args, argv), file=sys.stderr)
         return 130
 
 
+# the modules each command imports (main imports them first, while Ctrl-C is deferred)
+_MODULES = {
+    "build": ("mspretrain.dataprep.build", "mspretrain.dataprep.config", "mspretrain.dataprep.report",
+              "mspretrain.common.lock"),
+    "inspect": ("mspretrain.dataprep.inspection", "mspretrain.loader.manifest"),
+    "quality": ("mspretrain.dataprep.quality",),
+    "verify": ("mspretrain.dataprep.verify",),
+}
+
+
+def _interrupted(args, argv) -> str:
+    """The one line a Ctrl-C prints, whenever it comes (before the arguments are parsed too)."""
+    if args is None:
+        return "\ndataprep: interrupted"
+    if args.command == "build":
+        return (f"\ndataprep build: interrupted; the finished work is kept in {args.out}/.build; "
+                f"rerun the same command to resume: dataprep "
+                f"{shlex.join(sys.argv[1:] if argv is None else argv)}")
+    return f"\ndataprep {args.command}: interrupted"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from mspretrain.common.config import add_config_options
     p = argparse.ArgumentParser(prog="dataprep", description="Build, inspect and verify "
                                 "MindRecord pretraining datasets.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -97,7 +120,9 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 
 
 def _build(args) -> int:
+    from mspretrain.common.config import parse_size
     from mspretrain.dataprep.build import build
+    from mspretrain.dataprep.config import load_build_config
     from mspretrain.dataprep.errors import BuildError
     from mspretrain.dataprep.report import summary
     from mspretrain.common.lock import LockedError, out_dir_lock
