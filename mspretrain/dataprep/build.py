@@ -204,7 +204,7 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
             raise BuildError(f"--out {out} already holds a different dataset (fingerprint "
                              f"{manifest.fingerprint[:16]}); nothing overwritten. Choose another "
                              f"--out or delete it.")
-        work.remove()   # leftovers of a build killed after it published its manifest
+        _remove_leftovers(work, config)
         return manifest
     if work.exists():
         owner = work.owner()
@@ -217,11 +217,24 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
     if work.root.is_dir() and [p.name for p in out.iterdir()] == [work.root.name]:
-        work.remove()   # killed before build.json was written: nothing of value in it
+        work.remove_unclaimed()   # killed before build.json was written: empty directories
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BuildError(f"--out {out} exists and is not a dataset built by dataprep; nothing "
-                         f"overwritten. Choose an empty or new directory.")
+                         f"overwritten or deleted. Choose an empty or new directory.")
     return None
+
+
+def _remove_leftovers(work: WorkDir, config: dict) -> None:
+    """The work dir of a build killed after it published its manifest: removed when its owner file
+    names this dataset's config (so this tool wrote it), else left alone."""
+    try:
+        ours = work.owner().get("config") == config
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if ours:
+        work.remove()
+    else:
+        work.remove_unclaimed()
 
 
 def _unpublish(out: Path, work: WorkDir) -> None:

@@ -1,0 +1,86 @@
+"""What a hostile first week tried against `dataprep build` (issue 26), each through the real CLI in
+a subprocess: output directories the tool must not delete, datasets damaged behind its back, ids
+that repeat across files, input directories with links and hidden names, damaged compressed files,
+and the failures of the machine (a full disk, unreadable files, odd file names) that must be one
+clear line, never a traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dataprep_helpers import REPO, TEST_SETTINGS, tree_snapshot
+
+TEXT = ("Debian keeps a record of every file installed by each program, so removing software "
+        "later leaves the computer as it was. Entry {n}, with a few more words: {w}.")
+WORDS = "apt dpkg aptitude synaptic tasksel debconf systemd journald udev grub".split()
+
+
+def dataprep(*args, **kw) -> subprocess.CompletedProcess:
+    """`python -m mspretrain.dataprep ARGS` with the small test settings after `build`."""
+    argv = list(map(str, args))
+    if argv[0] == "build":
+        argv += TEST_SETTINGS
+    return subprocess.run([sys.executable, "-m", "mspretrain.dataprep", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The error line of a failed command, checked to be one line and no traceback."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def jsonl(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def records(n: int, start: int = 0, ids=None) -> list[dict]:
+    return [{"id": i if ids is None else ids(i),
+             "text": TEXT.format(n=i, w=" ".join(WORDS[(i + k) % 10] for k in range(i % 7 + 3)))}
+            for i in range(start, start + n)]
+
+
+# ------------------------------------------------------------------ 5. what --out may hold
+
+@pytest.mark.parametrize("case", ["build-dir", "hand-report", "edited-report"])
+def test_an_out_dir_this_tool_did_not_write_is_refused_and_left_as_it_was(tmp_path, case):
+    src = jsonl(tmp_path / "in" / "a.jsonl", records(50))
+    out = tmp_path / "data"
+    if case == "build-dir":       # a .build/ of the user's own, no build.json
+        (out / ".build").mkdir(parents=True)
+        (out / ".build" / "notes.txt").write_text("mine")
+    elif case == "hand-report":   # a report.json that says failed, written by hand
+        out.mkdir()
+        (out / "report.json").write_text('{"failed": true}\n')
+        (out / "report.md").write_text("my notes\n")
+    else:                         # a real failed build's report, edited since
+        assert dataprep("build", src, "--out", out, "--text-field", "body").returncode == 1
+        md = out / "report.md"
+        md.write_text(md.read_text() + "\nmy notes\n")
+    before = tree_snapshot(out)
+    line = one_line_error(dataprep("build", src, "--out", out), 1)
+    assert f"--out {out} exists and is not a dataset built by dataprep; nothing overwritten or " \
+           f"deleted" in line
+    assert tree_snapshot(out) == before
+
+
+def test_a_failed_build_report_is_replaced_and_an_empty_unclaimed_work_dir_removed(tmp_path):
+    src = jsonl(tmp_path / "in" / "a.jsonl", records(50))
+    out = tmp_path / "data"
+    assert dataprep("build", src, "--out", out, "--text-field", "body").returncode == 1
+    assert json.loads((out / "report.json").read_text())["failed"] is True
+    for sub in ("docs", "tokens", "out"):     # what a build killed before build.json leaves
+        (out / ".build" / sub).mkdir(parents=True)
+    # both are this tool's: the next build goes on (and fails the same way, with a new report)
+    proc = dataprep("build", src, "--out", out, "--text-field", "body")
+    assert "have no 'body' field" in one_line_error(proc, 1)
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
