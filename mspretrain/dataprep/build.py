@@ -66,6 +66,7 @@ from mspretrain.dataprep.tokenizer import TokenizerError, copy_tokenizer, tokeni
 from mspretrain.dataprep.tokenizer_sample import sample_fraction, write_chunk_sample
 from mspretrain.dataprep.stray import remove_temps
 from mspretrain.dataprep.vocab_fit import train_fitted
+from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.workers import WorkerDied, WorkerPool
 from mspretrain.dataprep.workdir import WorkDir
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -204,6 +205,12 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
             raise BuildError(f"--out {out} already holds a different dataset (fingerprint "
                              f"{manifest.fingerprint[:16]}); nothing overwritten. Choose another "
                              f"--out or delete it.")
+        faults = file_faults(out, manifest)
+        if faults:
+            raise BuildError(f"--out {out} holds this dataset, damaged: {faults[0]}"
+                             f"{f' (and {len(faults) - 1} more)' if len(faults) > 1 else ''}; "
+                             f"nothing overwritten. `dataprep verify {out}` lists every fault; "
+                             f"delete {out} and rerun to build it again")
         _remove_leftovers(work, config)
         return manifest
     if work.exists():

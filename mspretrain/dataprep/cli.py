@@ -144,7 +144,7 @@ def _build(args) -> int:
         return 1
     if result.already_built:
         print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "
-              f"{result.manifest.fingerprint[:16]}); nothing to do")
+              f"{result.manifest.fingerprint[:16]}, every file's sha256 checked); nothing to do")
     else:
         print(summary(result.report))
     return 0

@@ -84,3 +84,23 @@ def test_a_failed_build_report_is_replaced_and_an_empty_unclaimed_work_dir_remov
     proc = dataprep("build", src, "--out", out, "--text-field", "body")
     assert "have no 'body' field" in one_line_error(proc, 1)
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+
+
+# ------------------------------------------------------------------ 9. a rebuild over damage
+
+def test_a_rebuild_over_a_damaged_dataset_names_the_damage_and_touches_nothing(corpus, reference,
+                                                                             tmp_path):
+    import shutil
+    out = tmp_path / "data"
+    shutil.copytree(reference, out)
+    ok = dataprep("build", corpus, "--out", out)
+    assert ok.returncode == 0 and "already holds this dataset" in ok.stdout, ok.stderr
+    shard = sorted((out / "shards").glob("train-*.mindrecord"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    before = tree_snapshot(out)
+    line = one_line_error(dataprep("build", corpus, "--out", out), 1)
+    assert f"--out {out} holds this dataset, damaged: {shard}: sha256 differs from the manifest" \
+           in line and "nothing overwritten" in line and f"dataprep verify {out}" in line
+    assert tree_snapshot(out) == before
