@@ -274,7 +274,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         run["chunks_reused"]["docs"] = result.num_chunks
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
-                        cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes)
+                        cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes,
+                        cfg.input.id_scope)
     dedup = DedupPass(cfg.dedup,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
                                                         columns=["text"]).column("text"),

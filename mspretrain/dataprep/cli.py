@@ -123,7 +123,7 @@ def _build(args) -> int:
     from mspretrain.common.config import parse_size
     from mspretrain.dataprep.build import build
     from mspretrain.dataprep.config import load_build_config
-    from mspretrain.dataprep.errors import BuildError
+    from mspretrain.dataprep.errors import BuildError, id_warnings
     from mspretrain.dataprep.report import summary
     from mspretrain.common.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
@@ -147,6 +147,8 @@ def _build(args) -> int:
               f"{result.manifest.fingerprint[:16]}, every file's sha256 checked); nothing to do")
     else:
         print(summary(result.report))
+        for line in id_warnings(result.report.get("id_conflicts", {})):
+            print(f"dataprep build: {line}", file=sys.stderr)
     return 0
 
 

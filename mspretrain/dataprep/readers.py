@@ -33,6 +33,7 @@ JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
 PARQUET_SUFFIXES = {".parquet"}
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 TEXT_UNITS = ("file", "paragraph")
+ID_SCOPES = ("global", "file")
 _CHUNK = 1 << 16
 _FEED = 1 << 13        # compressed bytes per decompress call
 _PARQUET_BATCH = 1024
@@ -136,10 +137,17 @@ def file_format(path: Path) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------- reading
 
 def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
-              text_unit: str = "file", max_record_bytes: int = 0) -> Iterator[Document | BadRecord]:
-    """Documents and bad records of one input file, in file order (see the module docstring)."""
+              text_unit: str = "file", max_record_bytes: int = 0,
+              id_scope: str = "global") -> Iterator[Document | BadRecord]:
+    """Documents and bad records of one input file, in file order (see the module docstring).
+    id_scope "file": a record's id is namespaced by its file, `REL#ID` (ids that restart in every
+    file stay apart); "global": the id as it is (ids must be unique across files)."""
     if text_unit not in TEXT_UNITS:
         raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {text_unit!r}")
+    if id_scope not in ID_SCOPES:
+        raise ValueError(f"id_scope must be one of {ID_SCOPES}, got {id_scope!r}")
+    id_field = _IdField(id_field)
+    id_field.prefix = f"{inp.rel}#" if id_scope == "file" else ""
     kind, compression = file_format(inp.path)
     try:
         raw = open(inp.path, "rb", buffering=_CHUNK)   # _binary peeks at _CHUNK bytes
@@ -267,13 +275,20 @@ def too_long(rel: str, line: int, nbytes: int, cap: int) -> BadRecord:
                      f"{nbytes} bytes, over input.max_record_bytes = {cap}; record skipped")
 
 
+class _IdField(str):
+    """The id field's name, carrying the prefix of the file's ids (read_file's id_scope)."""
+    prefix = ""
+
+
 def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
+    """The id field's value as the doc_id (an integer as its digits: 1 and "1" are one id), or
+    REL:LINE for a record without one; None for a value that is no string or integer."""
     value = rec.get(id_field)
     if value is None:
         return f"{rel}:{line}"
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
-    return str(value)
+    return getattr(id_field, "prefix", "") + str(value)
 
 
 def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str, id_field: str,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.dataprep.errors import id_conflicts, id_warnings
 from mspretrain.dataprep.filters import FILTER_NAMES
 from mspretrain.dataprep.stages import STAGE_REASONS
 from mspretrain.dataprep import plots
@@ -86,6 +87,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "inputs": per_file_counts(work, _chunk_keeps(work, dedup, docs),
                                   [f["file"] for f in manifest.config["inputs"]], manifest),
         "skipped_files": skipped_files(bad),
+        "id_conflicts": id_conflicts(dedup.duplicate_ids),
         "token_length_histogram": hist,
         "token_rank_frequency": plots.token_rank_frequency(work, manifest.tokenizer.vocab_size),
         "plots": list(plots.FILES.values()) if plots.available() else [],
@@ -140,7 +142,7 @@ def _bad_records(markers: list[dict], dedup) -> dict:
             for reason, (n, line, detail) in reasons.items():
                 entry = out.setdefault(file, {}).setdefault(reason, [0, line, detail])
                 entry[0] += n
-    for source, doc_id in dedup.duplicate_ids:
+    for source, doc_id, *_ in dedup.duplicate_ids:
         entry = out.setdefault(source, {}).setdefault("duplicate_doc_id", [0, 0, f"id {doc_id!r}"])
         entry[0] += 1
     return out
@@ -195,6 +197,9 @@ def to_markdown(r: dict) -> str:
     if r.get("skipped_files"):
         lines += ["", "Skipped whole (not text):", ""]
         lines += [f"- {f}: {why}" for f, why in r["skipped_files"].items()]
+    if r.get("id_conflicts"):
+        lines += ["", "Ids already used by another file (dropped; see input.id_scope):", ""]
+        lines += [f"- {w[len('warning: '):]}" for w in id_warnings(r["id_conflicts"])]
     t = st["tokenize"]
     lines += ["", "## Tokens", "", f"Tokenizer: {r['tokenizer']['type']}, vocab "
               f"{r['tokenizer']['vocab_size']}; {t['bytes_per_token']} bytes per token.", "",

@@ -20,10 +20,11 @@ WORDS = "apt dpkg aptitude synaptic tasksel debconf systemd journald udev grub".
 
 
 def dataprep(*args, **kw) -> subprocess.CompletedProcess:
-    """`python -m mspretrain.dataprep ARGS` with the small test settings after `build`."""
+    """`python -m mspretrain.dataprep ARGS`, `build` with the small test settings (which ARGS can
+    override)."""
     argv = list(map(str, args))
     if argv[0] == "build":
-        argv += TEST_SETTINGS
+        argv[1:1] = TEST_SETTINGS
     return subprocess.run([sys.executable, "-m", "mspretrain.dataprep", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=600, **kw)
 
@@ -43,9 +44,13 @@ def jsonl(path: Path, records: list[dict]) -> Path:
     return path
 
 
-def records(n: int, start: int = 0, ids=None) -> list[dict]:
+OTHER = ("The release team freezes the archive before each stable release, and only fixes for "
+         "serious bugs enter it from then on. Note {n} lists: {w}.")
+
+
+def records(n: int, start: int = 0, ids=None, text: str = TEXT) -> list[dict]:
     return [{"id": i if ids is None else ids(i),
-             "text": TEXT.format(n=i, w=" ".join(WORDS[(i + k) % 10] for k in range(i % 7 + 3)))}
+             "text": text.format(n=i, w=" ".join(WORDS[(i + k) % 10] for k in range(i % 7 + 3)))}
             for i in range(start, start + n)]
 
 
@@ -104,3 +109,50 @@ def test_a_rebuild_over_a_damaged_dataset_names_the_damage_and_touches_nothing(c
     assert f"--out {out} holds this dataset, damaged: {shard}: sha256 differs from the manifest" \
            in line and "nothing overwritten" in line and f"dataprep verify {out}" in line
     assert tree_snapshot(out) == before
+
+
+# ------------------------------------------------------------------ 4. ids across files
+
+def test_ids_restarting_in_every_file_are_a_loud_problem_and_id_scope_file_keeps_them(tmp_path):
+    src = tmp_path / "in"
+    jsonl(src / "a.jsonl", records(200))
+    jsonl(src / "b.jsonl", records(200, start=200, ids=lambda i: i - 200, text=OTHER))  # 0..199
+    out = tmp_path / "global"
+    proc = dataprep("build", src, "--out", out, "--vocab-size", "300", "--seq-length", "16")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [x for x in proc.stderr.splitlines() if "doc id" in x]
+    assert len(warnings) == 1 and "warning: b.jsonl: 200 doc id(s) already used by a.jsonl " \
+        "(first '0'" in warnings[0] and "input.id_scope: file" in warnings[0], proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["id_conflicts"] == {"b.jsonl": {"ids": 200, "first_id": "0",
+                                                  "files": {"a.jsonl": 200}}}
+    assert report["inputs"]["b.jsonl"]["docs_kept"] == 0
+    assert "Ids already used by another file" in (out / "report.md").read_text()
+
+    out = tmp_path / "file"
+    proc = dataprep("build", src, "--out", out, "--vocab-size", "300", "--seq-length", "16",
+                    "--set", "input.id_scope=file")
+    assert proc.returncode == 0 and "doc id" not in proc.stderr, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["id_conflicts"] == {} and report["bad_records"] == {}
+    b = report["inputs"]["b.jsonl"]
+    assert b["docs_read"] == 200 and b["docs_kept"] > 0    # near duplicates dropped, no more
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["input"]["id_scope"] == "file"
+    import pyarrow.parquet as pq
+    ids = {r["doc_id"] for s in ("train", "valid")
+           for r in pq.read_table(out / "provenance" / f"{s}.parquet").to_pylist()}
+    assert "a.jsonl#0" in ids and "b.jsonl#0" in ids
+
+
+def test_an_integer_id_and_the_same_digits_as_a_string_are_reported_as_one_id(tmp_path):
+    src = tmp_path / "in"
+    jsonl(src / "a.jsonl", records(100))                                     # ids 0..99
+    jsonl(src / "b.jsonl", records(1, start=100, ids=lambda i: "1") + records(99, start=101,
+                                                                               ids=lambda i: f"b{i}"))
+    proc = dataprep("build", src, "--out", tmp_path / "data", "--vocab-size", "300",
+                    "--seq-length", "16")
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stderr.splitlines() if "doc id" in x]
+    assert len(line) == 1 and "b.jsonl: 1 doc id(s) already used by a.jsonl (first '1'; an " \
+        "integer id is its digits, 1 and \"1\" are one id)" in line[0], proc.stderr
