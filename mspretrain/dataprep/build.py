@@ -58,7 +58,7 @@ from mspretrain.dataprep.dedup_pass import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, 
                                  DUPLICATES_SCHEMA, DedupPass, DedupResult)
 from mspretrain.dataprep.pack import SplitPacker
 from mspretrain.dataprep.parquet_stream import InOrderParquet
-from mspretrain.dataprep.readers import list_inputs
+from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
                              tokenize_chunk, worker_setup)
@@ -84,21 +84,31 @@ class BuildResult:
 
 def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildResult:
     out = Path(out)
+    left_out: dict = {}
     try:
-        files = list_inputs(inputs)
-    except FileNotFoundError as e:
+        files = list_inputs(inputs, left_out)
+    except (FileNotFoundError, InputPathError) as e:
         raise BuildError(str(e)) from None
     if not files:
-        raise BuildError(f"no input files found under {', '.join(map(str, inputs))}")
+        raise BuildError(f"no input files found under {', '.join(map(str, inputs))}"
+                         f"{_left_out_note(left_out)}")
     if cfg.run.engine == "ray":
         from mspretrain.dataprep.ray_engine.driver import ray_session
         with ray_session(cfg) as stages:
-            return _build(out, files, cfg, stages)
-    return _build(out, files, cfg, None)
+            return _build(out, files, cfg, stages, left_out)
+    return _build(out, files, cfg, None, left_out)
 
 
-def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
-    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None."""
+def _left_out_note(left_out: dict) -> str:
+    if not left_out:
+        return ""
+    return " (left out: " + ", ".join(f"{len(v)} {k.replace('_', ' ')}"
+                                      for k, v in left_out.items()) + ")"
+
+
+def _build(out: Path, files, cfg: BuildConfig, stages, left_out: dict) -> BuildResult:
+    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None.
+    `left_out`: what list_inputs left out of the input directories, for the report."""
     config = resolved_config(cfg, files, stages.hash_inputs if stages else None)
     created = not out.exists()
     done = _check_out(out, config, cfg)
@@ -109,7 +119,7 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
         _unpublish(out, work)
     else:
         work.create(work_owner(config, cfg))
-    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
+    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}, "left_out": left_out}
     if stages is not None:
         from mspretrain.dataprep.ray_engine.driver import build_stages
         try:

@@ -88,6 +88,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                                   [f["file"] for f in manifest.config["inputs"]], manifest),
         "skipped_files": skipped_files(bad),
         "id_conflicts": id_conflicts(dedup.duplicate_ids),
+        # what the input directories held and the build did not read (readers.list_inputs)
+        "left_out": run.get("left_out", {}),
         "token_length_histogram": hist,
         "token_rank_frequency": plots.token_rank_frequency(work, manifest.tokenizer.vocab_size),
         "plots": list(plots.FILES.values()) if plots.available() else [],
@@ -197,6 +199,10 @@ def to_markdown(r: dict) -> str:
     if r.get("skipped_files"):
         lines += ["", "Skipped whole (not text):", ""]
         lines += [f"- {f}: {why}" for f, why in r["skipped_files"].items()]
+    if r.get("left_out"):
+        lines += ["", "Left out of the input directories (not read):", ""]
+        lines += [f"- {k.replace('_', ' ')}: {len(v)}: {', '.join(v[:20])}"
+                  f"{' ...' if len(v) > 20 else ''}" for k, v in r["left_out"].items()]
     if r.get("id_conflicts"):
         lines += ["", "Ids already used by another file (dropped; see input.id_scope):", ""]
         lines += [f"- {w[len('warning: '):]}" for w in id_warnings(r["id_conflicts"])]
@@ -257,7 +263,9 @@ def summary(r: dict) -> str:
         + f"; tokens: {sum(st['tokenize']['tokens'].values())} "
         f"({st['tokenize']['bytes_per_token']} bytes/token)",
         f"shards: {len(r['shards'])}, output: {r['output']}",
-    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()])
+    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()]
+      + [f"left out of the inputs: {len(v)} {k.replace('_', ' ')} (see report.json left_out)"
+         for k, v in r.get("left_out", {}).items()])
 
 
 def _chunk_keeps(work, dedup, docs: list[dict]):

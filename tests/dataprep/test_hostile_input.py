@@ -156,3 +156,32 @@ def test_an_integer_id_and_the_same_digits_as_a_string_are_reported_as_one_id(tm
     line = [x for x in proc.stderr.splitlines() if "doc id" in x]
     assert len(line) == 1 and "b.jsonl: 1 doc id(s) already used by a.jsonl (first '1'; an " \
         "integer id is its digits, 1 and \"1\" are one id)" in line[0], proc.stderr
+
+
+# ------------------------------------------------------------------ 3. what a directory holds
+
+def test_what_an_input_directory_holds_and_is_not_read_is_named_in_the_report(tmp_path):
+    import os
+    src = tmp_path / "in"
+    jsonl(src / "a.jsonl", records(200))
+    jsonl(src / ".hidden.jsonl", records(5, start=500))
+    jsonl(src / ".git" / "x.jsonl", records(5, start=600))
+    jsonl(tmp_path / "outside" / "o.jsonl", records(50, start=700, text=OTHER))
+    (src / "link-dir").symlink_to(tmp_path / "outside")
+    (src / "broken.jsonl").symlink_to(tmp_path / "missing.jsonl")
+    (src / "linked.jsonl").symlink_to(tmp_path / "outside" / "o.jsonl")   # a file: read
+    os.mkfifo(src / "pipe.jsonl")
+    out = tmp_path / "data"
+    proc = dataprep("build", src, "--out", out, "--vocab-size", "300", "--seq-length", "16")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["left_out"] == {
+        "hidden": [f"{src}/.git", f"{src}/.hidden.jsonl"],
+        "symlinked_dirs": [f"{src}/link-dir"], "broken_symlinks": [f"{src}/broken.jsonl"],
+        "not_files": [f"{src}/pipe.jsonl"]}
+    assert sorted(report["inputs"]) == ["a.jsonl", "linked.jsonl"]
+    assert "left out of the inputs: 1 symlinked dirs" in proc.stdout
+    assert "Left out of the input directories" in (out / "report.md").read_text()
+    # a FIFO given as an INPUT is refused in one line (reading it would wait for a writer)
+    line = one_line_error(dataprep("build", src / "pipe.jsonl", "--out", tmp_path / "d2"), 1)
+    assert f"neither a file nor a directory (a FIFO, socket or device?): {src}/pipe.jsonl" in line
