@@ -8,7 +8,9 @@ Nothing is skipped without a record, except blank lines in jsonl, which hold no 
 A damaged compressed stream yields every document decoded before the damage (decompression is
 incremental: only the record the damage hits is lost; zstd decodes whole blocks, so there the block
 it hits), then one `BadRecord(reason="truncated_compressed" | "corrupt_compressed")` naming the
-first line not read whole, then stops.
+first line not read whole, then stops. A gzip member that fails its check (CRC or data) cannot be
+trusted anywhere, the CRC being at its end: gzip files are checked first (`_gzip_damage`), and the
+reader stops at the first line of the damaged member (corrupt_compressed names it).
 A record longer than `max_record_bytes` (a jsonl line, a paragraph, a whole text file, a parquet
 text value; 0: no cap) is never held whole: the reader reads past it in blocks and yields a
 `BadRecord(reason="record_too_long")` naming its first line, so one giant record cannot set the
@@ -181,7 +183,8 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
         yield BadRecord(inp.rel, 0, "unreadable", str(e))
         return
     with raw:
-        stream = _decompressed(raw, compression)
+        stream = _decompressed(raw, compression, _gzip_damage(inp.path) if compression == "gzip"
+                               else None)
         if inp.end >= 0:
             if kind not in ("jsonl", "parquet") or compression:
                 raise ValueError(f"{inp.rel}: parts are for uncompressed jsonl and parquet only")
@@ -209,10 +212,42 @@ def _binary(stream: BinaryIO) -> str | None:
         return None
 
 
-def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:
+def _decompressed(raw: BinaryIO, compression: str | None, stop=None) -> BinaryIO:
     if compression:
-        return io.BufferedReader(_StreamRaw(raw, compression), _CHUNK)
+        return io.BufferedReader(_StreamRaw(raw, compression, stop), _CHUNK)
     return raw
+
+
+def _gzip_damage(path: Path) -> tuple[int, str] | None:
+    """(decompressed offset, why) of the first gzip member that fails its check, or None.
+
+    A gzip member's CRC comes at its end, so a flipped byte in a stored (level 0) member, or one
+    that still inflates, shows only after every line of the member has been read: nothing of that
+    member can be trusted, the lines before the damage included. So gzip files are checked first,
+    member by member (one more decompression, no more memory than the reader's), and the reader
+    stops at the start of a damaged member. A stream that is only cut short passes here: the
+    reader reports it where it ends."""
+    offset, start, obj = 0, 0, None
+    try:
+        with open(path, "rb", buffering=_CHUNK) as f:
+            while chunk := f.read(_CHUNK):
+                for i in range(0, len(chunk), _FEED):
+                    data = chunk[i:i + _FEED]
+                    while data:
+                        if obj is None or obj.eof:
+                            if obj is not None:
+                                data = data.lstrip(b"\0")
+                                if not data:
+                                    break
+                            obj, start = zlib.decompressobj(31), offset
+                        offset += len(obj.decompress(data))
+                        data = obj.unused_data if obj.eof else b""
+    except zlib.error as e:
+        return start, (f"gzip member from decompressed byte {start} fails its check ({e}): none "
+                       f"of its lines can be trusted")
+    except OSError:
+        return None      # the reader reports what it cannot read
+    return None
 
 
 class _StreamRaw(io.RawIOBase):
@@ -222,8 +257,9 @@ class _StreamRaw(io.RawIOBase):
     buffered block around it). Input is fed in small pieces, so that a corrupt spot costs at most
     the output of one piece."""
 
-    def __init__(self, raw: BinaryIO, compression: str):
+    def __init__(self, raw: BinaryIO, compression: str, stop: tuple[int, str] | None = None):
         self._raw, self._gzip = raw, compression == "gzip"
+        self._stop, self._decoded = stop, 0    # (offset, why): deliver nothing from there on
         self._name = "gzip" if self._gzip else "zstd"
         self._dctx = None if self._gzip else zstandard.ZstdDecompressor()
         self._obj = None                     # decompressor of the current member or frame
@@ -261,6 +297,10 @@ class _StreamRaw(io.RawIOBase):
                 self._damage = _Damaged("corrupt_compressed", f"{self._name} stream is corrupt: {e}")
                 break
         self._pending, self._pos = b"".join(out), 0
+        if self._stop is not None and self._decoded + len(self._pending) >= self._stop[0]:
+            self._pending = self._pending[:self._stop[0] - self._decoded]
+            self._damage = _Damaged("corrupt_compressed", self._stop[1])
+        self._decoded += len(self._pending)
         return True
 
     def _decode(self, data: bytes, out: list) -> None:

@@ -185,3 +185,29 @@ def test_what_an_input_directory_holds_and_is_not_read_is_named_in_the_report(tm
     # a FIFO given as an INPUT is refused in one line (reading it would wait for a writer)
     line = one_line_error(dataprep("build", src / "pipe.jsonl", "--out", tmp_path / "d2"), 1)
     assert f"neither a file nor a directory (a FIFO, socket or device?): {src}/pipe.jsonl" in line
+
+
+# ------------------------------------------------------------------ 10. a gzip that fails its CRC
+
+def test_a_gzip_member_failing_its_crc_loses_that_member_named_and_nothing_else(tmp_path):
+    import gzip
+    good = "".join(json.dumps(r) + "\n" for r in records(250)).encode()
+    damaged = "".join(json.dumps(r) + "\n" for r in records(250, start=250, text=OTHER)).encode()
+    second = bytearray(gzip.compress(damaged, compresslevel=0, mtime=0))   # stored: still inflates
+    at = bytes(second).index(b"Note 300 lists")
+    second[at] ^= 0x20                                                      # "note 300": valid JSON
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "x.jsonl.gz").write_bytes(gzip.compress(good, compresslevel=0, mtime=0) + bytes(second))
+    out = tmp_path / "data"
+    proc = dataprep("build", src, "--out", out, "--vocab-size", "300", "--seq-length", "16")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    n, line, detail = report["bad_records"]["x.jsonl.gz"]["corrupt_compressed"]
+    assert (n, line) == (1, 251) and "fails its check" in detail     # the member's first line
+    assert report["inputs"]["x.jsonl.gz"]["docs_read"] == 250         # the good member, whole
+    import pyarrow.parquet as pq
+    ids = pq.read_table(out / "documents" / "attributes.parquet").column("doc_id").to_pylist()
+    assert ids == [str(i) for i in range(250)]
+    strict = dataprep("build", src, "--out", tmp_path / "strict", "--strict")
+    assert "x.jsonl.gz:251: corrupt_compressed: gzip member" in one_line_error(strict, 1)
