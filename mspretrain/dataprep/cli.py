@@ -7,6 +7,7 @@ import importlib
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from mspretrain.dataprep import interrupt
 
@@ -136,11 +137,20 @@ def _build(args) -> int:
     if args.decontaminate:
         cfg = load_build_config(args.config, {**overrides, "decontam.files": [
             *cfg.decontam.files, *args.decontaminate]}, args.set)
+    why = _unusable_out(args.out)
+    if why:
+        print(f"dataprep build: error: --out {args.out}: {why}", file=sys.stderr)
+        return 2
     try:
-        with out_dir_lock(args.out, f"--out {args.out}"):
+        # the lock of the real directory: two aliases of one DIR (a symlink) share it
+        with out_dir_lock(os.path.realpath(args.out), f"--out {args.out}"):
             result = build(args.inputs, args.out, cfg)
     except (BuildError, LockedError) as e:
         print(f"dataprep build: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:   # the machine's: a full disk, a read-only or unreadable path
+        print(f"dataprep build: error: {_os_error(e)}; the finished work is kept in "
+              f"{args.out}/.build: fix that and rerun the same command to resume", file=sys.stderr)
         return 1
     if result.already_built:
         print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "
@@ -150,6 +160,31 @@ def _build(args) -> int:
         for line in id_warnings(result.report.get("id_conflicts", {})):
             print(f"dataprep build: {line}", file=sys.stderr)
     return 0
+
+
+def _unusable_out(out: str) -> str:
+    """Why --out cannot be a dataset directory, or "": a file where a directory must be, or a
+    directory this process cannot write in (read-only file system, permissions)."""
+    path = Path(out).absolute()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            break
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK) or _read_only(parent):
+        what = "--out" if parent == path else "its parent"
+        return f"{what} {parent} is not writable (read-only file system or permissions)"
+    return ""
+
+
+def _read_only(path: Path) -> bool:
+    """os.access ignores a read-only mount for root; statvfs does not."""
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def _os_error(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"
 
 
 def _quality_train(args) -> int:

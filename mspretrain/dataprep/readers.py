@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,12 +109,23 @@ def list_inputs(paths: list[str | Path], left_out: dict | None = None) -> list[I
         else:
             files = [(root.name, root.resolve())]
         for rel, path in files:
+            rel = _printable(rel)
             if path not in seen:
                 seen.add(path)
                 found.append(InputFile(path=path, rel=rel))
     if left_out is not None:
         left_out.update({k: sorted(v) for k, v in skipped.items() if v})
     return found
+
+
+def _printable(rel: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (os gives them as surrogate escapes, which no
+    file can hold) written as \\xNN, so doc_ids, the report and the manifest can name the file."""
+    try:
+        rel.encode("utf-8")
+        return rel
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
 
 
 class InputPathError(ValueError):
@@ -482,7 +494,19 @@ def _json_record(rel: str, line: int, s: str, text_field: str,
     doc_id = _record_id(rec, id_field, rel, line)
     if doc_id is None:
         return BadRecord(rel, line, "invalid_id", f"field {id_field!r} is not a string or integer")
+    if _SURROGATE_ESCAPE.search(s):   # rare: only then is the (costly) check worth it
+        for name, value in ((id_field, doc_id), (text_field, text)):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return BadRecord(rel, line, "invalid_unicode",
+                                 f"field {name!r} holds a lone surrogate ({value[e.start]!r}), "
+                                 f"which no UTF-8 text can hold")
     return Document(doc_id, text, rel)
+
+
+# a JSON escape of a UTF-16 surrogate: the only way a lone one gets into a decoded line
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _read_text(inp: InputFile, stream: BinaryIO, text_unit: str,

@@ -211,3 +211,37 @@ def test_a_gzip_member_failing_its_crc_loses_that_member_named_and_nothing_else(
     assert ids == [str(i) for i in range(250)]
     strict = dataprep("build", src, "--out", tmp_path / "strict", "--strict")
     assert "x.jsonl.gz:251: corrupt_compressed: gzip member" in one_line_error(strict, 1)
+
+
+# ------------------------------------------------------------------ the machine's failures
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs (mounting needs root; skipped without it), unmounted at the end."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("free_kib", [64, 600, 1500])
+def test_a_full_disk_is_one_line_and_the_rerun_after_freeing_space_is_identical(
+        corpus, reference, small_disk, free_kib):
+    import os
+    from dataprep_helpers import dataset_bytes
+    ballast = small_disk / "ballast"
+    st = os.statvfs(small_disk)
+    with open(ballast, "wb") as f:
+        f.truncate(0)
+        f.write(b"\0" * (st.f_bavail * st.f_frsize - free_kib * 1024))
+    out = small_disk / "data"
+    line = one_line_error(dataprep("build", corpus, "--out", out), 1)
+    assert "No space left on device" in line and str(out) in line, line
+    ballast.unlink()
+    proc = dataprep("build", corpus, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert dataset_bytes(out) == dataset_bytes(reference)
