@@ -245,3 +245,62 @@ def test_a_full_disk_is_one_line_and_the_rerun_after_freeing_space_is_identical(
     proc = dataprep("build", corpus, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert dataset_bytes(out) == dataset_bytes(reference)
+
+
+def test_a_non_utf8_file_name_is_read_and_a_lone_surrogate_is_a_bad_record(tmp_path):
+    src = tmp_path / "in"
+    jsonl(src / "a.jsonl", records(200))
+    (src / "s.jsonl").write_text('{"id": "\\ud800", "text": "a lone surrogate for an id"}\n'
+                                 '{"id": "ok", "text": "a pair \\ud83d\\ude00 is a character"}\n')
+    with open(bytes(src) + b"/caf\xe9.jsonl", "wb") as f:
+        f.write(json.dumps(records(1, start=900, text=OTHER)[0]).encode() + b"\n")
+    out = tmp_path / "data"
+    proc = dataprep("build", src, "--out", out, "--vocab-size", "300", "--seq-length", "16")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["bad_records"]["s.jsonl"]["invalid_unicode"][:2] == [1, 1]
+    assert report["inputs"]["caf\\xe9.jsonl"]["docs_read"] == 1
+    assert report["inputs"]["s.jsonl"]["docs_read"] == 1
+
+
+@pytest.mark.parametrize("case", ["file-parent", "read-only"])
+def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, case):
+    src = jsonl(tmp_path / "in" / "a.jsonl", records(20))
+    if case == "file-parent":
+        (tmp_path / "afile").write_text("x")
+        out, want = tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is not a directory"
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                          capture_output=True).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        out, want = ro / "data", f"its parent {ro} is not writable"
+    try:
+        line = one_line_error(dataprep("build", src, "--out", out), 2)
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "ro")], capture_output=True)
+    assert line.startswith(f"dataprep build: error: --out {out}: ") and want in line, line
+
+
+def test_two_builds_through_a_symlinked_alias_of_one_out_do_not_both_run(corpus, tmp_path):
+    import os
+    import time
+    real = tmp_path / "real"
+    real.mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(real)
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out",
+            str(real / "data"), *TEST_SETTINGS]
+    first = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        while not (real / ".data.lock.pid").exists() and first.poll() is None:
+            time.sleep(0.05)
+        second = dataprep("build", corpus, "--out", alias / "data")
+        line = one_line_error(second, 1)
+        assert f"--out {alias / 'data'} is in use by another process (pid {first.pid}" in line
+    finally:
+        first.kill()
+        first.communicate()
+    assert os.path.realpath(alias / "data") == str(real / "data")
