@@ -194,12 +194,22 @@ def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
     if hash_files is None:
         bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress,
                    leave=False)
-        sums = [sha256_file(f.path) for f in bar]
+        sums = [_input_sha256(f.path) for f in bar]
     else:
         sums = hash_files(files)
     config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size, "sha256": s}
                         for f, s in zip(files, sums)]
     return config
+
+
+def _input_sha256(path: Path) -> str:
+    """An input file's sha256 (for the manifest), or a BuildError naming a file that cannot be read
+    (permissions, an I/O error): every input is part of the dataset's identity."""
+    try:
+        return sha256_file(path)
+    except OSError as e:
+        raise BuildError(f"{path}: cannot read this input file ({e.strerror or e}); fix its "
+                         f"permissions or leave it out") from None
 
 
 def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:

@@ -149,8 +149,9 @@ def _build(args) -> int:
         print(f"dataprep build: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:   # the machine's: a full disk, a read-only or unreadable path
-        print(f"dataprep build: error: {_os_error(e)}; the finished work is kept in "
-              f"{args.out}/.build: fix that and rerun the same command to resume", file=sys.stderr)
+        kept = (f"; the finished work is kept in {args.out}/.build: fix that and rerun the same "
+                f"command to resume" if os.path.isdir(os.path.join(args.out, ".build")) else "")
+        print(f"dataprep build: error: {_os_error(e)}{kept}", file=sys.stderr)
         return 1
     if result.already_built:
         print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "

@@ -304,3 +304,21 @@ def test_two_builds_through_a_symlinked_alias_of_one_out_do_not_both_run(corpus,
         first.kill()
         first.communicate()
     assert os.path.realpath(alias / "data") == str(real / "data")
+
+
+def test_an_unreadable_input_file_is_one_line_naming_it(tmp_path):
+    """As root every file is readable: the build runs without the capabilities that let root
+    read any file (setpriv), so mode 000 means what it means for any user."""
+    import shutil
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    src = tmp_path / "in"
+    jsonl(src / "a.jsonl", records(50))
+    secret = jsonl(src / "b.jsonl", records(5, start=50))
+    secret.chmod(0)
+    argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(src), "--out",
+            str(tmp_path / "data"), *TEST_SETTINGS]
+    proc = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    line = one_line_error(proc, 1)
+    assert f"{secret}: cannot read this input file (Permission denied)" in line, line
