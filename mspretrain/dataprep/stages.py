@@ -111,13 +111,14 @@ class ChunkTask:
 
 
 def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_unit: str,
-                chunk_bytes: int, strict: bool, max_record_bytes: int = 0):
+                chunk_bytes: int, strict: bool, max_record_bytes: int = 0,
+                id_scope: str = "global"):
     """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
     index, docs, bad, size, files_done = 0, [], [], 0, 0
     for f in files:
         try:
             for item in read_file(f, text_field=text_field, id_field=id_field, text_unit=text_unit,
-                                  max_record_bytes=max_record_bytes):
+                                  max_record_bytes=max_record_bytes, id_scope=id_scope):
                 if isinstance(item, BadRecord):
                     bad.append((item.file, item.line, item.reason, item.detail))
                     if strict:
