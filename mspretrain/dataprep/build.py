@@ -58,7 +58,7 @@ from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, 
                                  DUPLICATES_SCHEMA, DedupPass, DedupResult)
 from mspretrain.dataprep.write.pack import SplitPacker
 from mspretrain.dataprep.write.parquet_stream import InOrderParquet
-from mspretrain.dataprep.readers import list_inputs
+from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
                              tokenize_chunk, worker_setup)
@@ -66,6 +66,7 @@ from mspretrain.dataprep.tokenizer.model import TokenizerError, copy_tokenizer, 
 from mspretrain.dataprep.tokenizer.sample import sample_fraction, write_chunk_sample
 from mspretrain.dataprep.write.stray import remove_temps
 from mspretrain.dataprep.tokenizer.vocab_fit import train_fitted
+from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.executor.local import WorkerDied, WorkerPool
 from mspretrain.dataprep.workdir import WorkDir
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -83,21 +84,31 @@ class BuildResult:
 
 def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildResult:
     out = Path(out)
+    left_out: dict = {}
     try:
-        files = list_inputs(inputs)
-    except FileNotFoundError as e:
+        files = list_inputs(inputs, left_out)
+    except (FileNotFoundError, InputPathError) as e:
         raise BuildError(str(e)) from None
     if not files:
-        raise BuildError(f"no input files found under {', '.join(map(str, inputs))}")
+        raise BuildError(f"no input files found under {', '.join(map(str, inputs))}"
+                         f"{_left_out_note(left_out)}")
     if cfg.run.engine == "ray":
         from mspretrain.dataprep.executor.ray.driver import ray_session
         with ray_session(cfg) as stages:
-            return _build(out, files, cfg, stages)
-    return _build(out, files, cfg, None)
+            return _build(out, files, cfg, stages, left_out)
+    return _build(out, files, cfg, None, left_out)
 
 
-def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
-    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None."""
+def _left_out_note(left_out: dict) -> str:
+    if not left_out:
+        return ""
+    return " (left out: " + ", ".join(f"{len(v)} {k.replace('_', ' ')}"
+                                      for k, v in left_out.items()) + ")"
+
+
+def _build(out: Path, files, cfg: BuildConfig, stages, left_out: dict) -> BuildResult:
+    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None.
+    `left_out`: what list_inputs left out of the input directories, for the report."""
     config = resolved_config(cfg, files, stages.hash_inputs if stages else None)
     created = not out.exists()
     done = _check_out(out, config, cfg)
@@ -108,7 +119,7 @@ def _build(out: Path, files, cfg: BuildConfig, stages) -> BuildResult:
         _unpublish(out, work)
     else:
         work.create(work_owner(config, cfg))
-    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}}
+    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}, "left_out": left_out}
     if stages is not None:
         from mspretrain.dataprep.executor.ray.driver import build_stages
         try:
@@ -183,12 +194,22 @@ def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
     if hash_files is None:
         bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress,
                    leave=False)
-        sums = [sha256_file(f.path) for f in bar]
+        sums = [_input_sha256(f.path) for f in bar]
     else:
         sums = hash_files(files)
     config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size, "sha256": s}
                         for f, s in zip(files, sums)]
     return config
+
+
+def _input_sha256(path: Path) -> str:
+    """An input file's sha256 (for the manifest), or a BuildError naming a file that cannot be read
+    (permissions, an I/O error): every input is part of the dataset's identity."""
+    try:
+        return sha256_file(path)
+    except OSError as e:
+        raise BuildError(f"{path}: cannot read this input file ({e.strerror or e}); fix its "
+                         f"permissions or leave it out") from None
 
 
 def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
@@ -204,7 +225,13 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
             raise BuildError(f"--out {out} already holds a different dataset (fingerprint "
                              f"{manifest.fingerprint[:16]}); nothing overwritten. Choose another "
                              f"--out or delete it.")
-        work.remove()   # leftovers of a build killed after it published its manifest
+        faults = file_faults(out, manifest)
+        if faults:
+            raise BuildError(f"--out {out} holds this dataset, damaged: {faults[0]}"
+                             f"{f' (and {len(faults) - 1} more)' if len(faults) > 1 else ''}; "
+                             f"nothing overwritten. `dataprep verify {out}` lists every fault; "
+                             f"delete {out} and rerun to build it again")
+        _remove_leftovers(work, config)
         return manifest
     if work.exists():
         owner = work.owner()
@@ -217,11 +244,24 @@ def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
                              f"inputs; rerun it with its original command, or delete {work.root}")
         return None
     if work.root.is_dir() and [p.name for p in out.iterdir()] == [work.root.name]:
-        work.remove()   # killed before build.json was written: nothing of value in it
+        work.remove_unclaimed()   # killed before build.json was written: empty directories
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BuildError(f"--out {out} exists and is not a dataset built by dataprep; nothing "
-                         f"overwritten. Choose an empty or new directory.")
+                         f"overwritten or deleted. Choose an empty or new directory.")
     return None
+
+
+def _remove_leftovers(work: WorkDir, config: dict) -> None:
+    """The work dir of a build killed after it published its manifest: removed when its owner file
+    names this dataset's config (so this tool wrote it), else left alone."""
+    try:
+        ours = work.owner().get("config") == config
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if ours:
+        work.remove()
+    else:
+        work.remove_unclaimed()
 
 
 def _unpublish(out: Path, work: WorkDir) -> None:
@@ -235,10 +275,7 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
     setup = worker_setup(cfg, work)
     init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
-    try:
-        return WorkerPool(cfg.run.workers, setup)
-    except WorkerDied as e:
-        raise BuildError(str(e)) from None
+    return WorkerPool(cfg.run.workers, setup)     # started by `with`
 
 
 def _timed(times: dict, name: str, fn, *args):
@@ -257,7 +294,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         run["chunks_reused"]["docs"] = result.num_chunks
         return result
     tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
-                        cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes)
+                        cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes,
+                        cfg.input.id_scope)
     dedup = DedupPass(cfg.dedup,
                       texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
                                                         columns=["text"]).column("text"),

@@ -3,39 +3,63 @@ dataset error (the message names the file or line), 2 on a config error (it name
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from mspretrain.dataprep import interrupt
-from mspretrain.dataprep.config import load_build_config
-from mspretrain.common.config import ConfigError, add_config_options, parse_size, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a 250 MB
-    # build ~100 MB more peak RSS across the main process and a worker, for no speed gain here. It is
-    # read when pyarrow's default pool is first made, so it is set before the build imports pyarrow;
-    # worker processes inherit it. An explicit setting wins.
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = None
     try:
+        # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a
+        # 250 MB build ~100 MB more peak RSS across the main process and a worker, for no speed
+        # gain here. It is read when pyarrow's default pool is first made, so it is set before the
+        # build imports pyarrow; worker processes inherit it. An explicit setting wins.
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
         with interrupt.catching():
-            return args.func(args)
-    except ConfigError as e:
-        return report(f"dataprep {args.command}", e)
+            # a Ctrl-C that lands inside an import can be dropped, or turned into an ImportError
+            # with a traceback (numpy does): the modules a command needs import with it deferred
+            with interrupt.deferred():
+                from mspretrain.common.config import ConfigError, report
+                args = _parser().parse_args(argv)
+                for module in _MODULES[args.command]:
+                    importlib.import_module(module)
+            try:
+                return args.func(args)
+            except ConfigError as e:
+                return report(f"dataprep {args.command}", e)
     except KeyboardInterrupt:
-        if args.command == "build":
-            print(f"\ndataprep build: interrupted; the finished work is kept in "
-                  f"{args.out}/.build; rerun the same command to resume: dataprep "
-                  f"{shlex.join(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
-        else:
-            print(f"\ndataprep {args.command}: interrupted", file=sys.stderr)
+        print(_interrupted(args, argv), file=sys.stderr)
         return 130
 
 
+# the modules each command imports (main imports them first, while Ctrl-C is deferred)
+_MODULES = {
+    "build": ("mspretrain.dataprep.build", "mspretrain.dataprep.config", "mspretrain.dataprep.report.summary",
+              "mspretrain.common.lock"),
+    "inspect": ("mspretrain.dataprep.inspection", "mspretrain.loader.manifest"),
+    "quality": ("mspretrain.dataprep.steps.quality",),
+    "verify": ("mspretrain.dataprep.verify",),
+}
+
+
+def _interrupted(args, argv) -> str:
+    """The one line a Ctrl-C prints, whenever it comes (before the arguments are parsed too)."""
+    if args is None:
+        return "\ndataprep: interrupted"
+    if args.command == "build":
+        return (f"\ndataprep build: interrupted; the finished work is kept in {args.out}/.build; "
+                f"rerun the same command to resume: dataprep "
+                f"{shlex.join(sys.argv[1:] if argv is None else argv)}")
+    return f"\ndataprep {args.command}: interrupted"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from mspretrain.common.config import add_config_options
     p = argparse.ArgumentParser(prog="dataprep", description="Build, inspect and verify "
                                 "MindRecord pretraining datasets.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -97,8 +121,10 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 
 
 def _build(args) -> int:
+    from mspretrain.common.config import parse_size
     from mspretrain.dataprep.build import build
-    from mspretrain.dataprep.errors import BuildError
+    from mspretrain.dataprep.config import load_build_config
+    from mspretrain.dataprep.errors import BuildError, id_warnings
     from mspretrain.dataprep.report.summary import summary
     from mspretrain.common.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
@@ -111,18 +137,55 @@ def _build(args) -> int:
     if args.decontaminate:
         cfg = load_build_config(args.config, {**overrides, "decontam.files": [
             *cfg.decontam.files, *args.decontaminate]}, args.set)
+    why = _unusable_out(args.out)
+    if why:
+        print(f"dataprep build: error: --out {args.out}: {why}", file=sys.stderr)
+        return 2
     try:
-        with out_dir_lock(args.out, f"--out {args.out}"):
+        # the lock of the real directory: two aliases of one DIR (a symlink) share it
+        with out_dir_lock(os.path.realpath(args.out), f"--out {args.out}"):
             result = build(args.inputs, args.out, cfg)
     except (BuildError, LockedError) as e:
         print(f"dataprep build: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:   # the machine's: a full disk, a read-only or unreadable path
+        kept = (f"; the finished work is kept in {args.out}/.build: fix that and rerun the same "
+                f"command to resume" if os.path.isdir(os.path.join(args.out, ".build")) else "")
+        print(f"dataprep build: error: {_os_error(e)}{kept}", file=sys.stderr)
+        return 1
     if result.already_built:
         print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "
-              f"{result.manifest.fingerprint[:16]}); nothing to do")
+              f"{result.manifest.fingerprint[:16]}, every file's sha256 checked); nothing to do")
     else:
         print(summary(result.report))
+        for line in id_warnings(result.report.get("id_conflicts", {})):
+            print(f"dataprep build: {line}", file=sys.stderr)
     return 0
+
+
+def _unusable_out(out: str) -> str:
+    """Why --out cannot be a dataset directory, or "": a file where a directory must be, or a
+    directory this process cannot write in (read-only file system, permissions)."""
+    path = Path(out).absolute()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            break
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK) or _read_only(parent):
+        what = "--out" if parent == path else "its parent"
+        return f"{what} {parent} is not writable (read-only file system or permissions)"
+    return ""
+
+
+def _read_only(path: Path) -> bool:
+    """os.access ignores a read-only mount for root; statvfs does not."""
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def _os_error(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"
 
 
 def _quality_train(args) -> int:

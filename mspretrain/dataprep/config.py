@@ -25,6 +25,11 @@ class InputConfig:
     text_field: str = "text"       # jsonl / parquet field holding the document text
     id_field: str = "id"           # field that becomes the doc_id where present
     text_unit: str = "file"        # plain text: one document per "file" or per blank-line "paragraph"
+    # "global": a record's id field is its doc_id, and ids must be unique across all input files (a
+    # repeat is dropped as `duplicate_doc_id`, and an id another file already used is warned about
+    # per file); "file": ids are namespaced by their file (doc_id REL#ID), for corpora whose ids
+    # restart in every file. An integer id is its digits: 1 and "1" are the same id.
+    id_scope: str = "global"
     # a record (jsonl line, paragraph, text file, parquet value) over this many bytes is never held:
     # it is a bad record `record_too_long` (counted; --strict fails naming file:line).
     # The default keeps every record the default filters.max_chars (1M characters) can keep, even
@@ -100,6 +105,7 @@ def load_build_config(path: str | Path | None = None, overrides: dict | None = N
 def validate(cfg: BuildConfig) -> None:
     checks = [
         (cfg.input.text_unit in ("file", "paragraph"), "input.text_unit", "file or paragraph"),
+        (cfg.input.id_scope in ("global", "file"), "input.id_scope", "global or file"),
         (cfg.tokenizer.model_type in ("unigram", "bpe"), "tokenizer.model_type", "unigram or bpe"),
         (cfg.tokenizer.vocab_size >= 16, "tokenizer.vocab_size", ">= 16"),
         (0 < cfg.tokenizer.character_coverage <= 1, "tokenizer.character_coverage", "in (0, 1]"),
@@ -141,6 +147,8 @@ def manifest_config(cfg: BuildConfig) -> dict:
     # keep their fingerprint (records under the cap read as they always did)
     if cfg.input.max_record_bytes == InputConfig.max_record_bytes:
         d["input"].pop("max_record_bytes")
+    if cfg.input.id_scope == InputConfig.id_scope:    # likewise: the default is how ids always were
+        d["input"].pop("id_scope")
     # files that change the output are recorded by content, like the inputs
     d["decontam"]["files"] = [{"file": Path(f).name, "sha256": sha256_file(f)} for f in cfg.decontam.files]
     if cfg.filters.quality.model:

@@ -8,7 +8,9 @@ Nothing is skipped without a record, except blank lines in jsonl, which hold no 
 A damaged compressed stream yields every document decoded before the damage (decompression is
 incremental: only the record the damage hits is lost; zstd decodes whole blocks, so there the block
 it hits), then one `BadRecord(reason="truncated_compressed" | "corrupt_compressed")` naming the
-first line not read whole, then stops.
+first line not read whole, then stops. A gzip member that fails its check (CRC or data) cannot be
+trusted anywhere, the CRC being at its end: gzip files are checked first (`_gzip_damage`), and the
+reader stops at the first line of the damaged member (corrupt_compressed names it).
 A record longer than `max_record_bytes` (a jsonl line, a paragraph, a whole text file, a parquet
 text value; 0: no cap) is never held whole: the reader reads past it in blocks and yields a
 `BadRecord(reason="record_too_long")` naming its first line, so one giant record cannot set the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
 PARQUET_SUFFIXES = {".parquet"}
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 TEXT_UNITS = ("file", "paragraph")
+ID_SCOPES = ("global", "file")
 _CHUNK = 1 << 16
 _FEED = 1 << 13        # compressed bytes per decompress call
 _PARQUET_BATCH = 1024
@@ -76,47 +80,84 @@ class _Damaged(Exception):
 
 # ---------------------------------------------------------------------------------------- listing
 
-def list_inputs(paths: list[str | Path]) -> list[InputFile]:
+def list_inputs(paths: list[str | Path], left_out: dict | None = None) -> list[InputFile]:
     """The input files under `paths`, in argument order, each directory walked in sorted order.
 
-    Hidden files and directories (name starting with '.') inside a directory are skipped; a path
-    given twice is listed once.
+    Inside a directory, these are left out, and named in `left_out` (a dict, filled in when given:
+    {"hidden": [...], "symlinked_dirs": [...], "broken_symlinks": [...], "not_files": [...]}, paths
+    as given), which the build reports: names starting with '.' (hidden files and directories,
+    such as .git), symlinks to directories (not followed: a link can make a cycle or bring in a
+    tree twice; give the target as an INPUT instead), broken symlinks, and what is neither a file
+    nor a directory (FIFOs, sockets, devices). A symlink to a file is read. A path given twice is
+    listed once.
     """
     found: list[InputFile] = []
     seen: set[Path] = set()
+    skipped = {kind: [] for kind in LEFT_OUT}
     for arg in paths:
         root = Path(arg)
         if not root.exists():
             raise FileNotFoundError(f"input path not found: {arg}")
+        if not root.is_dir() and not root.is_file():
+            raise InputPathError(f"input path is neither a file nor a directory (a FIFO, socket or "
+                                 f"device?): {arg}")
         if root.is_dir():
             real_root = root.resolve()
-            files = [(rel, Path(os.path.realpath(path)) if link else real_root / rel)
-                     for rel, path, link in sorted(_walk(str(root), ""))]
+            files = []
+            for rel, path, link in sorted(_walk(str(root), "", skipped)):
+                files.append((rel, Path(os.path.realpath(path)) if link else real_root / rel))
         else:
             files = [(root.name, root.resolve())]
         for rel, path in files:
+            rel = _printable(rel)
             if path not in seen:
                 seen.add(path)
                 found.append(InputFile(path=path, rel=rel))
+    if left_out is not None:
+        left_out.update({k: sorted(v) for k, v in skipped.items() if v})
     return found
 
 
-def _walk(top: str, prefix: str):
-    """(relative posix path, path, is a symlink) of the files under `top`, hidden names and
-    symlinked directories left out (as Path.rglob does not enter them). One scandir per directory:
-    no stat for a regular file, no resolve() but for symlinks (a corpus may hold 10^5 files)."""
+def _printable(rel: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (os gives them as surrogate escapes, which no
+    file can hold) written as \\xNN, so doc_ids, the report and the manifest can name the file."""
+    try:
+        rel.encode("utf-8")
+        return rel
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+
+
+class InputPathError(ValueError):
+    """An INPUT argument that cannot be read as a file or walked as a directory."""
+
+
+LEFT_OUT = ("hidden", "symlinked_dirs", "broken_symlinks", "not_files")
+
+
+def _walk(top: str, prefix: str, skipped: dict):
+    """(relative posix path, path, is a symlink) of the files under `top`; what is left out goes
+    into `skipped` (see list_inputs). One scandir per directory: no stat for a regular file, no
+    resolve() but for symlinks (a corpus may hold 10^5 files)."""
     with os.scandir(top) as it:
         entries = list(it)
     for e in entries:
         if e.name.startswith("."):
+            skipped["hidden"].append(e.path)
             continue
         try:
             if e.is_dir(follow_symlinks=False):
-                yield from _walk(e.path, f"{prefix}{e.name}/")
+                yield from _walk(e.path, f"{prefix}{e.name}/", skipped)
             elif e.is_file():
                 yield f"{prefix}{e.name}", e.path, e.is_symlink()
-        except OSError:   # gone, or a broken symlink: not an input file
-            continue
+            elif e.is_symlink() and e.is_dir():
+                skipped["symlinked_dirs"].append(e.path)
+            elif e.is_symlink() and not os.path.exists(e.path):
+                skipped["broken_symlinks"].append(e.path)
+            else:
+                skipped["not_files"].append(e.path)
+        except OSError:   # gone while listed, or a link that cannot be followed
+            skipped["broken_symlinks" if e.is_symlink() else "not_files"].append(e.path)
 
 
 def file_format(path: Path) -> tuple[str, str | None]:
@@ -136,10 +177,17 @@ def file_format(path: Path) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------- reading
 
 def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
-              text_unit: str = "file", max_record_bytes: int = 0) -> Iterator[Document | BadRecord]:
-    """Documents and bad records of one input file, in file order (see the module docstring)."""
+              text_unit: str = "file", max_record_bytes: int = 0,
+              id_scope: str = "global") -> Iterator[Document | BadRecord]:
+    """Documents and bad records of one input file, in file order (see the module docstring).
+    id_scope "file": a record's id is namespaced by its file, `REL#ID` (ids that restart in every
+    file stay apart); "global": the id as it is (ids must be unique across files)."""
     if text_unit not in TEXT_UNITS:
         raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {text_unit!r}")
+    if id_scope not in ID_SCOPES:
+        raise ValueError(f"id_scope must be one of {ID_SCOPES}, got {id_scope!r}")
+    id_field = _IdField(id_field)
+    id_field.prefix = f"{inp.rel}#" if id_scope == "file" else ""
     kind, compression = file_format(inp.path)
     try:
         raw = open(inp.path, "rb", buffering=_CHUNK)   # _binary peeks at _CHUNK bytes
@@ -147,7 +195,8 @@ def read_file(inp: InputFile, text_field: str = "text", id_field: str = "id",
         yield BadRecord(inp.rel, 0, "unreadable", str(e))
         return
     with raw:
-        stream = _decompressed(raw, compression)
+        stream = _decompressed(raw, compression, _gzip_damage(inp.path) if compression == "gzip"
+                               else None)
         if inp.end >= 0:
             if kind not in ("jsonl", "parquet") or compression:
                 raise ValueError(f"{inp.rel}: parts are for uncompressed jsonl and parquet only")
@@ -175,10 +224,42 @@ def _binary(stream: BinaryIO) -> str | None:
         return None
 
 
-def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:
+def _decompressed(raw: BinaryIO, compression: str | None, stop=None) -> BinaryIO:
     if compression:
-        return io.BufferedReader(_StreamRaw(raw, compression), _CHUNK)
+        return io.BufferedReader(_StreamRaw(raw, compression, stop), _CHUNK)
     return raw
+
+
+def _gzip_damage(path: Path) -> tuple[int, str] | None:
+    """(decompressed offset, why) of the first gzip member that fails its check, or None.
+
+    A gzip member's CRC comes at its end, so a flipped byte in a stored (level 0) member, or one
+    that still inflates, shows only after every line of the member has been read: nothing of that
+    member can be trusted, the lines before the damage included. So gzip files are checked first,
+    member by member (one more decompression, no more memory than the reader's), and the reader
+    stops at the start of a damaged member. A stream that is only cut short passes here: the
+    reader reports it where it ends."""
+    offset, start, obj = 0, 0, None
+    try:
+        with open(path, "rb", buffering=_CHUNK) as f:
+            while chunk := f.read(_CHUNK):
+                for i in range(0, len(chunk), _FEED):
+                    data = chunk[i:i + _FEED]
+                    while data:
+                        if obj is None or obj.eof:
+                            if obj is not None:
+                                data = data.lstrip(b"\0")
+                                if not data:
+                                    break
+                            obj, start = zlib.decompressobj(31), offset
+                        offset += len(obj.decompress(data))
+                        data = obj.unused_data if obj.eof else b""
+    except zlib.error as e:
+        return start, (f"gzip member from decompressed byte {start} fails its check ({e}): none "
+                       f"of its lines can be trusted")
+    except OSError:
+        return None      # the reader reports what it cannot read
+    return None
 
 
 class _StreamRaw(io.RawIOBase):
@@ -188,8 +269,9 @@ class _StreamRaw(io.RawIOBase):
     buffered block around it). Input is fed in small pieces, so that a corrupt spot costs at most
     the output of one piece."""
 
-    def __init__(self, raw: BinaryIO, compression: str):
+    def __init__(self, raw: BinaryIO, compression: str, stop: tuple[int, str] | None = None):
         self._raw, self._gzip = raw, compression == "gzip"
+        self._stop, self._decoded = stop, 0    # (offset, why): deliver nothing from there on
         self._name = "gzip" if self._gzip else "zstd"
         self._dctx = None if self._gzip else zstandard.ZstdDecompressor()
         self._obj = None                     # decompressor of the current member or frame
@@ -227,6 +309,10 @@ class _StreamRaw(io.RawIOBase):
                 self._damage = _Damaged("corrupt_compressed", f"{self._name} stream is corrupt: {e}")
                 break
         self._pending, self._pos = b"".join(out), 0
+        if self._stop is not None and self._decoded + len(self._pending) >= self._stop[0]:
+            self._pending = self._pending[:self._stop[0] - self._decoded]
+            self._damage = _Damaged("corrupt_compressed", self._stop[1])
+        self._decoded += len(self._pending)
         return True
 
     def _decode(self, data: bytes, out: list) -> None:
@@ -267,13 +353,20 @@ def too_long(rel: str, line: int, nbytes: int, cap: int) -> BadRecord:
                      f"{nbytes} bytes, over input.max_record_bytes = {cap}; record skipped")
 
 
+class _IdField(str):
+    """The id field's name, carrying the prefix of the file's ids (read_file's id_scope)."""
+    prefix = ""
+
+
 def _record_id(rec: dict, id_field: str, rel: str, line: int) -> str | None:
+    """The id field's value as the doc_id (an integer as its digits: 1 and "1" are one id), or
+    REL:LINE for a record without one; None for a value that is no string or integer."""
     value = rec.get(id_field)
     if value is None:
         return f"{rel}:{line}"
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
-    return str(value)
+    return getattr(id_field, "prefix", "") + str(value)
 
 
 def _read_jsonl(inp: InputFile, stream: BinaryIO, text_field: str, id_field: str,
@@ -401,7 +494,19 @@ def _json_record(rel: str, line: int, s: str, text_field: str,
     doc_id = _record_id(rec, id_field, rel, line)
     if doc_id is None:
         return BadRecord(rel, line, "invalid_id", f"field {id_field!r} is not a string or integer")
+    if _SURROGATE_ESCAPE.search(s):   # rare: only then is the (costly) check worth it
+        for name, value in ((id_field, doc_id), (text_field, text)):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return BadRecord(rel, line, "invalid_unicode",
+                                 f"field {name!r} holds a lone surrogate ({value[e.start]!r}), "
+                                 f"which no UTF-8 text can hold")
     return Document(doc_id, text, rel)
+
+
+# a JSON escape of a UTF-16 surrogate: the only way a lone one gets into a decoded line
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _read_text(inp: InputFile, stream: BinaryIO, text_unit: str,

@@ -111,13 +111,14 @@ class ChunkTask:
 
 
 def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_unit: str,
-                chunk_bytes: int, strict: bool, max_record_bytes: int = 0):
+                chunk_bytes: int, strict: bool, max_record_bytes: int = 0,
+                id_scope: str = "global"):
     """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
     index, docs, bad, size, files_done = 0, [], [], 0, 0
     for f in files:
         try:
             for item in read_file(f, text_field=text_field, id_field=id_field, text_unit=text_unit,
-                                  max_record_bytes=max_record_bytes):
+                                  max_record_bytes=max_record_bytes, id_scope=id_scope):
                 if isinstance(item, BadRecord):
                     bad.append((item.file, item.line, item.reason, item.detail))
                     if strict:
@@ -168,7 +169,8 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     rows = {name: [] for name in DOCS_SCHEMA.names}
     filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
     kept_texts = []
-    stats = {"languages": {}, "pii": {}, "pii_docs": 0, "decontam": [], "decontam_cut": 0}
+    stats = {"languages": {}, "pii": {}, "pii_languages": {}, "pii_docs": 0, "decontam": [],
+             "decontam_cut": 0}
     decontam = pipeline.step("decontaminate")
     item_ids = decontam.index.item_ids if decontam else []
     results, new = [], []
@@ -224,8 +226,10 @@ def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, actio
     lang = stats["languages"].setdefault(attrs["language"], [0, 0])
     lang[0] += 1
     lang[1] += utf8_len(clean)
+    by_kind = stats["pii_languages"].setdefault(attrs["language"], {}) if attrs["pii"] else {}
     for kind, n in attrs["pii"].items():
         stats["pii"][kind] = stats["pii"].get(kind, 0) + n
+        by_kind[kind] = by_kind.get(kind, 0) + n
     stats["pii_docs"] += bool(attrs["pii"])
     for i in attrs["decontam"]:
         stats["decontam"].append([item_ids[i], doc_id])

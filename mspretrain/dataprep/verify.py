@@ -59,6 +59,24 @@ def verify_dataset(root: str | os.PathLike) -> list[str]:
     return faults
 
 
+def file_faults(root: Path, m) -> list[str]:
+    """The cheap half of verify: every file the manifest lists exists with its size and sha256
+    (what a rebuild checks before it says that DIR already holds the dataset)."""
+    root = Path(root)
+    path = root / (m.tokenizer.file or "tokenizer.model")
+    if not path.is_file():
+        faults = [f"{path}: tokenizer file missing"]
+    elif sha256_file(path) != m.tokenizer.sha256:
+        faults = [f"{path}: sha256 differs from the manifest's tokenizer.sha256"]
+    else:
+        faults = []
+    cap = int(m.config.get("shards", {}).get("max_shard_bytes", 2 << 30))
+    for split in m.splits.values():
+        for shard in split.shards:
+            faults += _check_files(root, shard, cap)
+    return faults
+
+
 def _check_tokenizer(root: Path, m) -> list[str]:
     path = root / (m.tokenizer.file or "tokenizer.model")
     if not path.is_file():

@@ -56,10 +56,25 @@ class WorkDir:
         return read_json(self.owner_file)
 
     def create(self, owner: dict) -> None:
-        """Claim the work dir for the build described by `owner` (its config, chunk size)."""
-        for d in (self.root, self.docs, self.tokens, self.staging):
-            d.mkdir(parents=True, exist_ok=True)
+        """Claim the work dir for the build described by `owner` (its config, chunk size): the
+        owner file first, so that a work dir without one is at most an empty directory."""
+        self.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.owner_file, owner)
+        for d in (self.docs, self.tokens, self.staging):
+            d.mkdir(exist_ok=True)
+
+    def remove_unclaimed(self) -> bool:
+        """Remove a work dir that a build killed before it wrote the owner file left: nothing but
+        empty directories of this layout (older versions made them first). False, and nothing
+        removed, if it holds anything else: then it is not this tool's to delete."""
+        for d in (self.docs, self.tokens, self.staging, self.root):
+            try:
+                d.rmdir()               # only ever removes an empty directory
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
 
     def chunk_file(self, stage_dir: Path, index: int, ext: str) -> Path:
         return stage_dir / f"{index:05d}.{ext}"

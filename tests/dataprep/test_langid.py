@@ -56,6 +56,27 @@ def test_no_letters_is_undetermined_and_scores_are_probabilities():
         assert lang == "de" and 0.5 < score <= 1.0
 
 
+def _catalogue(name: str) -> str:
+    """The translated strings of a gettext catalogue shipped in tests/dataprep/data."""
+    from pii_set import catalogue_texts
+    return catalogue_texts()[name]
+
+
+def test_iso_codes_and_unknown_languages():
+    from mspretrain.dataprep.steps.langid import iso_code, script
+    assert [iso_code(c) for c in ("iw", "jw", "in", "mo", "zh-Hant", "zh", "haw", "en")] == \
+        ["he", "jv", "id", "ro", "zh", "zh", "haw", "en"]
+    assert identify("שלום עולם, זהו משפט בעברית על תוכנה חופשית ומערכות הפעלה.")[0] == "he"
+    assert script("中華民國行政院院長", "zh") == "Hant" and script("中华人民共和国国务院总理", "zh") == "Hans"
+    # languages CLD2 has no model of: its fallback is "en"; they are "und", and [zh, en] drops them
+    for name in ("ia", "fur", "wa"):
+        lang, score = identify(_catalogue(name))
+        assert (lang, score) == ("und", 0.0) or (name == "wa" and lang == "fr"), (name, lang)
+        assert language_reason(lang, score, ("zh", "en"), 0.0) == "language"
+        assert (language_reason(lang, score, ("zh", "en", "und"), 0.0) is None) == (lang == "und")
+    assert identify(_catalogue("en_GB"))[0] == "en"
+
+
 def test_reasons():
     assert language_reason("de", 0.99, ("zh", "en"), 0.0) == "language"
     assert language_reason("en", 0.4, ("zh", "en"), 0.5) == "language_score"

@@ -51,7 +51,7 @@ class DedupResult:
     train_bytes: int = 0
     exact: list[int] = field(default_factory=lambda: [0, 0])        # docs, bytes dropped
     near: list[int] = field(default_factory=lambda: [0, 0])
-    duplicate_ids: list[list] = field(default_factory=list)         # [source, doc_id]
+    duplicate_ids: list[list] = field(default_factory=list)   # [source, doc_id, first source]
     keep_mask: np.ndarray | None = None                             # all chunks, concatenated
 
     @property
@@ -125,12 +125,13 @@ class DedupPass:
         keep = np.zeros(table.num_rows, bool)
         drops: list[tuple] = []   # (row, doc_id, kept_doc_id, kind, similarity, bytes)
         near_rows, first_row, same_as = [], {}, {}
-        earlier_ids = self.seen.known_ids(c["doc_id"])
+        earlier_ids = self.seen.known_ids(c["doc_id"])    # doc_id -> the file it came from
         earlier_keys = self.seen.kept_keys(c["key"])
         new_ids: dict[str, int] = {}     # doc_id -> row, the first time it is seen
         for i, doc_id in enumerate(c["doc_id"]):
             if doc_id in earlier_ids or doc_id in new_ids:
-                self.result.duplicate_ids.append([c["source"][i], doc_id])
+                first = earlier_ids[doc_id] if doc_id in earlier_ids else c["source"][new_ids[doc_id]]
+                self.result.duplicate_ids.append([c["source"][i], doc_id, first])
                 continue
             new_ids[doc_id] = i
             if c["reason"][i]:
@@ -158,7 +159,7 @@ class DedupPass:
                     self._kept(c["bytes_clean"][i], c["split"][i])
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
-        self.seen.add(chunk, new_ids, keep, c["key"])
+        self.seen.add(chunk, new_ids, keep, c["key"], c["source"])
         fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
         for i, _, _, kind, _, _ in drops:
             fate[i] = kind
@@ -222,7 +223,8 @@ class SeenStore:
         # scratch state: a killed stage 2 starts again from an empty store, so no journal, no fsync
         self.db.executescript(
             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8192;"
-            "CREATE TABLE ids (id TEXT PRIMARY KEY, chunk INTEGER, row INTEGER) WITHOUT ROWID;"
+            "CREATE TABLE ids (id TEXT PRIMARY KEY, chunk INTEGER, row INTEGER, source TEXT) "
+            "WITHOUT ROWID;"
             "CREATE TABLE keys (key BLOB PRIMARY KEY, doc_id TEXT) WITHOUT ROWID;")
 
     def _select(self, sql: str, values: list) -> list:
@@ -232,16 +234,20 @@ class SeenStore:
             out += self.db.execute(sql.format(",".join("?" * len(part))), part).fetchall()
         return out
 
-    def known_ids(self, ids: list[str]) -> set[str]:
-        return {r[0] for r in self._select("SELECT id FROM ids WHERE id IN ({})", ids)}
+    def known_ids(self, ids: list[str]) -> dict[str, str]:
+        """id -> the file of its first document, for the ids seen before."""
+        return dict(self._select("SELECT id, source FROM ids WHERE id IN ({})", ids))
 
     def kept_keys(self, keys: list[bytes]) -> dict[bytes, str]:
         return dict(self._select("SELECT key, doc_id FROM keys WHERE key IN ({})", keys))
 
-    def add(self, chunk: int, new_ids: dict[str, int], keep: np.ndarray, keys: list[bytes]) -> None:
-        """The chunk's first-seen ids (doc_id -> row), with chunk and row for the kept ones."""
-        self.db.executemany("INSERT INTO ids VALUES (?, ?, ?)",
-                            [(d, chunk, r) if keep[r] else (d, None, None) for d, r in new_ids.items()])
+    def add(self, chunk: int, new_ids: dict[str, int], keep: np.ndarray, keys: list[bytes],
+            sources: list[str]) -> None:
+        """The chunk's first-seen ids (doc_id -> row) and their files, with chunk and row for the
+        kept ones."""
+        self.db.executemany("INSERT INTO ids VALUES (?, ?, ?, ?)",
+                            [(d, chunk, r, sources[r]) if keep[r] else (d, None, None, sources[r])
+                             for d, r in new_ids.items()])
         self.db.executemany("INSERT OR REPLACE INTO keys VALUES (?, ?)",
                             [(keys[r], d) for d, r in new_ids.items() if keep[r]])
 

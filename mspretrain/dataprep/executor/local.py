@@ -9,20 +9,32 @@ back in input order, with a bounded number of chunks in flight.
   of waiting forever, and a rerun resumes from the completed chunks.
 - Workers start together (a barrier), so one that spawned first does not take every chunk alone, and
   leave on their own if the main process is killed.
+- A build that stops early (Ctrl-C, an error) kills its workers before it leaves. Shutting the
+  executor down while workers still start (unpickling their set-up) can hang for good: the queue's
+  feeder thread blocks writing a task to a pipe no worker reads, and the exit waits for that thread
+  (CPython gh-107219, gh-132969; Python 3.14 adds `ProcessPoolExecutor.kill_workers` for this).
+  Once the workers are dead the executor sees a broken pool, closes the pipe and lets go. A killed
+  worker loses nothing: its outputs are written atomically and a rerun resumes.
+- Workers never see Ctrl-C (the main process reports it): they start with SIGINT blocked, so a
+  terminal's Ctrl-C to the whole group cannot hit one before it has set SIGINT to be ignored.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from mspretrain.dataprep import interrupt
 from mspretrain.dataprep.stages import WorkerSetup, init_worker
+
+# how often a wait for a worker's result looks for a swallowed Ctrl-C (interrupt.check)
+_POLL_S = 0.2
 
 
 class WorkerDied(RuntimeError):
@@ -30,16 +42,32 @@ class WorkerDied(RuntimeError):
 
 
 class WorkerPool:
+    """`with WorkerPool(n, setup) as pool:` starts the workers when the block is entered and stops
+    them when it ends (kills them if it ends by an exception)."""
+
     def __init__(self, workers: int, setup: WorkerSetup):
-        self.workers = workers
+        self.workers, self._setup = workers, setup
+        self._pool = None
+
+    def __enter__(self):
+        try:
+            # a Ctrl-C waits until every started worker is known to the executor (see close)
+            with interrupt.deferred(), _sigint_blocked():
+                self._start()
+        except BaseException:
+            self.close(wait=False)
+            raise
+        return self
+
+    def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        ready = ctx.Barrier(workers)
-        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
-                                         initargs=(setup, os.getpid(), ready))
+        ready = ctx.Barrier(self.workers)
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_start_worker,
+                                         initargs=(self._setup, os.getpid(), ready))
         # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
         # barrier needs all of them); not waited for: the main process reads the first chunks
         # while they start, and a worker that fails to start breaks the pool like one that dies
-        for _ in range(workers):
+        for _ in range(self.workers):
             self._pool.submit(os.getpid)
 
     def map_ordered(self, fn, tasks, idle=None):
@@ -62,24 +90,52 @@ class WorkerPool:
                 f.cancel()
 
     def close(self, wait: bool = True) -> None:
+        """wait=True: let the workers finish (a build that ended well has nothing left for them).
+        wait=False: a build that stops early kills them first (see the module docstring)."""
+        if self._pool is None:
+            return
+        if not wait:
+            self._kill_workers()
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
-    def __enter__(self):
-        return self
+    def _kill_workers(self) -> None:
+        # ProcessPoolExecutor has no public way to stop its processes before Python 3.14
+        for p in list((self._pool._processes or {}).values()):
+            try:
+                p.kill()
+            except (OSError, ValueError):   # already gone, or closed
+                pass
 
     def __exit__(self, exc_type, exc, tb):
         self.close(wait=exc_type is None)
 
 
 def _next_result(pending: deque, idle):
-    interrupt.check()     # a Ctrl-C that a library swallowed stops the build here
-    while idle is not None and not pending[0].done() and idle():
-        pass
+    head = pending[0]
+    while not head.done():
+        interrupt.check()     # a Ctrl-C that a library swallowed stops the build here
+        if idle is None or not idle():
+            idle = None       # no main-process work left: wait, a short while at a time, so
+            wait([head], timeout=_POLL_S)     # that a swallowed Ctrl-C is not held up
+    interrupt.check()
     return pending.popleft().result()
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread: processes started inside inherit the mask (across exec), so
+    they start with SIGINT held until `_start_worker` ignores it. The main process loses nothing:
+    a SIGINT sent meanwhile is handled by another thread or when the block ends."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the main process's to report
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     init_worker(setup)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:

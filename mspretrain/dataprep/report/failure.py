@@ -4,10 +4,14 @@ The common first-hour case is records whose text sits under another field name: 
 `missing_text_field` bad record and nothing is left, which used to read as "empty corpus". The
 message now counts those records per file and names the config key to set. The failure report
 (DIR/report.json and report.md, marked `"failed": true`) holds what was read and every bad record;
-a later build into the same DIR replaces it.
+a later build into the same DIR replaces it, but only a report this tool provably wrote: report.json
+carries a digest of both files' contents (`written_by`), and a report without it (written by hand)
+or edited since is left alone (the build then refuses the DIR as not its own).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from mspretrain.dataprep.workdir import read_json
@@ -47,7 +51,6 @@ def write_report(out: Path, message: str, work_bad: dict, docs_read: int | None)
     """DIR/report.json and report.md of a build that made no dataset."""
     out.mkdir(parents=True, exist_ok=True)
     report = {"failed": True, "error": message, "docs_read": docs_read, "bad_records": work_bad}
-    atomic_write_json(out / "report.json", report)
     lines = ["# dataprep build report: no dataset", "", message, "", "## Bad records", ""]
     if work_bad:
         lines += ["| file | reason | count | first line | detail |", "|---|---|---:|---:|---|"]
@@ -55,17 +58,30 @@ def write_report(out: Path, message: str, work_bad: dict, docs_read: int | None)
                   for f, reasons in work_bad.items() for reason, (n, line, detail) in reasons.items()]
     else:
         lines.append("None.")
-    atomic_write_bytes(out / "report.md", ("\n".join(lines) + "\n").encode())
+    md = ("\n".join(lines) + "\n").encode()
+    report["written_by"] = {"tool": "dataprep build", "sha256": _digest(report, md)}
+    atomic_write_bytes(out / "report.md", md)
+    atomic_write_json(out / "report.json", report)   # last: the report counts once it is there
+
+
+def _digest(report: dict, md: bytes) -> str:
+    """sha256 over the report's contents (but its `written_by`) and report.md's bytes."""
+    body = {k: v for k, v in report.items() if k != "written_by"}
+    h = hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode())
+    h.update(md)
+    return h.hexdigest()
 
 
 def clear_report(out: Path) -> None:
-    """Remove a failed build's report, so DIR counts as empty for the next build."""
-    path = out / "report.json"
+    """Remove a failed build's report, so DIR counts as empty for the next build: only one this
+    tool wrote, unchanged (its digest matches); anything else stays."""
     try:
-        failed = read_json(path).get("failed") is True
-    except (OSError, ValueError, AttributeError):
+        report = read_json(out / "report.json")
+        md = (out / "report.md").read_bytes()
+        mark = report["written_by"]["sha256"]
+    except (OSError, ValueError, TypeError, KeyError):
         return
-    if failed:
+    if report.get("failed") is True and mark == _digest(report, md):
         for name in REPORT_FILES:
             (out / name).unlink(missing_ok=True)
 

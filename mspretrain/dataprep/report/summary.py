@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.dataprep.errors import id_conflicts, id_warnings
 from mspretrain.dataprep.steps.filters import FILTER_NAMES
 from mspretrain.dataprep.stages import STAGE_REASONS
 from mspretrain.dataprep.report import plots
@@ -86,6 +87,9 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "inputs": per_file_counts(work, _chunk_keeps(work, dedup, docs),
                                   [f["file"] for f in manifest.config["inputs"]], manifest),
         "skipped_files": skipped_files(bad),
+        "id_conflicts": id_conflicts(dedup.duplicate_ids),
+        # what the input directories held and the build did not read (readers.list_inputs)
+        "left_out": run.get("left_out", {}),
         "token_length_histogram": hist,
         "token_rank_frequency": plots.token_rank_frequency(work, manifest.tokenizer.vocab_size),
         "plots": list(plots.FILES.values()) if plots.available() else [],
@@ -112,6 +116,7 @@ def document_stages(markers: list[dict], cfg) -> dict:
     """Language, PII and decontamination counts over the chunk markers (input order)."""
     langs: dict = {}
     pii: dict = {}
+    pii_languages: dict = {}   # language of the document -> {kind: matches}
     matches: list = []
     for m in markers:
         for lang, (n, b) in m.get("languages", {}).items():
@@ -120,12 +125,18 @@ def document_stages(markers: list[dict], cfg) -> dict:
             entry["bytes"] += b
         for kind, n in m.get("pii", {}).items():
             pii[kind] = pii.get(kind, 0) + n
+        for lang, kinds in m.get("pii_languages", {}).items():
+            entry = pii_languages.setdefault(lang, {})
+            for kind, n in kinds.items():
+                entry[kind] = entry.get(kind, 0) + n
         matches += m.get("decontam", [])
     langs = dict(sorted(langs.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])))
     return {
         "languages": langs,
         "pii": {"action": cfg.pii.action, "docs": sum(m.get("pii_docs", 0) for m in markers),
-                "matches": dict(sorted(pii.items()))},
+                "matches": dict(sorted(pii.items())),
+                "by_language": {lang: dict(sorted(kinds.items()))
+                                for lang, kinds in sorted(pii_languages.items())}},
         "decontam": {"action": cfg.decontam.action, "files": list(cfg.decontam.files),
                      "docs_cut": sum(m.get("decontam_cut", 0) for m in markers),
                      "matches": matches},   # [evaluation item, doc_id]
@@ -140,7 +151,7 @@ def _bad_records(markers: list[dict], dedup) -> dict:
             for reason, (n, line, detail) in reasons.items():
                 entry = out.setdefault(file, {}).setdefault(reason, [0, line, detail])
                 entry[0] += n
-    for source, doc_id in dedup.duplicate_ids:
+    for source, doc_id, *_ in dedup.duplicate_ids:
         entry = out.setdefault(source, {}).setdefault("duplicate_doc_id", [0, 0, f"id {doc_id!r}"])
         entry[0] += 1
     return out
@@ -195,6 +206,13 @@ def to_markdown(r: dict) -> str:
     if r.get("skipped_files"):
         lines += ["", "Skipped whole (not text):", ""]
         lines += [f"- {f}: {why}" for f, why in r["skipped_files"].items()]
+    if r.get("left_out"):
+        lines += ["", "Left out of the input directories (not read):", ""]
+        lines += [f"- {k.replace('_', ' ')}: {len(v)}: {', '.join(v[:20])}"
+                  f"{' ...' if len(v) > 20 else ''}" for k, v in r["left_out"].items()]
+    if r.get("id_conflicts"):
+        lines += ["", "Ids already used by another file (dropped; see input.id_scope):", ""]
+        lines += [f"- {w[len('warning: '):]}" for w in id_warnings(r["id_conflicts"])]
     t = st["tokenize"]
     lines += ["", "## Tokens", "", f"Tokenizer: {r['tokenizer']['type']}, vocab "
               f"{r['tokenizer']['vocab_size']}; {t['bytes_per_token']} bytes per token.", "",
@@ -229,6 +247,13 @@ def _document_stages_md(r: dict) -> list[str]:
     lines += ["", f"## Personal data (action: {pii['action']})", "",
               f"{pii['docs']} documents held personal data.", "", "| kind | matches |", "|---|---:|"]
     lines += [f"| {k} | {n} |" for k, n in pii["matches"].items()]
+    by_language = pii.get("by_language", {})
+    if by_language:
+        kinds = sorted({k for v in by_language.values() for k in v})
+        lines += ["", "Matches by the language of the document:", "",
+                  "| language | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+        lines += [f"| {lang} | " + " | ".join(str(v.get(k, 0)) for k in kinds) + " |"
+                  for lang, v in by_language.items()]
     dc = r.get("decontam", {"action": "drop", "files": [], "docs_cut": 0, "matches": []})
     lines += ["", f"## Decontamination (action: {dc['action']})", ""]
     if not dc["files"]:
@@ -252,7 +277,9 @@ def summary(r: dict) -> str:
         + f"; tokens: {sum(st['tokenize']['tokens'].values())} "
         f"({st['tokenize']['bytes_per_token']} bytes/token)",
         f"shards: {len(r['shards'])}, output: {r['output']}",
-    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()])
+    ] + [f"skipped {f}: {why}" for f, why in r.get("skipped_files", {}).items()]
+      + [f"left out of the inputs: {len(v)} {k.replace('_', ' ')} (see report.json left_out)"
+         for k, v in r.get("left_out", {}).items()])
 
 
 def _chunk_keeps(work, dedup, docs: list[dict]):

@@ -14,8 +14,19 @@ is "ja"). Traditional Chinese ("zh-Hant") is "zh". Only a window of WINDOW_CHARS
 the middle of the text is read, so the cost per document is bounded: on the manual pages of
 bench/bench_quality.py a middle window of 1024 characters agrees with the pages' language as often
 as the first 2048 did (0.842 against 0.841) at 1.7 times the speed (the start of a document is
-more often a title, a header or a licence than its body). A text without letters, or one CLD2
-cannot place, is "und" with score 0.
+more often a title, a header or a licence than its body).
+
+Codes are ISO 639-1 where the language has one: CLD2's old codes are mapped (`iw` -> `he`, `jw` ->
+`jv`, `in` -> `id`, `mo` -> `ro`), both Chinese scripts are `zh` (`script` says which), and a
+language without an ISO 639-1 code keeps CLD2's ISO 639-2/3 code (`haw`, `ceb`). "und" with
+score 0: a text without letters, one CLD2 cannot place (`un`, `xx-...`), and one it calls English
+only because English is its fallback: CLD2 answers "en" for text in languages it has no model of
+(Interlingua, Friulian, Walloon, Sardinian, ...), with a normalized score (how well the text fits
+the language's model, per KB) far below real English's. On gettext catalogues of 136 languages
+and manual pages on this machine (bench/bench_pii.py), English windows score >= 542 and 99% of
+them >= 705, while all but one of the non-English ones CLD2 calls "en" score 96-544 (median 285):
+below EN_MIN_SCORE = 550 "en" gives way to CLD2's second language if that one fits at least as
+well (a Chinese page whose window starts with a paragraph of English), else to "und".
 """
 from __future__ import annotations
 
@@ -23,6 +34,9 @@ import re
 
 WINDOW_CHARS = 1024
 UNKNOWN = "und"
+EN_MIN_SCORE = 550.0
+# CLD2's codes that are not ISO 639-1 (older or private ones) -> ISO 639-1
+_ISO = {"iw": "he", "jw": "jv", "in": "id", "mo": "ro", "zh-Hant": "zh", "sr-ME": "sr"}
 # what CLD2 refuses as input (it wants valid UTF-8 without C0 controls other than whitespace)
 _REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
@@ -34,10 +48,32 @@ def identify(text: str) -> tuple[str, float]:
     if not any(map(str.isalpha, head)):
         return UNKNOWN, 0.0
     _, _, details = pycld2.detect(head, bestEffort=True)
-    _, code, percent, _ = details[0]
-    if code in ("un", "xxx"):
+    _, code, percent, fit = details[0]
+    if code == "en" and fit < EN_MIN_SCORE:
+        # English only as CLD2's fallback: the next language it found, if any (a Chinese page
+        # whose window starts with a paragraph of English), else none
+        _, code, percent, fit = details[1]
+        if fit < EN_MIN_SCORE:
+            return UNKNOWN, 0.0
+    if code in ("un", "xxx") or code.startswith("xx-"):
         return UNKNOWN, 0.0
-    return code.split("-")[0], round(percent / 100.0, 4)
+    return iso_code(code), round(percent / 100.0, 4)
+
+
+def iso_code(cld2_code: str) -> str:
+    """The ISO 639-1 code (639-2/3 where there is none) of a CLD2 language code."""
+    return _ISO.get(cld2_code, cld2_code.split("-")[0])
+
+
+def script(text: str, lang: str) -> str:
+    """The ISO 15924 script of a "zh" text, which `identify` does not tell apart: "Hant" when CLD2
+    reads the window as traditional Chinese, else "Hans"; "" for other codes."""
+    if lang != "zh":
+        return ""
+    import pycld2
+    head = _REFUSED.sub(" ", window(text))
+    codes = [d[1] for d in pycld2.detect(head, bestEffort=True)[2]]
+    return "Hant" if codes and codes[0] == "zh-Hant" else "Hans"
 
 
 def window(text: str) -> str:
@@ -50,8 +86,9 @@ def window(text: str) -> str:
 
 def language_reason(lang: str, score: float, languages: tuple[str, ...],
                     min_score: float) -> str | None:
-    """'language' when `lang` is not one of `languages` (empty: any), 'language_score' when the
-    identification is less sure than `min_score`; None to keep."""
+    """'language' when `lang` is not one of `languages` (empty: any; "und" is kept only when
+    listed), 'language_score' when the identification is less sure than `min_score`; None to
+    keep."""
     if languages and lang not in languages:
         return "language"
     if score < min_score:

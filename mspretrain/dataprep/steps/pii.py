@@ -3,66 +3,134 @@
 Kinds, checked in this order (an earlier kind's placeholder is never matched by a later one):
 
 - EMAIL       `name@host.tld`
-- IP          IPv4 (four octets 0-255) and IPv6 (validated by `ipaddress`, at least three groups)
+- IP          IPv4 (four octets 0-255) and IPv6 (validated by `ipaddress`, at least three groups);
+              a dotted quad that a version context owns is a version, not an address (see
+              `_is_version`)
 - ID_NUMBER   Chinese resident identity numbers: 18 characters, a valid birth date, and the
               ISO 7064 MOD 11-2 check character
-- CARD        bank card numbers: 13-19 digits (optionally in groups of 4 separated by a space or a
-              hyphen), a known issuer prefix and a valid Luhn checksum
-- PHONE       mainland China mobile numbers (1[3-9] and 9 digits, optionally +86 and 3-4-4 groups)
-              and international numbers written with a leading `+country code`, plus the North
-              American `(555) 123-4567` / `555-123-4567` forms
+- CARD        bank card numbers: 12-19 digits, ungrouped or in groups (4-4-4-4, 4-6-5, 4-6-4, with a
+              space or a hyphen), whose issuer prefix and length belong to a card network
+              (`_NETWORKS`) and whose Luhn checksum holds
+- PHONE       telephone numbers that Google's libphonenumber (`phonenumbers`) calls valid, written
+              in the national form of one of `pii.phone_regions` or in the international form
+              (`+CC ...`, or the region's international prefix such as `00`), with an extension
+              (`x507`, `ext. 12`) or not
 
 A match becomes a placeholder `<KIND>`. False positives are kept low by requiring the shape and a
-checksum where one exists, and by refusing a digit, letter or dot right next to a match: version
-strings (`2.10.0`, `1.2.3.4-rc1`), dates, hashes and ordinary numbers survive.
+checksum or a numbering plan, and by refusing a Latin (or other alphabetic) letter, a digit or a
+dot right next to a match: version strings (`2.10.0`, `1.2.3.4-rc1`), dates, hashes, order numbers
+and ordinary numbers survive. A CJK character, kana or hangul next to a match is a boundary, not
+part of a word: Chinese and Japanese do not put spaces around numbers (`手机号码15341354926已绑定`).
 """
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 KINDS = ("EMAIL", "IP", "ID_NUMBER", "CARD", "PHONE")
 ACTIONS = ("redact", "drop", "keep")
+# the regions whose national forms are searched; a number written with + and a country code is
+# found whatever its country
+DEFAULT_PHONE_REGIONS = ("CN", "US", "GB", "DE", "FR", "JP", "KR", "HK", "TW", "SG")
 
 
 @dataclass(frozen=True)
 class PiiConfig:
     action: str = "redact"        # redact | drop | keep (keep still counts what it finds)
+    phone_regions: tuple[str, ...] = field(default=DEFAULT_PHONE_REGIONS)
 
     def __post_init__(self):
         if self.action not in ACTIONS:
             raise ValueError(f"pii.action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+        object.__setattr__(self, "phone_regions", tuple(self.phone_regions))
+        import phonenumbers
+        known = phonenumbers.SUPPORTED_REGIONS
+        bad = [r for r in self.phone_regions if r not in known]
+        if bad:
+            raise ValueError(f"pii.phone_regions: {bad[0]!r} is not a region phonenumbers knows "
+                             f"(ISO 3166-1 alpha-2, upper case, such as CN or GB)")
 
 
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}(?![\w-])")
+# ---------------------------------------------------------------------------------- boundaries
+# Scripts written without spaces: Han (CJK unified ideographs and their extensions, compatibility
+# ideographs), kana (hiragana, katakana, half-width katakana), hangul (syllables and jamo), bopomofo
+# and the CJK punctuation and full-width forms. A character of these next to a match is a boundary.
+_CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3130-\u318f"
+        "\u31a0-\u31ff\u3200-\u32ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff"
+        "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff0f\uff1a-\uffef\U00020000-\U0003ffff")
+# a word character (letter, digit, underscore) that is not CJK: what may not touch a match
+_W = rf"[^\W{_CJK}]"
+
+_EMAIL = re.compile(rf"(?<!{_W}|[.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*"
+                    rf"[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{{2,}}"
+                    rf"(?!{_W}|-)")
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-# no digit, letter or dot around: "1.2.3.4.5", "v1.2.3.4" and "1.2.3.4-rc1" are versions
-_IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w-]|\.\w)")
-_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|"
-                   r"\d{1,3}(?:\.\d{1,3}){3})(?![\w:])")
-# The number patterns begin with the character class of their first character and check the
-# character before it with a lookbehind over both ("[1-9](?<![\w.-][1-9])" is "(?<![\w.-])[1-9]"):
-# a pattern that starts with a class lets the regex engine skip to candidate characters at C speed
-# instead of trying the whole pattern at every position (3-5x faster on text with numbers).
-_ID = re.compile(r"[1-9](?<![\w.-][1-9])\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
-                 r"\d{3}[\dXx](?![\w-]|\.\w)")
-# 13-19 digits, or groups of 4 separated by a space or a hyphen
-_CARD = re.compile(r"\d(?<![\w.-]\d)(?:\d{3}[ -](?:\d{4}[ -]){1,2}\d{4}(?:\d{1,3})?|\d{12,18})"
-                   r"(?![\w-]|\.\w)")
-# after the first character (checked again by a lookbehind on it), in this order: mainland China
-# mobile with +86, without it, +CC international, North American (555) 123-4567 and 555-123-4567
-_PHONE = re.compile(
-    r"[\d+(](?<![\w.+-][\d+(])(?:"
-    r"(?<=\+)86[ -]?1[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
-    r"|(?<=1)[3-9]\d(?:\d{8}|[ -]\d{4}[ -]\d{4})"
-    r"|(?<=\+)\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}"
-    r"|(?<=\()\d{3}\) ?\d{3}-\d{4}|(?<=\d)\d{2}-\d{3}-\d{4}"
-    r")(?![\w-]|\.\w)")
+# no letter, digit or dot around: "1.2.3.4.5", "v1.2.3.4", "1.2.3.4-rc1", "4.6.1.0+dfsg" and
+# "1.2.3.4~beta" are versions
+_IPV4 = re.compile(rf"(?<!{_W}|\.){_OCTET}(?:\.{_OCTET}){{3}}(?!{_W}|[-+~]|\.{_W})")
+_IPV6 = re.compile(rf"(?<!{_W}|[:.])(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{0,4}}|"
+                   rf"\d{{1,3}}(?:\.\d{{1,3}}){{3}})(?!{_W}|:)")
+# what owns a dotted quad as a version when it stands right before it: a version word (any case,
+# several languages) with an optional ":" or "=", or a comparison of a package constraint
+# ("(>= 1.2.3.4)", "<< 4.6.1.0")
+_VERSION_BEFORE = re.compile(
+    r"(?:(?<![^\W\d_])(?:standards-version|version|versions|versión|versão|versione|versie|"
+    r"версия|ver|rel|release|revision|rev|build|firmware|fw)\.?\s*[:=]?\s*"
+    r"|[<>=]=?\s*|(?:版本|版本号|バージョン|버전)\s*[:：]?\s*)$", re.IGNORECASE)
+# a Debian changelog header: "package (1.2.3.4) unstable; urgency=medium"
+_CHANGELOG_HEAD = re.compile(r"\) [a-z][\w-]*(?: [a-z][\w-]*)*; urgency=")
+
+_ID = re.compile(rf"(?<!{_W}|[.-])[1-9]\d{{5}}(?:18|19|20)\d{{2}}(?:0[1-9]|1[0-2])"
+                 rf"(?:0[1-9]|[12]\d|3[01])\d{{3}}[\dXx](?!{_W}|-|\.{_W})")
+# 12-19 digits in a row, or groups with one separator (a space or a hyphen) used throughout:
+# 4-6-5 (American Express), 4-6-4 (Diners Club), 4-4-4(-4), with a tail of 1-3 digits
+_CARD = re.compile(rf"(?<!{_W}|[.+-])(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
+                   rf"|\d{{4}}([ -])\d{{4}}(?:\2\d{{4}}){{1,2}}(?:\2\d{{1,3}})?|\d{{12,19}})"
+                   rf"(?!{_W}|-|\.{_W})")
+# a phone number's shape, which phonenumbers then parses: an optional "+" or "(", digits with at
+# most one separator (space, dot, hyphen, slash) or a bracket between them, 7 to 20 digits, and
+# an optional extension
+_PHONE = re.compile(rf"(?<!{_W}|[.+/:#-])(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
+                    rf"(?: ?(?:x|ext\.?|#) ?\d{{1,6}})?(?!{_W}|-|[.:]\d)")
+# a date in a candidate ("2024-01-15 12", "15.01.2024 0800") or a range of years ("2006-2023"): not
+# a phone number
+_DATE = re.compile(r"(?<!\d)(?:19|20)\d\d ?[-\u2013] ?(?:19|20)\d\d(?!\d)"
+                   r"|(?<!\d)(?:19|20)\d\d([-./ ])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?!\d)"
+                   r"|(?<!\d)(?:0?[1-9]|[12]\d|3[01])([-./ ])(?:0?[1-9]|1[0-2])\2(?:19|20)\d\d(?!\d)")
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
-_CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|6(?:011|5|2)|35")
+
+# Card networks: (issuer prefix ranges as (first, last) of equal length, lengths). From the
+# networks' published IIN ranges; a number is a card number when one network has its prefix and
+# its length.
+_NETWORKS = {
+    "Visa": ((("4", "4"),), (13, 16, 19)),
+    "Mastercard": ((("51", "55"), ("2221", "2720")), (16,)),
+    "American Express": ((("34", "34"), ("37", "37")), (15,)),
+    "Diners Club": ((("300", "305"), ("3095", "3095"), ("36", "36"), ("38", "39")),
+                    (14, 15, 16, 17, 18, 19)),
+    "Discover": ((("6011", "6011"), ("644", "649"), ("65", "65"), ("622126", "622925")),
+                 (16, 17, 18, 19)),
+    "JCB": ((("3528", "3589"),), (16, 17, 18, 19)),
+    "JCB (15 digits)": ((("1800", "1800"), ("2131", "2131")), (15,)),
+    "UnionPay": ((("62", "62"), ("81", "81")), (16, 17, 18, 19)),
+    "Maestro": ((("50", "50"), ("56", "69")), tuple(range(12, 20))),
+    "Mir": ((("2200", "2204"),), (16, 17, 18, 19)),
+    "RuPay": ((("60", "60"), ("508", "508"), ("652", "653"), ("82", "82")), (16,)),
+    "Verve": ((("506099", "506198"), ("650002", "650027")), (16, 18, 19)),
+    "UATP": ((("1", "1"),), (15,)),
+}
+
+
+def card_network(digits: str) -> str | None:
+    """The network whose issuer prefix and length `digits` has (None: no network's)."""
+    for name, (ranges, lengths) in _NETWORKS.items():
+        if len(digits) in lengths and any(lo <= digits[:len(lo)] <= hi for lo, hi in ranges):
+            return name
+    return None
 
 
 def id_number_valid(s: str) -> bool:
@@ -81,7 +149,23 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _ipv6_ok(s: str) -> bool:
+def _is_version(m: re.Match) -> bool:
+    """Whether the dotted quad `m` is owned by a version context: a version word or a comparison
+    right before it on the same line, or a Debian changelog header around it."""
+    text, a, b = m.string, m.start(), m.end()
+    line_start = text.rfind("\n", max(0, a - 40), a) + 1
+    before = text[max(line_start, a - 40):a]
+    if _VERSION_BEFORE.search(before):
+        return True
+    return before.endswith("(") and _CHANGELOG_HEAD.match(text, b) is not None
+
+
+def _ipv4_ok(m: re.Match) -> bool:
+    return not _is_version(m)
+
+
+def _ipv6_ok(m: re.Match) -> bool:
+    s = m.group()
     # without "::", ipaddress wants 8 groups (7 colons, or 6 before an IPv4 tail): saying no here
     # first spares the exception for the many clock times ("12:30:45") the pattern finds
     if "::" not in s and s.count(":") < 6:
@@ -95,27 +179,172 @@ def _ipv6_ok(s: str) -> bool:
     return True
 
 
-def _card_ok(s: str) -> bool:
+def _id_ok(m: re.Match) -> bool:
+    return id_number_valid(m.group())
+
+
+def card_valid(s: str) -> bool:
+    """A card number as written (separators allowed): a network's prefix and length, and Luhn."""
     digits = s.replace(" ", "").replace("-", "")
-    return 13 <= len(digits) <= 19 and bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits)
+    return card_network(digits) is not None and luhn_valid(digits)
 
 
-# IPv4 addresses hold the shape \d.\d{1,3}.\d{1,3}.\d; searched from its first dot (a pattern that
-# starts with a literal lets the engine skip to the dots at C speed, 10x faster than trying \d at
-# every position), it is found in most texts nowhere
-_ANY_IPV4 = re.compile(r"\.(?<=\d\.)\d{1,3}\.\d{1,3}\.\d")
-_MAYBE_NUMBER = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")   # ID, card and phone: 7+ digits
-# an address ipaddress accepts holds "::" or, without it, 7 colons (6 before an IPv4 tail) with 1-4
-# hex digits between them: clock times ("12:30:45") and "a: b" are no trigger (the pattern still
-# finds them in a stretch that has one, as whole-text substitution would)
-_IPV6_ANCHOR = re.compile(r":(?::|(?:[0-9A-Fa-f]{1,4}:){5})")
+def _card_ok(m: re.Match) -> bool:
+    return card_valid(m.group())
 
 
+# ------------------------------------------------------------------------------------- phones
+_EXTENSION = re.compile(r" ?(?:x|ext\.?|#) ?\d{1,6}$")
+
+
+# a group of one digit next to a dot: "9.11.12.13" is a version; dotted phone numbers are written
+# in groups of 2-4 ("06.12.34.56.78", "821.246.2584")
+_ONE_DIGIT_DOTTED = re.compile(r"(?<!\d)\d\.|\.\d(?!\d)")
+
+
+def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
+    """Whether libphonenumber calls `candidate` a valid number: international (a "+", or an
+    international prefix of one of the regions such as "00") or national in one of `regions`
+    written as that region writes it (see _national_form). 7-17 digits before any extension."""
+    import phonenumbers
+    main = _EXTENSION.sub("", candidate)
+    digits = sum(c.isdigit() for c in main)
+    if not 7 <= digits <= 17 or _DATE.search(main) or _ONE_DIGIT_DOTTED.search(main):
+        return False
+    international = candidate.startswith(("+", "(+"))
+    for region in ("ZZ",) if international else regions:
+        if not international and not _length_possible(main, digits, region):
+            continue   # spares the parse (most of the cost) for regions it cannot be from
+        try:
+            number = phonenumbers.parse(candidate, region, keep_raw_input=True)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number) and _national_form(number, main, region):
+            return True
+    return False
+
+
+@lru_cache(maxsize=None)
+def _region_lengths(region: str) -> tuple[str, frozenset[int], tuple[str, ...]]:
+    """(national prefix, possible national significant number lengths, international prefixes
+    as digits) of a region, from phonenumbers' metadata."""
+    import phonenumbers
+    meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    idd = tuple(p for p in (meta.international_prefix or "").split("|") if p.isdigit())
+    return (meta.national_prefix or "", frozenset(meta.general_desc.possible_length or ()),
+            idd + ((meta.preferred_international_prefix,) if meta.preferred_international_prefix
+                   and meta.preferred_international_prefix.isdigit() else ()))
+
+
+def _length_possible(written: str, digits: int, region: str) -> bool:
+    """Whether a number of `digits` digits written as `written` can be national in `region`
+    (its length, with its national prefix or without, is one the region has) or can start with
+    one of its international prefixes (then phonenumbers decides)."""
+    prefix, lengths, idd = _region_lengths(region)
+    head = "".join(c for c in written[:8] if c.isdigit())
+    if any(head.startswith(p) for p in idd) or not lengths:
+        return True
+    return digits in lengths or (bool(prefix) and head.startswith(prefix)
+                                 and digits - len(prefix) in lengths)
+
+
+def _national_form(number, written: str, region: str) -> bool:
+    """Whether a number read from `written` in `region` is written in international form ("+",
+    or an international prefix: "001 415 555 0132" in China) or, read as national, with the
+    digits of the region's national form, with or without the national prefix ("(415) 555-0132"
+    and "1 415 555 0132"; "030 1234567"). libphonenumber itself also accepts national numbers
+    whose national prefix is left out ("4711081542" reads as Hohhot's 0471 108 1542), which is
+    what order numbers and counts look like."""
+    import phonenumbers
+    source = number.country_code_source
+    if source == phonenumbers.CountryCodeSource.FROM_NUMBER_WITHOUT_PLUS_SIGN:
+        # the country code written without "+" ("1 415 555 0132"): grouped, or it is any number
+        # that starts with a country code ("8228680966", a millisecond timestamp)
+        return not _UNBROKEN.fullmatch(written)
+    if source != phonenumbers.CountryCodeSource.FROM_DEFAULT_COUNTRY:
+        return True
+    digits = phonenumbers.normalize_digits_only(written)
+    bare = copy.copy(number)
+    bare.extension = None
+    national = phonenumbers.normalize_digits_only(
+        phonenumbers.format_number(bare, phonenumbers.PhoneNumberFormat.NATIONAL))
+    prefix = phonenumbers.PhoneMetadata.metadata_for_region(region).national_prefix or ""
+    if digits not in (national, prefix + national):
+        return False
+    if _UNBROKEN.fullmatch(written):
+        # one unbroken run of digits without a national prefix is a phone number only as a mobile
+        # number of 11 digits or more ("15341354926" in China): shorter runs, and other kinds of
+        # number, read as order numbers and counts
+        return bool(prefix) and digits.startswith(prefix) or (
+            len(digits) >= 11 and
+            phonenumbers.number_type(number) == phonenumbers.PhoneNumberType.MOBILE)
+    if not prefix:
+        # where there is no national prefix (Hong Kong, Singapore) any 8 digits may be valid: the
+        # groups as written must be those of the region's format ("2345 6789", not "23 456 789")
+        return _group_ends(written) <= _group_ends(phonenumbers.format_number(
+            bare, phonenumbers.PhoneNumberFormat.NATIONAL))
+    return True
+
+
+_UNBROKEN = re.compile(r"\(?\d+\)?")
+
+
+def _group_ends(s: str) -> set[int]:
+    """The digit counts at which each group of digits of `s` ends."""
+    ends, n = set(), 0
+    for group in re.findall(r"\d+", s):
+        n += len(group)
+        ends.add(n)
+    return ends
+
+
+def _phone_spans(piece: str, regions: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The phone numbers in `piece`: each _PHONE candidate that is valid, or else its longest
+    valid prefix that ends before a space ("0117 496 0842 2024": a number and a year), the rest
+    tried again the same way."""
+    spans = []
+    pos = 0
+    while True:
+        m = _PHONE.search(piece, pos)
+        if m is None:
+            return spans
+        a, b = m.span()
+        end = _longest_valid(piece, a, b, regions)
+        if end:
+            spans.append((a, end))
+            pos = end
+        else:
+            nxt = piece.find(" ", a + 1, b)   # try again from the next group
+            pos = nxt + 1 if nxt >= 0 else b
+
+
+def _longest_valid(piece: str, a: int, b: int, regions: tuple[str, ...]) -> int:
+    """The end of the longest valid number piece[a:end] with end == b or end at a space inside,
+    whose ending passes _PHONE's lookahead; 0 when none."""
+    ends = [b] + [i for i in range(b - 1, a, -1) if piece[i] == " " and piece[i - 1].isdigit()]
+    for end in ends[:6]:
+        cand = piece[a:end]
+        if end != b and _PHONE.fullmatch(cand) is None:
+            continue
+        if phone_valid(cand, regions):
+            return end
+    return 0
+
+
+# ------------------------------------------------------------------------------------ redact
 def _at_signs(text: str):
     i = text.find("@")
     while i >= 0:
         yield i
         i = text.find("@", i + 1)
+
+
+# IPv4 addresses hold the shape \d.\d{1,3}.\d{1,3}.\d; searched from its first dot (a pattern that
+# starts with a literal lets the engine skip to the dots at C speed)
+_ANY_IPV4 = re.compile(r"\.(?<=\d\.)\d{1,3}\.\d{1,3}\.\d")
+# an address ipaddress accepts holds "::" or, without it, 7 colons (6 before an IPv4 tail) with 1-4
+# hex digits between them: clock times ("12:30:45") and "a: b" are no trigger
+_IPV6_ANCHOR = re.compile(r":(?::|(?:[0-9A-Fa-f]{1,4}:){5})")
 
 
 def _ipv4_anchors(text: str):
@@ -133,71 +362,81 @@ def _ipv6_anchors(text: str):
     return (m.start() for m in _IPV6_ANCHOR.finditer(text, i))
 
 
-# (kind, pattern, validator, trigger positions): every match (that the validator accepts) shares a
-# whitespace-free stretch with one of the trigger positions (e-mail addresses hold an @, IPv4
-# addresses the _ANY_IPV4 shape, IPv6 addresses an _IPV6_ANCHOR; none holds a space or a line
-# break), so the stretches without one stay as they are
+# (kind, pattern, validator of the match, trigger positions): every match (that the validator
+# accepts) shares a whitespace-free stretch with one of the trigger positions (e-mail addresses hold
+# an @, IPv4 addresses the _ANY_IPV4 shape, IPv6 addresses an _IPV6_ANCHOR; none holds a space or a
+# line break), so the stretches without one stay as they are
 _TOKEN_RULES = (
     ("EMAIL", _EMAIL, None, _at_signs),
-    ("IP", _IPV4, None, _ipv4_anchors),
+    ("IP", _IPV4, _ipv4_ok, _ipv4_anchors),
     ("IP", _IPV6, _ipv6_ok, _ipv6_anchors),
 )
-# ID, card and phone numbers, which may hold spaces, run only when the text (before the e-mail and
-# IP placeholders) has 7 digits close together (_MAYBE_NUMBER); (kind, pattern, validator, the
-# fewest digits of a valid match)
-_NUMBER_RULES = (
-    ("ID_NUMBER", _ID, id_number_valid, 17),
-    ("CARD", _CARD, _card_ok, 13),
-    ("PHONE", _PHONE, None, 6),
-)
 
 
-def redact(text: str) -> tuple[str, dict[str, int]]:
+def redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
+           ) -> tuple[str, dict[str, int]]:
     """(text with every match replaced by `<KIND>`, {kind: matches}) ({} when there is none).
 
-    The same result as `pattern.sub` over the whole text for each kind in turn (the number kinds
-    only when _MAYBE_NUMBER finds something in the text as given), but each pattern searches only
-    the stretches where one of its matches can be."""
+    The same result as substituting each kind over the whole text in turn (`plain_redact`), but
+    each kind is searched only in the stretches where one of its matches can be."""
     counts: dict[str, int] = {}
-    original = text
     for kind, pattern, valid, where in _TOKEN_RULES:
         text = _sub_in_tokens(pattern, kind, valid, counts, text, where(text))
-    windows, seven_digits = _number_windows(text)
-    if windows and (seven_digits or _MAYBE_NUMBER.search(original) is not None):
-        text = _sub_in_windows(text, windows, counts)
+    windows = _number_windows(text)
+    if windows:
+        text = _sub_in_windows(text, windows, counts, tuple(phone_regions))
     return text, counts
 
 
-def _replacer(kind: str, valid, counts: dict[str, int]):
-    """The `repl` of `pattern.sub` for a kind: its placeholder, counted, where `valid` agrees."""
-    placeholder = f"<{kind}>"
-
-    def repl(m: re.Match) -> str:
-        if valid is not None and not valid(m.group(0)):
-            return m.group(0)
-        counts[kind] = counts.get(kind, 0) + 1
-        return placeholder
-    return repl
+def _number_rules(regions: tuple[str, ...]):
+    """(kind, function of a text giving the spans of its matches) of the number kinds, in order."""
+    def spans(pattern, valid):
+        return lambda s: [m.span() for m in pattern.finditer(s) if valid(m)]
+    return (("ID_NUMBER", spans(_ID, _id_ok)), ("CARD", spans(_CARD, _card_ok)),
+            ("PHONE", lambda s: _phone_spans(s, regions)))
 
 
-# Where an ID, card or phone number can be. Every match of the three patterns is made of
-# characters of S = digits and " .()+Xx-" only, and holds one of three cores: 11 digits in a row
-# (ID, card, mobile), 3 digits, a space or hyphen and 4 digits (grouped card and mobile numbers, all
-# North American forms), or "+" and a digit (+86, +CC). So a match lies inside a maximal run of S
-# characters that holds a core, and a pattern's matches in the text are its matches in each such
-# run, searched with the characters either side of the run in view (they are not in S, so no match
-# holds them, and none of the three kinds' placeholders changes them).
+def _replace(text: str, spans: list[tuple[int, int]], kind: str, counts: dict[str, int]) -> str:
+    if not spans:
+        return text
+    counts[kind] = counts.get(kind, 0) + len(spans)
+    out, done = [], 0
+    for a, b in spans:
+        out += (text[done:a], f"<{kind}>")
+        done = b
+    out.append(text[done:])
+    return "".join(out)
+
+
+def plain_redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
+                 ) -> tuple[str, dict[str, int]]:
+    """`redact` by its definition: each kind substituted over the whole text in turn. Slower (it
+    searches everywhere); the tests check that `redact` gives the same."""
+    counts: dict[str, int] = {}
+    for kind, pattern, valid, _ in _TOKEN_RULES:
+        text = _replace(text, [m.span() for m in pattern.finditer(text) if valid is None or valid(m)],
+                        kind, counts)
+    for kind, find in _number_rules(tuple(phone_regions)):
+        text = _replace(text, find(text), kind, counts)
+    return text, counts
+
+
+# Where an ID, card or phone number can be. Every match of the three kinds is made of characters
+# of S = digits and " .:()+/Xx#" and hyphen only (and "ext"), and holds 7 digits with at most 3
+# characters of S between neighbours (the core). So a match lies inside a maximal run of S
+# characters (letters "e", "t" of "ext" included, see below) that holds a core, and each kind's
+# matches in the text are its matches in each such run, searched with the characters either side
+# of the run in view (they are not in S, so no match holds them; no placeholder changes them).
 #
 # The runs are found on a one-byte-per-character sketch of the text, built at C speed: the UTF-8
 # encoding with its continuation bytes deleted (so the sketch's offsets are the text's), each
-# remaining byte mapped to "0" (a digit), " " (space or hyphen), "+", "." (the rest of S) or "a"
-# (not in S). A non-ASCII character is known here by its lead byte only: one whose lead byte also
-# starts some non-ASCII digit (Arabic-Indic, Devanagari, fullwidth, ...; `\d` matches them) becomes
-# "0". That only widens runs and adds cores, never loses one: a widened run is still bounded by
-# characters outside S, and a spurious core only costs a search that finds nothing.
-# the lead bytes of the UTF-8 encodings of the non-ASCII characters `\d` matches (Arabic-Indic,
-# N'Ko, the Indic and Southeast Asian scripts, Vai and others, fullwidth, and beyond U+FFFF); the
-# tests check them against every code point
+# remaining byte mapped to "0" (a digit), "." (the rest of S) or "a" (not in S). A non-ASCII
+# character is known here by its lead byte only: one whose lead byte also starts some non-ASCII
+# digit (Arabic-Indic, Devanagari, fullwidth, ...; `\d` matches them) becomes "0". That only
+# widens runs and adds cores, never loses one: a widened run is still bounded by characters
+# outside S, and a spurious core only costs a search that finds nothing.
+# the lead bytes of the UTF-8 encodings of the non-ASCII characters `\d` matches; the tests check
+# them against every code point
 _DIGIT_LEAD_BYTES = b"\xd9\xdb\xdf\xe0\xe1\xea\xef\xf0"
 
 
@@ -205,11 +444,8 @@ def _sketch_table() -> bytes:
     table = bytearray(b"a" * 256)
     for c in b"0123456789":
         table[c] = ord("0")
-    for c in b" -":
-        table[c] = ord(" ")
-    for c in b".()Xx":
+    for c in b" -.:()+/Xx#ext":
         table[c] = ord(".")
-    table[ord("+")] = ord("+")
     for lead in _DIGIT_LEAD_BYTES:
         table[lead] = ord("0")
     return bytes(table)
@@ -217,54 +453,36 @@ def _sketch_table() -> bytes:
 
 _SKETCH = _sketch_table()
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
-_DIGIT_CORES = (b"000 0000", b"0" * 11)
-# "+" and a digit, from which the match (+86 or +CC, no + inside) has at least 6 digits: timezone
-# offsets ("+0100") and tables ("+----+") are ruled out here, at C speed, and the search for the
-# literal "+0" is fast
-_PLUS_CORE = re.compile(rb"\+0(?:[ .+]*0){5}")
+_CORE = re.compile(rb"0(?:\.{0,3}0){6}")
 
 
-def _number_windows(text: str) -> tuple[list[tuple[int, int, int]], bool]:
-    """([(start, end, digits in the sketch)] of each run of S characters (see above) that holds a
-    core, in order; True when one of the cores is made of ASCII digits, which says that the text
-    had 7 digits close together before the e-mail and IP placeholders went in, as no placeholder
-    holds a character of S)."""
+def _number_windows(text: str) -> list[tuple[int, int]]:
+    """[(start, end)] of each run of S characters (see above) that holds a core, in order."""
     sketch = text.encode("utf-8", "surrogatepass").translate(_SKETCH, _UTF8_CONTINUATION)
-    ends = {}   # end of a run -> a core in it
-    for core in _DIGIT_CORES:
-        i = sketch.find(core)
-        while i >= 0:
-            end = sketch.find(b"a", i)
-            if end < 0:
-                end = len(sketch)
-            ends.setdefault(end, i)
-            i = sketch.find(core, end)
-    seven_digits = bool(ends) and text.isascii()
-    for m in _PLUS_CORE.finditer(sketch):
-        end = sketch.find(b"a", m.end())
-        ends.setdefault(end if end >= 0 else len(sketch), m.start())
     windows = []
-    for end in sorted(ends):
-        start = sketch.rfind(b"a", 0, ends[end]) + 1
-        windows.append((start, end, sketch.count(b"0", start, end)))
-    return windows, seven_digits
+    m = _CORE.search(sketch)
+    while m is not None:
+        start = sketch.rfind(b"a", 0, m.start()) + 1
+        end = sketch.find(b"a", m.end())
+        if end < 0:
+            end = len(sketch)
+        windows.append((start, end))
+        m = _CORE.search(sketch, end)
+    return windows
 
 
-def _sub_in_windows(text: str, windows: list[tuple[int, int, int]], counts: dict[str, int]) -> str:
-    """The number kinds, one after the other, each as `pattern.sub` over the whole text, where
+def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str, int],
+                    regions: tuple[str, ...]) -> str:
+    """The number kinds, one after the other, each as substitution over the whole text, where
     every match lies in one of the windows: each window is searched with one character of context
-    on either side, which no match holds (see _number_windows). A kind whose valid matches have
-    more digits than a window is not searched there: it would change nothing."""
+    on either side, which no match holds (see _number_windows)."""
     out, done = [], 0
-    repls = [(pattern, _replacer(kind, valid, counts), least)
-             for kind, pattern, valid, least in _NUMBER_RULES]
-    for start, end, digits in windows:
+    rules = _number_rules(regions)
+    for start, end in windows:
         a, b = max(start - 1, 0), end + 1
-        piece = text[a:b]
-        new = piece
-        for pattern, repl, least in repls:
-            if digits >= least:
-                new = pattern.sub(repl, new)
+        piece = new = text[a:b]
+        for kind, find in rules:
+            new = _replace(new, find(new), kind, counts)
         if new != piece:   # the context characters are the same in both: keep the middle
             right = len(piece) - (start - a) - (end - start)
             out += (text[done:start], new[start - a:len(new) - right])
@@ -300,7 +518,7 @@ def _sub_in_tokens(pattern: re.Pattern, kind: str, valid, counts: dict[str, int]
         m = search(text, start, scanned + 1)
         while m is not None:
             a, b = m.span()
-            if valid is None or valid(m.group()):
+            if valid is None or valid(m):
                 out += (text[done:a], placeholder)
                 done = b
                 found += 1

@@ -85,7 +85,7 @@ class RedactPii(Step):
         self.cfg = cfg
 
     def __call__(self, doc: StepDoc) -> str:
-        redacted, doc.attrs["pii"] = pii.redact(doc.text)
+        redacted, doc.attrs["pii"] = pii.redact(doc.text, self.cfg.phone_regions)
         if doc.attrs["pii"] and self.cfg.action == "drop":
             return "pii"
         if self.cfg.action == "redact":

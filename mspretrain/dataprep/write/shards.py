@@ -7,10 +7,13 @@ once a conservative per-sample bound says the next sample might not fit.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import importlib.util
 import logging
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -80,6 +83,22 @@ class ShardWriter:
             self._finish_file()
         return self.shards
 
+    @contextlib.contextmanager
+    def _os_errors(self):
+        """MindRecord reports a failed write as a RuntimeError of many lines: an OSError naming
+        the shard instead, ENOSPC where the file system has no room for another page."""
+        try:
+            yield
+        except RuntimeError as e:
+            path = self.root / self._file
+            header, page = layout_for_cap(self.max_bytes)
+            free = shutil.disk_usage(self.root).free
+            if free < header + 2 * page:
+                raise OSError(errno.ENOSPC, f"No space left on device ({free} bytes free)",
+                              str(path)) from None
+            raise OSError(errno.EIO, f"MindRecord could not write the shard "
+                          f"({str(e).strip().splitlines()[0]})", str(path)) from None
+
     def _open(self) -> None:
         FileWriter = mindrecord().FileWriter
         self._file = shard_file_name(self.split, self._next_shard)
@@ -95,12 +114,14 @@ class ShardWriter:
 
     def _flush(self) -> None:
         if self._pending:
-            self._writer.write_raw_data(self._pending)
+            with self._os_errors():
+                self._writer.write_raw_data(self._pending)
             self._pending = []
 
     def _finish_file(self) -> None:
         self._flush()
-        self._writer.commit()
+        with self._os_errors():
+            self._writer.commit()
         self._writer = None
         path = self.root / self._file
         use_umask(path, f"{path}.db")     # MindRecord's writer makes them owner-only

@@ -31,7 +31,8 @@ EDGES_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
 DROPS_SCHEMA = pa.schema([("order", pa.int64()), ("doc_id", pa.string()),
                           ("kept_doc_id", pa.string()), ("kind", pa.string()),
                           ("similarity", pa.float64()), ("bytes", pa.int64())])
-DUPIDS_SCHEMA = pa.schema([("order", pa.int64()), ("source", pa.string()), ("doc_id", pa.string())])
+DUPIDS_SCHEMA = pa.schema([("order", pa.int64()), ("source", pa.string()), ("doc_id", pa.string()),
+                           ("first_source", pa.string())])
 
 
 def per_partition(stage: str):
@@ -60,15 +61,16 @@ def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
     t = _in_order(ctx, "ids", units, part)
     rows = {n: [] for n in DUPIDS_SCHEMA.names}
     if t is not None:
-        seen: set[str] = set()
+        seen: dict[str, str] = {}     # doc_id -> the file of its first document
         for doc_id, order, source in zip(*(t.column(n).to_pylist()
                                            for n in ("doc_id", "order", "source"))):
             if doc_id in seen:
                 rows["order"].append(order)
                 rows["source"].append(source)
                 rows["doc_id"].append(doc_id)
+                rows["first_source"].append(seen[doc_id])
             else:
-                seen.add(doc_id)
+                seen[doc_id] = source
     write_by_unit(ctx.stage_dir("dupids"), part, pa.table(rows, schema=DUPIDS_SCHEMA))
     return {"part": part, "duplicate_ids": len(rows["order"])}
 

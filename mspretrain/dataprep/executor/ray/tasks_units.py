@@ -48,7 +48,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
     chunks, rows, seen_keys, sig_dtype = [], 0, set(), ""
     for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
                             cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
-                            cfg.input.max_record_bytes):
+                            cfg.input.max_record_bytes, cfg.input.id_scope):
         task.index = chunk_index(u, task.index)
         m, table = clean_chunk_table(task)
         if "stop" in m:   # strict mode or a reader failure: the driver fails the build
@@ -153,8 +153,9 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     keep_dir = ctx.stage_dir("keep")
     res = {"unit": unit, "kept_docs": 0, "kept_bytes": 0, "train_bytes": 0,
            "exact": [0, 0], "near": [0, 0],
-           "duplicate_ids": [[s, d] for s, d in zip(dups.column("source").to_pylist(),
-                                                     dups.column("doc_id").to_pylist())]
+           "duplicate_ids": [list(x) for x in zip(dups.column("source").to_pylist(),
+                                                  dups.column("doc_id").to_pylist(),
+                                                  dups.column("first_source").to_pylist())]
            if dups is not None else []}
     if drops is not None:
         for kind, nbytes in zip(drops.column("kind").to_pylist(), drops.column("bytes").to_pylist()):
