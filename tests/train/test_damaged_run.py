@@ -237,3 +237,22 @@ def test_invalid_utf8_in_metrics_is_one_line(trained, tmp_path):
     r = run(compare)
     assert r.returncode == 2, r.stderr
     assert f"{metrics}:23: not valid JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- item 11: a flipped byte in a shard
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_flipped_byte_in_a_shard_stops_training_before_a_step(tiny_data, tmp_path, workers):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    shard = sorted((data / "shards").glob("train-*.mindrecord"))[0]
+    shard.chmod(0o644)
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0x01                    # sizes and headers intact: only the digest sees it
+    shard.write_bytes(bytes(raw))
+    run_dir = tmp_path / "run"
+    r = run(launch_cmd(run_dir, data, *SETS, f"data.num_workers={workers}"))
+    assert r.returncode == 2, r.stderr
+    assert f"{shard}: sha256 of the shard or its .db index differs from the manifest's" in r.stderr
+    assert "Traceback" not in r.stderr and "innermost frames" not in r.stderr
+    assert records(run_dir) == []                 # not one step trained on it
