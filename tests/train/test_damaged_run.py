@@ -256,3 +256,18 @@ def test_a_flipped_byte_in_a_shard_stops_training_before_a_step(tiny_data, tmp_p
     assert f"{shard}: sha256 of the shard or its .db index differs from the manifest's" in r.stderr
     assert "Traceback" not in r.stderr and "innermost frames" not in r.stderr
     assert records(run_dir) == []                 # not one step trained on it
+
+
+# ---------------------------------------------------------------- config slips: one line, exit 2
+
+@pytest.mark.parametrize("setting, message", [
+    ("model.num_heads=3", "model.num_heads must be a divisor of model.hidden_size (64), got 3"),
+    ("model.num_kv_heads=3", "model.num_kv_heads must be a divisor of model.num_heads (4), or 0, got 3"),
+    ("model.hidden_size=0", "model.hidden_size must be >= 1, got 0"),
+    ("device=cpu", "device: 'cpu' is not one of CPU, Ascend, GPU (did you mean 'CPU'?)"),
+    ("device=GPU", "device: 'GPU' is not usable with this MindSpore installation"),
+])
+def test_model_and_device_slips_are_one_line(tiny_data, tmp_path, setting, message):
+    r = run(launch_cmd(tmp_path / "run", tiny_data, *SETS, setting))
+    assert r.returncode == 2, r.stderr
+    assert f"train launch: config error: {message}" in r.stderr and "Traceback" not in r.stderr
