@@ -18,7 +18,7 @@ import numpy as np
 
 from mspretrain.loader.blend import BlendSchedule
 from mspretrain.loader.manifest import Manifest, ManifestError, SplitInfo, canonical_json, load_manifest
-from mspretrain.loader.mindrecord import ShardError
+from mspretrain.loader.mindrecord import ShardCheck, ShardError
 from mspretrain.loader.order import BatchMaker, SampleOrder
 from mspretrain.loader.workers import LoaderError, WorkerPool
 
@@ -54,12 +54,15 @@ class Loader:
         with workers (default max(2, 2 * num_workers)); neither changes what is produced.
     epochs: None for an endless stream, else stop before the first global batch that would pass
         epochs * num_samples positions. timeout_s: longest wait for one batch from the workers.
+    verify_shards: before the first row of a shard is read, its data file and index must have the
+        sha256 the manifest records (each shard hashed once per loader, by the first process that
+        opens it; mindrecord.ShardCheck); a damaged shard is a ShardError naming it.
     """
 
     def __init__(self, source: str | os.PathLike | Mapping[str | os.PathLike, float],
                  split: str = "train", *, global_batch_size: int, seed: int = 0, dp_rank: int = 0,
                  dp_size: int = 1, num_workers: int = 0, prefetch: int | None = None,
-                 epochs: int | None = None, timeout_s: float = 300.0):
+                 epochs: int | None = None, timeout_s: float = 300.0, verify_shards: bool = True):
         _check_args(global_batch_size, dp_rank, dp_size, num_workers, prefetch, epochs)
         self.split_name, self.seed = split, int(seed)
         self.global_batch_size, self.dp_rank, self.dp_size = global_batch_size, dp_rank, dp_size
@@ -76,8 +79,9 @@ class Loader:
         self.fingerprint = self._combined_fingerprint()
         self.cursor = 0
         self._order = SampleOrder(self.seed, tuple(s.num_samples for s in self._sources), self._blend)
+        checks = tuple(ShardCheck(len(s.split.shards)) for s in self._sources) if verify_shards else None
         self._maker = BatchMaker(self._order, tuple((s.root, s.split) for s in self._sources),
-                                 self.seq_length, self.local_batch_size, dp_rank)
+                                 self.seq_length, self.local_batch_size, dp_rank, checks)
         self._pool: WorkerPool | None = None
         self._pool_start = self._next_submit = 0
 

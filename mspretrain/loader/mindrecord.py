@@ -9,16 +9,21 @@ MindSpore stores compressed: a 4-byte big-endian element count, a bitmap with 2 
 a page are each preceded by their 8-byte little-endian length.
 
 `ShardFile.read(rows)` returns (input_ids [len(rows), L] int32, stored sample ids) in the order asked.
-Every structural fact is checked; a mismatch raises ShardError naming the file (and row).
+Every structural fact is checked; a mismatch raises ShardError naming the file (and row). With a
+`ShardCheck`, a shard's data file and index must also have the sha256 the manifest records before any
+row of it is read: the first process of a loader to open the shard hashes it, once per loader.
 tests/loader/test_mindrecord.py checks this decoder byte-for-byte against MindSpore's own reader.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
+import multiprocessing as mp
 import os
 import sqlite3
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -179,11 +184,77 @@ def decode_rows(parts: list[bytes], width: int, name: Callable[[int], str]) -> n
     return (words << shift).view(np.int32) >> shift.view(np.int32)
 
 
-class ShardSet:
-    """The shards of one split, opened lazily (per process) and kept open; reads global sample ids."""
+class ShardCheck:
+    """Which shards of a split have had their sha256 checked, shared by a loader's processes.
 
-    def __init__(self, root: Path, split_info, seq_length: int, max_open: int = 256):
+    Made in the loader's process before its workers fork, so the states live in an anonymous shared
+    map: the first process to open a shard claims it (under a lock) and hashes its data file and
+    index while the others wait for the outcome; a claimant that died is replaced. A shard is hashed
+    once per loader however many workers read it, and workers restarted later (a resume) inherit it.
+    """
+    UNCHECKED, CLAIMED, GOOD, BAD = 0, 1, 2, 3
+
+    def __init__(self, num_shards: int):
+        n = max(1, num_shards)
+        self._map = mmap.mmap(-1, 9 * n)
+        self._owner = np.ndarray((n,), dtype=np.int64, buffer=self._map)     # the claimant's pid
+        self._state = np.ndarray((n,), dtype=np.uint8, buffer=self._map, offset=8 * n)
+        self._lock = mp.get_context("fork").Lock()
+
+    def ensure(self, k: int, data: Path, sha256: str, db_sha256: str) -> None:
+        """Return once shard `k` is known to match its digests; ShardError if it does not."""
+        while not self._claim(k):
+            if self._state[k] == self.GOOD:
+                return
+            if self._state[k] == self.BAD:
+                raise ShardError(_mismatch(data))
+            time.sleep(0.002)
+        try:
+            good = _sha256(data) == sha256 and (not db_sha256 or _sha256(Path(f"{data}.db")) == db_sha256)
+        except BaseException:
+            self._state[k] = self.UNCHECKED
+            raise
+        self._state[k] = self.GOOD if good else self.BAD
+        if not good:
+            raise ShardError(_mismatch(data))
+
+    def _claim(self, k: int) -> bool:
+        with self._lock:
+            state = self._state[k]
+            if state == self.UNCHECKED or (state == self.CLAIMED and not _alive(int(self._owner[k]))):
+                self._state[k], self._owner[k] = self.CLAIMED, os.getpid()
+                return True
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _mismatch(data: Path) -> str:
+    return (f"{data}: sha256 of the shard or its .db index differs from the manifest's (corrupted or "
+            f"replaced since the build); no row of it was read. `dataprep verify` checks the whole dataset")
+
+
+class ShardSet:
+    """The shards of one split, opened lazily (per process) and kept open; reads global sample ids.
+    `check`: verify each shard's digests before its first read (see ShardCheck)."""
+
+    def __init__(self, root: Path, split_info, seq_length: int, max_open: int = 256,
+                 check: ShardCheck | None = None):
         self.root, self.split, self.seq_length, self.max_open = root, split_info, seq_length, max_open
+        self.check = check
         self._open: dict[int, ShardFile] = {}
         self._pid = os.getpid()
         self._starts = np.array([s.first_sample for s in split_info.shards], dtype=np.int64)
@@ -232,6 +303,8 @@ class ShardSet:
                 self._open.pop(next(iter(self._open))).close()
             info = self.split.shards[k]
             _check_size(self.root / info.file, info.bytes)
+            if self.check is not None:
+                self.check.ensure(k, self.root / info.file, info.sha256, info.db_sha256)
             shard = ShardFile(self.root / info.file, self.seq_length, info.num_samples)
         self._open[k] = shard                # re-insert: dict order is least recently used first
         return shard

@@ -14,7 +14,7 @@ import numpy as np
 
 from mspretrain.loader.blend import BlendSchedule
 from mspretrain.loader.manifest import SplitInfo
-from mspretrain.loader.mindrecord import ShardError, ShardSet
+from mspretrain.loader.mindrecord import ShardCheck, ShardError, ShardSet
 from mspretrain.loader.permutation import epoch_permutation
 
 
@@ -51,6 +51,7 @@ class BatchMaker:
     seq_length: int
     local_batch_size: int
     dp_rank: int
+    checks: tuple[ShardCheck | None, ...] | None = None     # per source: verify shard digests first
     _readers: list[ShardSet] | None = field(default=None, repr=False)
 
     def positions(self, cursor: int) -> np.ndarray:
@@ -60,7 +61,9 @@ class BatchMaker:
     def __call__(self, cursor: int) -> dict[str, np.ndarray]:
         sources, ids = self.order.locate(self.positions(cursor))
         if self._readers is None:
-            self._readers = [ShardSet(root, split, self.seq_length) for root, split in self.sources]
+            checks = self.checks or (None,) * len(self.sources)
+            self._readers = [ShardSet(root, split, self.seq_length, check=check)
+                             for (root, split), check in zip(self.sources, checks)]
         try:
             tokens = self._read(sources, ids)
         except ShardError:

@@ -13,12 +13,15 @@ Failure handling: an exception in a worker comes back as a message naming the sh
 worker that dies (killed, segfault) or a pool that stops answering raises LoaderError in the caller
 instead of hanging. Workers ignore SIGINT (the caller handles Ctrl-C and shuts them down) and exit on
 their own when their parent process is gone; `close()`, or garbage collection of the pool, stops
-and reaps them.
+and reaps them. A process forked from the caller (os.fork) does not own the workers: multiprocessing
+would terminate them when that child exits (they are in its inherited list of children), so a fork
+drops them from the child's list.
 """
 from __future__ import annotations
 
 import mmap
 import multiprocessing as mp
+import multiprocessing.process
 import os
 import signal
 import time
@@ -81,8 +84,11 @@ def _worker_main(make_batch: Callable[[int], dict], buffer: mmap.mmap, layout: L
             results.send((cursor, None))
         except BaseException as e:               # report everything; the caller decides
             detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-            trace = "".join(traceback.format_tb(e.__traceback__)[-3:])
-            text = f"{detail}\n(in worker pid {os.getpid()}; innermost frames:\n{trace})"
+            if type(e).__name__ == "ShardError":  # names the file and row: the whole story
+                text = detail
+            else:
+                trace = "".join(traceback.format_tb(e.__traceback__)[-3:])
+                text = f"{detail}\n(in worker pid {os.getpid()}; innermost frames:\n{trace})"
             results.send((cursor, text.encode()[:MAX_MESSAGE].decode(errors="ignore")))
 
 
@@ -115,6 +121,7 @@ class WorkerPool:
                                            self._tasks + self._results, self._buffer)
         for p in self.procs:
             p.start()
+        _LIVE_POOLS.add(self)
         for conn in [r for r, _ in task_pipes] + [w for _, w in result_pipes]:
             conn.close()                         # the workers' ends
 
@@ -177,6 +184,21 @@ class WorkerPool:
     def _death(worker, what: str) -> str:
         return (f"loader worker {worker.name} (pid {worker.pid}) died with exit code {worker.exitcode} "
                 f"while {what} was pending")
+
+
+_LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _disown_workers_after_fork() -> None:
+    """In a child of os.fork: the caller's workers are not this process's children. Left in
+    multiprocessing's list, its exit handler would SIGTERM them (they are daemons), breaking the
+    caller's Loader with a BrokenPipeError."""
+    for pool in list(_LIVE_POOLS):
+        for p in pool.procs:
+            multiprocessing.process._children.discard(p)
+
+
+os.register_at_fork(after_in_child=_disown_workers_after_fork)
 
 
 def _shutdown(owner: int, procs: list, conns: list[Connection], buffer: mmap.mmap) -> None:

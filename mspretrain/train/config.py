@@ -218,9 +218,39 @@ class Config:
 
 # ---------------------------------------------------------------- loading
 
+DEVICES = ("CPU", "Ascend", "GPU")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Config:
-    """YAML file (optional) plus `a.b=value` overrides (values read as YAML) -> a typed Config."""
-    return load(Config, path, overrides)
+    """YAML file (optional) plus `a.b=value` overrides (values read as YAML) -> a typed Config,
+    with the device and the model's shape checked (errors name the key)."""
+    cfg = load(Config, path, overrides)
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: Config) -> None:
+    """What every command needs before it builds anything: a device MindSpore knows and a model
+    whose heads divide its width."""
+    if cfg.device not in DEVICES:
+        near = [d for d in DEVICES if d.lower() == str(cfg.device).lower()]
+        raise ConfigError(f"device: {cfg.device!r} is not one of {', '.join(DEVICES)}"
+                          + (f" (did you mean {near[0]!r}?)" if near else ""))
+    m = cfg.model
+    rules = [("model.hidden_size", m.hidden_size >= 1, ">= 1"),
+             ("model.num_layers", m.num_layers >= 1, ">= 1"),
+             ("model.num_heads", m.num_heads >= 1, ">= 1"),
+             ("model.num_heads", m.num_heads < 1 or m.hidden_size % m.num_heads == 0,
+              f"a divisor of model.hidden_size ({m.hidden_size})"),
+             ("model.num_kv_heads", m.num_kv_heads >= 0, ">= 0 (0: same as model.num_heads)"),
+             ("model.num_kv_heads", m.num_kv_heads <= 0 or m.num_heads % m.num_kv_heads == 0,
+              f"a divisor of model.num_heads ({m.num_heads}), or 0"),
+             ("model.vocab_size", m.vocab_size >= 0, ">= 0 (0: the dataset's)"),
+             ("model.ffn_size", m.ffn_size >= 0, ">= 0 (0: the Llama rule)"),
+             ("model.max_documents", m.max_documents >= 1, ">= 1")]
+    for key, ok, want in rules:
+        if not ok:
+            raise ConfigError(f"{key} must be {want}, got {getattr(m, key.split('.')[1])!r}")
 
 
 def parse_layer_ranges(spec: str, num_layers: int, key: str) -> list[int]:

@@ -126,7 +126,12 @@ def _set_device(cfg) -> None:
     import mindspore as ms
 
     ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device(cfg.device)
+    try:
+        ms.set_device(cfg.device)
+    except (RuntimeError, ValueError) as e:     # e.g. GPU with a CPU-only MindSpore
+        from mspretrain.train.config import ConfigError
+        raise ConfigError(f"device: {cfg.device!r} is not usable with this MindSpore installation "
+                          f"({str(e).strip().splitlines()[0][:160]})") from None
     set_deterministic(cfg)
 
 

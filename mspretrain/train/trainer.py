@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -267,10 +268,26 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     check_switches(cfg)
     run_dir = Path(cfg.run.dir)
     # the lock first: a second launch is told who holds the run, before it looks at what is in it
-    with run_lock(run_dir, dist.is_main):
-        resume_from = resolve_resume(run_dir, resume)
-        check_sources(cfg, verify_data)     # each dataset intact, all of one tokenizer and seq_length
-        return _launch_locked(cfg, dist, run_dir, resume_from, force)
+    created = dist.is_main and not run_dir.exists()
+    checked = False
+    try:
+        with run_lock(run_dir, dist.is_main):
+            resume_from = resolve_resume(run_dir, resume)
+            check_sources(cfg, verify_data)     # each dataset intact, all of one tokenizer and seq_length
+            checked = True
+            return _launch_locked(cfg, dist, run_dir, resume_from, force)
+    finally:
+        if created and not checked:     # refused before anything was written: leave no run dir
+            _remove_empty_run_dir(run_dir)
+
+
+def _remove_empty_run_dir(run_dir: Path) -> None:
+    """The run dir this launch created for its lock, when it holds nothing else."""
+    try:
+        if all(p.name.startswith(".lock") for p in run_dir.iterdir()):
+            shutil.rmtree(run_dir)
+    except OSError:
+        pass
 
 
 def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, force: bool) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mspretrain.dataprep.shards import ShardWriter
+from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.loader.manifest import (FORMAT_VERSION, Manifest, SplitInfo, TokenizerInfo, compute_fingerprint,
                                         write_manifest)
 

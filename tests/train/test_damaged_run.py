@@ -237,3 +237,37 @@ def test_invalid_utf8_in_metrics_is_one_line(trained, tmp_path):
     r = run(compare)
     assert r.returncode == 2, r.stderr
     assert f"{metrics}:23: not valid JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- item 11: a flipped byte in a shard
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_flipped_byte_in_a_shard_stops_training_before_a_step(tiny_data, tmp_path, workers):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    shard = sorted((data / "shards").glob("train-*.mindrecord"))[0]
+    shard.chmod(0o644)
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0x01                    # sizes and headers intact: only the digest sees it
+    shard.write_bytes(bytes(raw))
+    run_dir = tmp_path / "run"
+    r = run(launch_cmd(run_dir, data, *SETS, f"data.num_workers={workers}"))
+    assert r.returncode == 2, r.stderr
+    assert f"{shard}: sha256 of the shard or its .db index differs from the manifest's" in r.stderr
+    assert "Traceback" not in r.stderr and "innermost frames" not in r.stderr
+    assert records(run_dir) == []                 # not one step trained on it
+
+
+# ---------------------------------------------------------------- config slips: one line, exit 2
+
+@pytest.mark.parametrize("setting, message", [
+    ("model.num_heads=3", "model.num_heads must be a divisor of model.hidden_size (64), got 3"),
+    ("model.num_kv_heads=3", "model.num_kv_heads must be a divisor of model.num_heads (4), or 0, got 3"),
+    ("model.hidden_size=0", "model.hidden_size must be >= 1, got 0"),
+    ("device=cpu", "device: 'cpu' is not one of CPU, Ascend, GPU (did you mean 'CPU'?)"),
+    ("device=GPU", "device: 'GPU' is not usable with this MindSpore installation"),
+])
+def test_model_and_device_slips_are_one_line(tiny_data, tmp_path, setting, message):
+    r = run(launch_cmd(tmp_path / "run", tiny_data, *SETS, setting))
+    assert r.returncode == 2, r.stderr
+    assert f"train launch: config error: {message}" in r.stderr and "Traceback" not in r.stderr

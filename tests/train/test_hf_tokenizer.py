@@ -62,7 +62,7 @@ def texts() -> list[str]:
 def train(tmp_path, model_type: str):
     """A 1,000-piece model of `model_type` trained on every 8th corpus line with dataprep's settings."""
     from mspretrain.dataprep.config import TokenizerConfig
-    from mspretrain.dataprep.tokenizer import train_tokenizer
+    from mspretrain.dataprep.tokenizer.model import train_tokenizer
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines()[::8]), encoding="utf-8")
     model = tmp_path / f"{model_type}.model"
