@@ -128,8 +128,15 @@ def score_task(scorer: TaskScorer, encode, items: list[dict], few_shot: int, see
         pairs, owner = [], []
         for i in chunk:
             ctx = prompt(items, i, few_shot, seed)
-            for c in items[i]["choices"]:
-                pairs.append(encode_pair(encode, ctx, c))
+            for k, c in enumerate(items[i]["choices"]):
+                head, cont = encode_pair(encode, ctx, c)
+                if not cont:
+                    raise TaskError(f"item {i + 1}: choice {k} adds no token of its own (it merges into the "
+                                    f"context's last token: end the context at a word boundary)")
+                if len(cont) > scorer.seq:
+                    raise TaskError(f"item {i + 1}: choice {k} is {len(cont)} tokens, more than the model's "
+                                    f"context of {scorer.seq} predictions")
+                pairs.append((head, cont))
                 owner.append(i)
         lls = scorer.loglikelihoods(pairs)
         for i in chunk:

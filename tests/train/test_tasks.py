@@ -17,8 +17,10 @@ from trainer_harness import REPO, run
 
 
 def corpus_items(lang: str, n: int, seed: int) -> list[dict]:
-    """Items from real corpus lines: the context is the start of a line, the gold choice its next 25
-    characters, the others 25 characters of other lines; half the English contexts end in a space."""
+    """Items from real corpus lines: the context is the start of a line, the gold choice what follows
+    (25 characters, 6 in Chinese), the others as much of other lines; half the English contexts end in
+    a space. Every item fits the tiny model's 64-token context (Chinese is 3 byte tokens a character
+    here): left-truncation of longer ones is not compared with lm-eval."""
     path = REPO / "demo" / "corpus" / {"en": CORPUS.name, "zh": "debian-reference.zh-cn.txt.gz"}[lang]
     lines = [x.strip() for x in gzip.open(path, "rt", encoding="utf-8")]
     lines = [x for x in lines if len(x) > 40 and "--" not in x and sum(c.isalpha() for c in x) > 0.7 * len(x)]
@@ -26,9 +28,15 @@ def corpus_items(lang: str, n: int, seed: int) -> list[dict]:
     items = []
     for k in range(n):
         picked = rng.sample(lines, 4)
-        cut = picked[0].rfind(" ", 0, len(picked[0]) // 2) if lang == "en" else len(picked[0]) // 2
+        cut = picked[0].rfind(" ", 0, len(picked[0]) // 2) if lang == "en" else min(len(picked[0]) // 2, 10)
+        while lang == "zh" and cut > 1 and (picked[0][cut - 1].isascii() or picked[0][cut].isascii()):
+            cut -= 1            # not inside a Latin word: the choice must add tokens of its own
         context = picked[0][:cut]
-        choices = [picked[0][cut:cut + 25]] + [x[len(x) // 2:len(x) // 2 + 25] for x in picked[1:]]
+        size = 25 if lang == "en" else 6       # a Chinese character is 3 byte-fallback tokens here
+        choices = [picked[0][cut:cut + size]] + [x[len(x) // 2:len(x) // 2 + size] for x in picked[1:]]
+        if lang == "zh":        # no space at the cut: the choice's first token starts a new piece
+            choices = [c.replace(" ", "") or "的" for c in choices]
+            context = context.replace(" ", "")
         if lang == "en" and k % 2:
             context, choices = context + " ", [c.lstrip() for c in choices]
         gold = rng.randrange(4)
