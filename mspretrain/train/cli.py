@@ -3,6 +3,7 @@
   train launch   --config F.yaml [--set k=v ...] [--resume auto|CKPT_DIR] [--force]
                  [--nproc N [--nnodes K --node-rank R --master-addr A --master-port P]]
   train eval     --config F.yaml [--set k=v ...] [--checkpoint DIR]
+  train eval     RUN --tasks F.jsonl [...] [--step N | --all-checkpoints] [--few-shot K --seed S]
   train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
   train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
                  [--config F.yaml --set ...]   also the configured lr schedule (runs optional then)
@@ -52,11 +53,20 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds of silent worker logs before an msrun job is stopped as hung")
     p.add_argument("--cluster-timeout", type=int, default=None, help="msrun --cluster_time_out")
 
-    p = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint")
-    _config_args(p)
+    p = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint; or RUN --tasks")
+    add_config_options(p, required=False)     # required unless RUN --tasks
     p.add_argument("--checkpoint", help="checkpoint directory (default: RUN/checkpoints/latest)")
     p.add_argument("--verify-data", action="store_true",
                    help="check every shard's sha256 against the manifest first")
+    p.add_argument("run", nargs="?", help="run dir (with --tasks)")
+    p.add_argument("--tasks", nargs="+", metavar="F.jsonl",
+                   help='multiple-choice tasks: {"context", "choices", "gold"} lines (train.tasks)')
+    p.add_argument("--step", type=int, default=None, help="with --tasks: checkpoint step (default: latest)")
+    p.add_argument("--all-checkpoints", action="store_true", help="with --tasks: every checkpoint, a table")
+    p.add_argument("--few-shot", type=int, default=0, help="with --tasks: examples before each item")
+    p.add_argument("--seed", type=int, default=1234, help="with --tasks: seed of the few-shot draw")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="with --tasks: rows per forward (default: the run's eval.batch_size)")
 
     p = sub.add_parser("compare", help="are two runs' losses bitwise equal, step by step?")
     p.add_argument("run_a")
@@ -137,6 +147,20 @@ def _run_hf_command(args) -> int | None:
     return None
 
 
+def _run_tasks(args) -> int:
+    if not (args.tasks and args.run):
+        print("train eval: give both RUN and --tasks F.jsonl (or --config F.yaml for the validation loss)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    if args.all_checkpoints and args.step is not None:
+        print("train eval: --step and --all-checkpoints exclude each other", file=sys.stderr)
+        return EXIT_ERROR
+    from mspretrain.train.evalsuite import task_batch_size
+    from mspretrain.train.tasks import main as tasks
+    batch = args.batch_size or task_batch_size(args.run)
+    return tasks(args.run, args.tasks, args.step, args.all_checkpoints, args.few_shot, args.seed, batch)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
@@ -154,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             return code
         if args.command in ("export", "generate", "score"):
             return _run_hf_command(args)
+        if args.command == "eval" and (args.tasks or args.run):
+            return _run_tasks(args)
+        if args.command == "eval" and not args.config:
+            print("train eval: --config F.yaml is required (or: train eval RUN --tasks F.jsonl)", file=sys.stderr)
+            return EXIT_ERROR
         if args.command == "plot":
             from mspretrain.train.plot import plot_runs
             schedule = load_config(args.config, args.set) if args.config or args.set else None
@@ -200,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
                  "ShardError", "LoaderError", "FileNotFoundError", "LockedError", "DataCheckError",
-                 "HFError", "RunInfoError", "InputError", "WorkerError"}
+
+                 "HFError", "RunInfoError", "InputError", "WorkerError", "TaskError"}
 
 
 if __name__ == "__main__":

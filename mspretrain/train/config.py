@@ -145,6 +145,10 @@ class EvalConfig:
     prompts: str = ""               # jsonl of {"text"} / {"tokens"}: generation-quality metrics
     gen_tokens: int = 32            # new tokens per prompt (greedy) for those metrics
     suite_in_loop: bool = False     # the periodic eval also runs the suite (per source, bits/byte, ...)
+    suite_every_steps: int = 0      # with suite_in_loop: the generation metrics (eval.prompts) only every
+                                    # this many steps (a multiple of every_steps); 0: at every eval
+    batch_size: int = 0             # rows per forward of `train eval --tasks`; 0: twice the training
+                                    # micro-batch (no gradients, so more fit)
 
 
 @dataclass

@@ -17,6 +17,7 @@ so every sample's numbers are bitwise those of an uninterrupted run) and gives t
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -141,6 +142,15 @@ class ResultsFile:
 
 def eval_batch_size(cfg: Config) -> int:
     return cfg.train.micro_batch_size or cfg.train.global_batch_size // cfg.parallel.data_parallel
+
+
+def task_batch_size(run_dir) -> int:
+    """eval.batch_size of the run's config, or twice its training micro-batch."""
+    from mspretrain.train.runinfo import run_config
+    cfg = run_config(run_dir)
+    if cfg.eval.batch_size < 0:
+        raise ConfigError(f"eval.batch_size must be >= 0, got {cfg.eval.batch_size}")
+    return cfg.eval.batch_size or 2 * eval_batch_size(cfg)
 
 
 def capped_batches(cfg: Config, num_samples: int, batch_size: int, split: str) -> int:
@@ -315,7 +325,13 @@ def format_summary(s: dict) -> list[str]:
 
 
 def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
-    """The suite for the trainer's periodic eval: the metrics record's extra fields."""
+    """The suite for the trainer's periodic eval: the metrics record's extra fields. The generation
+    metrics run only at multiples of eval.suite_every_steps (when set)."""
+    every = cfg.eval.suite_every_steps
+    if every < 0:
+        raise ConfigError(f"eval.suite_every_steps must be >= 0, got {every}")
+    if every and step % every:
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, prompts=""))
     s = run_suite(model, cfg, run_dir, f"step_{step:08d}")
     rec = {}
     if s.get("bits_per_byte") is not None:
