@@ -229,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
 # errors whose message is the whole story (no traceback): they name the file, key or step
 _CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
                  "ShardError", "LoaderError", "FileNotFoundError", "LockedError", "DataCheckError",
-
                  "HFError", "RunInfoError", "InputError", "WorkerError", "TaskError"}
 
 
