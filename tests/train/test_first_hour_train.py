@@ -155,8 +155,9 @@ def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     a, b = _fake_run(tmp_path / "a", 1.0), _fake_run(tmp_path / "b", 1.2)
     out = tmp_path / "plots" / "runs.png"
     assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
-    with Image.open(out) as im:
-        assert im.format == "PNG" and im.size == (800, 1200)
+    from mspretrain.train.plot import PANELS
+    with Image.open(out) as im:       # 8 x 2.4 inches per panel at 100 dpi
+        assert im.format == "PNG" and im.size == (800, round(240 * len(PANELS)))
         colours = {c for _, c in im.convert("RGB").getcolors(1 << 20)}
     assert (31, 119, 180) in colours and (255, 127, 14) in colours     # both runs drawn (C0, C1)
     assert main(["compare", str(a), str(b), "--plot", str(tmp_path / "cmp.png")]) == 1
