@@ -71,6 +71,10 @@ def _group_gone(pgid: int, timeout: float = 10) -> bool:
     return False
 
 
+# a hang never ends; a loaded 2-core machine may need tens of seconds to import and clean up
+LIMIT_S = 90
+
+
 @pytest.mark.slow
 def test_ctrl_c_at_any_moment_ends_the_build_within_seconds(tmp_path):
     """At each delay two builds start together; one gets SIGINT to its pid, the other to its group."""
@@ -83,9 +87,9 @@ def test_ctrl_c_at_any_moment_ends_the_build_within_seconds(tmp_path):
             t0 = time.monotonic()
             for how, proc in procs.items():
                 try:
-                    _, err = proc.communicate(timeout=max(1.0, 30 - (time.monotonic() - t0)))
+                    _, err = proc.communicate(timeout=max(1.0, LIMIT_S - (time.monotonic() - t0)))
                 except subprocess.TimeoutExpired:
-                    pytest.fail(f"SIGINT to the {how} at {delay} s: the build did not end in 30 s")
+                    pytest.fail(f"SIGINT to the {how} at {delay} s: the build did not end in {LIMIT_S} s")
                 _check_interrupted(proc, err, tmp_path / f"{how}-{k}" / "data", f"{how} {delay} s")
         finally:
             for proc in procs.values():
