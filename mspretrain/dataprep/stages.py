@@ -33,7 +33,8 @@ from mspretrain.dataprep.dedup.detect import DedupConfig, exact_key, signatures
 from mspretrain.dataprep.steps.decontam import DecontamConfig
 from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.steps.pii import PiiConfig
-from mspretrain.dataprep.steps.pipeline import Pipeline, build_steps
+from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, Pipeline, QualityClassifier,
+                                                 RedactPii, build_steps)
 from mspretrain.dataprep.readers import BadRecord, Document, InputFile, read_file
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
@@ -148,7 +149,8 @@ DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("rea
                          ("quality", pa.float64()), ("pii", pa.int32()),
                          ("decontam", pa.string()), ("split", pa.string())])
 # reasons of the document stages after the quality filters, in check order
-STAGE_REASONS = ("language", "language_score", "decontam", "pii", "quality")
+STAGE_REASONS = (LanguageFilter.reasons + Decontaminate.reasons + RedactPii.reasons
+                 + QualityClassifier.reasons)
 
 
 def clean_chunk(task: ChunkTask) -> dict:
