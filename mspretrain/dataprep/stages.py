@@ -145,7 +145,8 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
 DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reason", pa.string()),
                          ("bytes_in", pa.int64()), ("bytes_clean", pa.int64()),
                          ("key", pa.binary()), ("sig", pa.binary()), ("text", pa.string()),
-                         ("language", pa.string()), ("language_score", pa.float64()),
+                         ("language", pa.string()), ("script", pa.string()),
+                         ("language_score", pa.float64()),
                          ("quality", pa.float64()), ("pii", pa.int32()),
                          ("decontam", pa.string()), ("split", pa.string())])
 # reasons of the document stages after the quality filters, in check order
@@ -199,7 +200,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
                             ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
                             ("key", result.key), ("text", clean),
                             ("sig", None if reason else result.sig.tobytes()),
-                            ("language", attrs["language"]),
+                            ("language", attrs["language"]), ("script", attrs["script"]),
                             ("language_score", attrs["language_score"]),
                             ("quality", attrs["quality"]), ("pii", sum(attrs["pii"].values())),
                             ("decontam", ",".join(item_ids[i] for i in attrs["decontam"])),

@@ -103,4 +103,8 @@ def test_the_build_keeps_chinese_and_english_and_reports_every_language(tmp_path
     kept = [a for a in attrs if a["fate"] == "kept"]
     assert kept and {a["language"] for a in kept} <= {"zh", "en"}
     assert all(a["fate"] == "language" for a in attrs if a["language"] not in ("zh", "en"))
+    # both Chinese scripts are "zh"; the script is an attribute of its own (zh_TW pages: Hant)
+    scripts = {a["doc_id"]: a["script"] for a in attrs if a["language"] == "zh"}
+    assert set(scripts.values()) == {"Hans", "Hant"}, scripts
+    assert all(a["script"] == "" for a in attrs if a["language"] != "zh")
     assert "## Languages" in (out / "report.md").read_text()

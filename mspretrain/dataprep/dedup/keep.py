@@ -35,7 +35,8 @@ from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json
 DUPLICATES_FILE = "dedup/duplicates.parquet"
 ATTRIBUTES_FILE = "documents/attributes.parquet"
 ATTRIBUTES_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()),
-                               ("language", pa.string()), ("language_score", pa.float64()),
+                               ("language", pa.string()), ("script", pa.string()),
+                               ("language_score", pa.float64()),
                                ("quality", pa.float64()), ("pii", pa.int32()),
                                ("decontam", pa.string()), ("fate", pa.string())])
 DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.string()),
@@ -90,7 +91,7 @@ class Decisions:
 
 class DedupPass:
     # the stage-1 columns `consume` reads
-    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language",
+    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language", "script",
                "language_score", "quality", "pii", "decontam", "split"]
 
     def __init__(self, cfg: DedupConfig, texts: Callable[[int], pa.ChunkedArray] | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 @dataclass
 class StepDoc:
     text: str
-    attrs: dict = field(default_factory=lambda: {"language": "", "language_score": 0.0,
+    attrs: dict = field(default_factory=lambda: {"language": "", "script": "", "language_score": 0.0,
                                                    "quality": None, "pii": {}, "decontam": []})
 
 

@@ -27,7 +27,8 @@ class LanguageId(Step):
     name = "language_id"
 
     def __call__(self, doc: StepDoc) -> str:
-        doc.attrs["language"], doc.attrs["language_score"] = langid.identify(doc.text)
+        lang, doc.attrs["language_score"] = langid.identify(doc.text)
+        doc.attrs["language"], doc.attrs["script"] = lang, langid.script(doc.text, lang)
         return ""
 
 
