@@ -35,7 +35,8 @@ from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.steps.pii import PiiConfig
 from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, Pipeline, QualityClassifier,
                                                  RedactPii, build_steps)
-from mspretrain.dataprep.readers import BadRecord, Document, InputFile, read_file
+from mspretrain.dataprep.readers import read_file
+from mspretrain.dataprep.records import BadRecord, Document, InputFile
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
 

@@ -45,7 +45,7 @@ def test_binary_files_are_skipped_whole_and_named(with_binary, tmp_path, capsys)
 
 
 def test_binary_detection_by_content():
-    from mspretrain.dataprep.binary import binary_reason
+    from mspretrain.dataprep.readers.binary import binary_reason
     assert "ELF" in binary_reason(open(sys.executable, "rb").read(1 << 16))
     assert "NUL" in binary_reason(b"plain text\x00more")
     assert "UTF-8" in binary_reason(bytes(range(128, 256)) * 4)

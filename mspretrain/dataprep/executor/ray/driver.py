@@ -20,7 +20,7 @@ from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.executor.ray import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from mspretrain.dataprep.executor.ray.layout import Ctx, Unit
-from mspretrain.dataprep.readers import InputFile, file_format
+from mspretrain.dataprep.readers import InputFile, splittable
 from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.dataprep.stages import SPLITS
 from mspretrain.dataprep.tokenizer.sample import sample_fraction
@@ -219,8 +219,7 @@ def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
     parts of about run.ray_unit_bytes at line starts (tasks count the lines) and large parquet
     files between row groups. Depends only on the inputs and that size, never on the cluster."""
     big = [k for k, f in enumerate(files)
-           if file_format(f.path) in (("jsonl", None), ("parquet", None))
-           and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
+           if splittable(f.path) and f.path.stat().st_size > ctx.cfg.run.ray_unit_bytes]
     parts = dict(zip(big, stages.run("plan", tasks_units.plan_file,
                                      [(ctx, files[k]) for k in big]))) if big else {}
     return [p for k, f in enumerate(files) for p in (parts[k]["parts"] if k in parts else [f])]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mspretrain.dataprep.config import BuildConfig
-from mspretrain.dataprep.readers import InputFile
+from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import init_worker
 from mspretrain.dataprep.workdir import WorkDir, read_json
 from mspretrain.common.files import atomic_path, atomic_write_json

@@ -18,7 +18,8 @@ from mspretrain.dataprep.executor.ray.layout import (UNIT_BITS, Ctx, Unit, bytes
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
 from mspretrain.dataprep.executor.ray.shuffle import PartitionedWriter
-from mspretrain.dataprep.readers import InputFile, split_input
+from mspretrain.dataprep.readers import split_input
+from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.common.files import atomic_open, atomic_write_json
 
