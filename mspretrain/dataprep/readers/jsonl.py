@@ -44,7 +44,8 @@ def split_jsonl(inp: InputFile, part_bytes: int) -> list[InputFile]:
 
 
 @register(".jsonl", ".ndjson", ".json", split=split_jsonl)
-def read_jsonl(inp: InputFile, stream: BinaryIO, opts: ReadOptions) -> Iterator[Document | BadRecord]:
+def read_jsonl(inp: InputFile, stream: BinaryIO,
+               opts: ReadOptions) -> Iterator[Document | BadRecord]:
     if inp.end >= 0:
         yield from _read_range(inp, stream, opts)
         return

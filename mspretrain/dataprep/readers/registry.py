@@ -4,7 +4,8 @@ the stream to its format's reader.
 A format is one reader function registered for its suffixes, in its own module:
 
     @register(".jsonl", ".ndjson", ".json", split=split_jsonl)
-    def read_jsonl(inp: InputFile, stream: BinaryIO, opts: ReadOptions) -> Iterator[Document | BadRecord]
+    def read_jsonl(inp: InputFile, stream: BinaryIO, opts: ReadOptions) -> Iterator[...]:
+        ...   # Documents and BadRecords, in file order
 
 The suffix looked up is the last one before an optional .gz / .zst / .zstd, case-insensitive; a
 suffix no format claims is read by the default format (plain text). Formats from other packages
@@ -60,6 +61,9 @@ class Format:
     # that `read` reads as that part of the whole (the Ray engine's work units); None: never cut
     split: Splitter | None = None
     binary: bool = False   # a binary format: not checked for binary content before reading
+    # registered by a built-in module or an entry point's, so in every process that reads files
+    # (False: by a module this process imported, which Ray workers never import)
+    everywhere: bool = True
 
 
 _BY_SUFFIX: dict[str, Format] = {}
@@ -73,8 +77,9 @@ def register(*suffixes: str, split: Splitter | None = None, binary: bool = False
     already read by another format is an error (a format registered again under its own name, as
     a module imported twice does, replaces itself)."""
     def add(read: Reader) -> Reader:
+        everywhere = _plugins.get("loading", False) or read.__module__.startswith(__package__ + ".")
         fmt = Format(name or read.__name__.removeprefix("read_"), read,
-                     tuple(s.lower() for s in suffixes), split, binary)
+                     tuple(s.lower() for s in suffixes), split, binary, everywhere)
         for s in fmt.suffixes:
             if not s.startswith(".") or s in COMPRESSION_SUFFIXES:
                 raise ValueError(f"reader {fmt.name!r}: {s!r} is not a format suffix (one like "
@@ -113,6 +118,12 @@ def splittable(path: Path) -> bool:
     return fmt.split is not None and not compression
 
 
+def this_process_only(paths) -> list[str]:
+    """The formats of `paths` registered only in this process (not by an entry point): an engine
+    whose workers read the files (Ray) cannot read them (see Format.everywhere)."""
+    return sorted({fmt.name for fmt, _ in map(format_of, paths) if not fmt.everywhere})
+
+
 def split_input(inp: InputFile, part_bytes: int) -> list[InputFile]:
     """A large uncompressed file of a format that splits (jsonl, parquet) as parts of about
     part_bytes, in file order; the file itself where it cannot or need not be cut (a compressed
@@ -127,23 +138,26 @@ class ReaderPluginError(RuntimeError):
     """A module named by a `mspretrain.readers` entry point failed to import."""
 
 
-_plugins: dict = {}    # "error": the ReaderPluginError of this process, once loaded; "done": True
+_plugins: dict = {}    # "done": loaded; "loading": importing them now; "error": why loading failed
 
 
 def load_plugins() -> None:
     """Import the modules of the `mspretrain.readers` entry points, once per process, in name order
     (their @register calls add their formats); a failure is raised on every later call too."""
     if "done" not in _plugins:
-        _plugins["done"] = True
+        _plugins.update(done=True, loading=True)
         from importlib.metadata import entry_points
-        for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: (e.name, e.value)):
-            try:
-                ep.load()
-            except Exception as e:
-                _plugins["error"] = ReaderPluginError(
-                    f"reader plugin {ep.name} = {ep.value} (entry point group {PLUGIN_GROUP}) "
-                    f"failed to load: {type(e).__name__}: {e}")
-                break
+        try:
+            for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: (e.name, e.value)):
+                try:
+                    ep.load()
+                except Exception as e:
+                    _plugins["error"] = ReaderPluginError(
+                        f"reader plugin {ep.name} = {ep.value} (entry point group {PLUGIN_GROUP}) "
+                        f"failed to load: {type(e).__name__}: {e}")
+                    break
+        finally:
+            _plugins["loading"] = False
     if "error" in _plugins:
         raise _plugins["error"]
 

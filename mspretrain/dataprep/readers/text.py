@@ -15,7 +15,8 @@ _TEXT_CHUNK = 1 << 22   # bytes of whole lines decoded at a time (text_unit = fi
 
 
 @register(".txt", default=True)
-def read_text(inp: InputFile, stream: BinaryIO, opts: ReadOptions) -> Iterator[Document | BadRecord]:
+def read_text(inp: InputFile, stream: BinaryIO,
+              opts: ReadOptions) -> Iterator[Document | BadRecord]:
     if opts.text_unit == "file":
         yield from _read_whole(inp, stream, opts.max_record_bytes)
     else:

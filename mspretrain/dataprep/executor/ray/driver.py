@@ -20,7 +20,7 @@ from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.executor.ray import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from mspretrain.dataprep.executor.ray.layout import Ctx, Unit
-from mspretrain.dataprep.readers import InputFile, splittable
+from mspretrain.dataprep.readers import InputFile, splittable, this_process_only
 from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.dataprep.stages import SPLITS
 from mspretrain.dataprep.tokenizer.sample import sample_fraction
@@ -134,6 +134,10 @@ def build_stages(stages: Stages, files: list[InputFile], cfg: BuildConfig, work:
                  run: dict):
     """Every stage up to the written shards: (DedupResult, SplitInfo per split, tails, histogram)."""
     import ray
+    if unseen := this_process_only(f.path for f in files):
+        raise BuildError(f"input format {', '.join(unseen)} is registered in this process only: Ray "
+                         f"workers read the files and cannot see it; register it through a "
+                         f"mspretrain.readers entry point (docs/extending.md)")
     ctx = Ctx(str(work.out), cfg, partitions_for(cfg, files), hooks.from_env())
     times = run["time_s"]
     t0 = time.perf_counter()
