@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -32,14 +33,16 @@ def _example_source() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.fixture
-def registry_state():
-    """The registry as it was, restored after the test (a format registered here is forgotten)."""
+@contextmanager
+def _registry_kept():
+    """The registry as it was, restored afterwards (a format registered meanwhile is forgotten)."""
     saved = dict(registry._BY_SUFFIX), dict(registry._DEFAULT), dict(registry._plugins)
-    yield
-    for table, old in zip((registry._BY_SUFFIX, registry._DEFAULT, registry._plugins), saved):
-        table.clear()
-        table.update(old)
+    try:
+        yield
+    finally:
+        for table, old in zip((registry._BY_SUFFIX, registry._DEFAULT, registry._plugins), saved):
+            table.clear()
+            table.update(old)
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +83,17 @@ def _csv(rows) -> bytes:
     return out.getvalue().encode()
 
 
-@pytest.fixture
-def example_in_process(plugin_dir, registry_state):
-    """The example imported into this process (its @register runs), forgotten afterwards."""
-    spec = importlib.util.spec_from_file_location("csv_format_example",
-                                                  plugin_dir / "my_formats" / "csv_format.py")
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+@pytest.fixture(scope="module")
+def in_process_build(plugin_dir, csv_corpus, tmp_path_factory) -> Path:
+    """The example imported into this process (its @register runs), the corpus built in this
+    process by the local engine, and the example forgotten."""
+    out = tmp_path_factory.mktemp("in_process") / "data"
+    with _registry_kept():
+        spec = importlib.util.spec_from_file_location("csv_format_example",
+                                                      plugin_dir / "my_formats" / "csv_format.py")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        assert run_build([csv_corpus], out, "--workers", "2") == 0
+    return out
 
 
 def _kept_ids(out: Path) -> set[str]:
@@ -104,7 +112,13 @@ def _build(corpus: Path, out: Path, plugins: Path, *extra: str) -> subprocess.Co
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_formats_by_suffix_and_conflicts_are_errors(tmp_path, registry_state):
+@pytest.fixture
+def registry_kept():
+    with _registry_kept():
+        yield
+
+
+def test_formats_by_suffix_and_conflicts_are_errors(tmp_path, registry_kept):
     assert file_format(Path("a.JSONL.GZ")) == ("jsonl", "gzip")
     assert file_format(Path("x.y.ndjson.zst")) == ("jsonl", "zstd")
     assert file_format(Path("a.parquet")) == ("parquet", None)
@@ -130,10 +144,8 @@ def test_formats_by_suffix_and_conflicts_are_errors(tmp_path, registry_state):
     assert this_process_only([path, tmp_path / "a.jsonl"]) == ["tsv"]
 
 
-def test_the_example_registered_in_process_is_read_by_the_local_engine(csv_corpus, tmp_path,
-                                                                        example_in_process):
-    out = tmp_path / "data"
-    assert run_build([csv_corpus], out, "--workers", "2") == 0
+def test_the_example_registered_in_process_is_read_by_the_local_engine(in_process_build):
+    out = in_process_build
     bad = json.loads((out / "report.json").read_text())["bad_records"]
     assert {f: sorted(reasons) for f, reasons in bad.items()} == {
         "a.csv": ["invalid_utf8"], "b.csv.gz": ["truncated_compressed"]}
@@ -153,10 +165,8 @@ def entry_point_build(csv_corpus, plugin_dir, tmp_path_factory):
 
 
 def test_the_example_as_an_entry_point_is_read_by_the_dataprep_command(entry_point_build,
-                                                                        csv_corpus, tmp_path,
-                                                                        example_in_process):
-    assert run_build([csv_corpus], tmp_path / "in_process", "--workers", "2") == 0
-    assert dataset_bytes(entry_point_build) == dataset_bytes(tmp_path / "in_process")
+                                                                        in_process_build):
+    assert dataset_bytes(entry_point_build) == dataset_bytes(in_process_build)
 
 
 def test_a_plugin_that_fails_to_import_fails_the_build_naming_it(csv_corpus, tmp_path):
