@@ -7,8 +7,10 @@ never on how the document was read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import ClassVar, Mapping
 
 
 @dataclass(frozen=True)
@@ -23,14 +25,28 @@ class InputFile:
     first_line: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Document:
     doc_id: str  # the record's id field where present, else f"{rel}:{line_or_row}"
     text: str    # raw text as read (not cleaned)
     source: str  # InputFile.rel
-    # what a reader knows of the record besides its text, for steps that want it; no built-in
-    # reader fills it, and nothing of it reaches the dataset
-    metadata: dict = field(default_factory=dict)
+    # What a reader knows of the record besides its text, for steps that want it (no built-in
+    # reader fills it, and nothing of it reaches the dataset). Held by the instance only when
+    # given: a document without it pickles to the workers as cheaply as its three strings.
+    metadata: ClassVar[Mapping] = MappingProxyType({})
+
+    def __init__(self, doc_id: str, text: str, source: str, metadata: Mapping | None = None):
+        object.__setattr__(self, "doc_id", doc_id)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "source", source)
+        if metadata:
+            object.__setattr__(self, "metadata", dict(metadata))
+
+    def __eq__(self, other):
+        return vars(self) == vars(other) if other.__class__ is Document else NotImplemented
+
+    def __hash__(self):
+        return hash((self.doc_id, self.text, self.source))
 
 
 @dataclass(frozen=True)
