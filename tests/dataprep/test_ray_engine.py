@@ -231,3 +231,28 @@ def test_every_document_stage_gives_the_local_bytes(ray_address, corpus, tmp_pat
     rep = _report(local)
     assert rep["decontam"]["docs_cut"] >= 1 and rep["decontam"]["matches"]
     assert "quality" in pq.read_table(local / "provenance" / "train.parquet").schema.names
+
+
+def test_a_format_registered_in_this_process_only_is_refused_naming_it(ray_address, tmp_path,
+                                                                       capsys):
+    """Ray workers never import a module the driver's process imported: they would read the file
+    as plain text. Such a format fails the build (docs/extending.md: register it by entry point)."""
+    from mspretrain.dataprep.readers import register, registry
+    from mspretrain.dataprep.records import Document
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.lines").write_text("Debian keeps a record of every file installed by a package.\n")
+    saved = dict(registry._BY_SUFFIX)
+
+    @register(".lines")
+    def read_lines(inp, stream, opts):
+        for line, raw in enumerate(stream, start=1):
+            yield Document(f"{inp.rel}:{line}", raw.decode(), inp.rel)
+    try:
+        assert run_build([src], tmp_path / "data", "--engine", "ray") == 1
+    finally:
+        registry._BY_SUFFIX.clear()
+        registry._BY_SUFFIX.update(saved)
+    assert ("input format lines is registered in this process only: Ray workers read the files "
+            "and cannot see it; register it through a mspretrain.readers entry point"
+            in capsys.readouterr().err)
