@@ -134,8 +134,13 @@ def test_formats_by_suffix_and_conflicts_are_errors(tmp_path, registry_kept):
     path.write_bytes(b"1\tone\n2\ttwo\n")
     assert [d.text for d in read_file(InputFile(path, "t.tsv"))] == ["one\n", "two\n"]
     register(".tsv")(read_tsv)     # the same format again (a module imported twice): no error
-    with pytest.raises(ValueError, match=r"reader 'other': suffix \.tsv is already read by 'tsv'"):
-        register(".tsv", name="other")(read_tsv)
+    with pytest.raises(ValueError, match=r"reader 'other' \(.*read_tsv\): suffix \.tsv is already "
+                                         r"read by 'tsv' \(test_reader_registry\..*read_tsv\)"):
+        register(".psv", ".tsv", name="other")(read_tsv)
+    assert file_format(Path("t.psv")) == ("text", None)    # nothing taken by a refused register
+    with pytest.raises(ValueError, match=r"suffix \.jsonl is already read by 'jsonl' "
+                                         r"\(mspretrain\.dataprep\.readers\.jsonl\.read_jsonl\)"):
+        register(".jsonl", name="jsonl")(read_tsv)     # a built-in is never replaced by its name
     with pytest.raises(ValueError, match="'.gz' is not a format suffix"):
         register(".gz", name="gz")(read_tsv)
     with pytest.raises(ValueError, match="the default format is already read by 'text'"):

@@ -74,28 +74,31 @@ def register(*suffixes: str, split: Splitter | None = None, binary: bool = False
              default: bool = False, name: str = ""):
     """Decorator: the reader reads files with these suffixes (and, with default=True, every suffix
     no format claims). The format's name is `name`, else the function's without `read_`. A suffix
-    already read by another format is an error (a format registered again under its own name, as
-    a module imported twice does, replaces itself)."""
+    already read by another format is an error; the same function registered again under the same
+    name (a module imported twice) replaces itself."""
     def add(read: Reader) -> Reader:
         everywhere = _plugins.get("loading", False) or read.__module__.startswith(__package__ + ".")
         fmt = Format(name or read.__name__.removeprefix("read_"), read,
                      tuple(s.lower() for s in suffixes), split, binary, everywhere)
+        claims = [(_BY_SUFFIX, s, f"suffix {s}") for s in fmt.suffixes]
+        claims += [(_DEFAULT, "", "the default format")] if default else []
         for s in fmt.suffixes:
             if not s.startswith(".") or s in COMPRESSION_SUFFIXES:
                 raise ValueError(f"reader {fmt.name!r}: {s!r} is not a format suffix (one like "
                                  f"'.csv'; compression is read before the format)")
-            _claim(_BY_SUFFIX, s, fmt, f"suffix {s}")
-        if default:
-            _claim(_DEFAULT, "", fmt, "the default format")
+        for table, key, what in claims:    # all checked before any is taken
+            old = table.get(key)
+            if old is not None and (old.name, _where(old)) != (fmt.name, _where(fmt)):
+                raise ValueError(f"reader {fmt.name!r} ({_where(fmt)}): {what} is already read "
+                                 f"by {old.name!r} ({_where(old)})")
+        for table, key, _ in claims:
+            table[key] = fmt
         return read
     return add
 
 
-def _claim(table: dict, key: str, fmt: Format, what: str) -> None:
-    old = table.get(key)
-    if old is not None and old.name != fmt.name:
-        raise ValueError(f"reader {fmt.name!r}: {what} is already read by {old.name!r}")
-    table[key] = fmt
+def _where(fmt: Format) -> str:
+    return f"{fmt.read.__module__}.{fmt.read.__qualname__}"
 
 
 def format_of(path: Path) -> tuple[Format, str | None]:
