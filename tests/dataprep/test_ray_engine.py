@@ -256,3 +256,46 @@ def test_a_format_registered_in_this_process_only_is_refused_naming_it(ray_addre
     assert ("input format lines is registered in this process only: Ray workers read the files "
             "and cannot see it; register it through a mspretrain.readers entry point"
             in capsys.readouterr().err)
+
+
+LINES_PLUGIN = '''
+from mspretrain.dataprep.readers import register
+from mspretrain.dataprep.records import Document
+
+
+@register(".lines")
+def read_lines(inp, stream, opts):
+    for line, raw in enumerate(stream, start=1):
+        yield Document(f"{inp.rel}:{line}", raw.decode(), inp.rel)
+'''
+
+
+def test_a_worker_without_the_drivers_reader_plugin_fails_the_build_naming_it(ray_address, corpus,
+                                                                              tmp_path, capsys):
+    """The driver loads a plugin by entry point, this instance's workers (started before, without
+    it on their path) cannot: they would read the file as plain text, so the unit fails instead."""
+    from mspretrain.dataprep.readers import registry
+    plugin = tmp_path / "plugin"
+    (plugin / "lines_plugin-1.0.dist-info").mkdir(parents=True)
+    (plugin / "lines_plugin.py").write_text(LINES_PLUGIN)
+    (plugin / "lines_plugin-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: lines-plugin\nVersion: 1.0\n")
+    (plugin / "lines_plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[mspretrain.readers]\nlines = lines_plugin\n")
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "en.txt").write_bytes((corpus / "en.txt").read_bytes())
+    (src / "b.lines").write_text("Debian keeps a record of every file installed by a package.\n")
+    saved = dict(registry._BY_SUFFIX), dict(registry._plugins)
+    sys.path.insert(0, str(plugin))
+    registry._plugins.clear()
+    try:
+        assert run_build([src], tmp_path / "data", "--engine", "ray") == 1
+    finally:
+        sys.path.remove(str(plugin))
+        sys.modules.pop("lines_plugin", None)
+        for table, old in zip((registry._BY_SUFFIX, registry._plugins), saved):
+            table.clear()
+            table.update(old)
+    assert ("b.lines:0: reader_missing: read as lines by the driver but as text by a Ray worker"
+            in capsys.readouterr().err)

@@ -20,7 +20,7 @@ from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.executor.ray import hooks, tasks_dedup, tasks_labels, tasks_units, tasks_write
 from mspretrain.dataprep.executor.ray.layout import Ctx, Unit
-from mspretrain.dataprep.readers import InputFile, splittable, this_process_only
+from mspretrain.dataprep.readers import InputFile, file_format, splittable, this_process_only
 from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.dataprep.stages import SPLITS
 from mspretrain.dataprep.tokenizer.sample import sample_fraction
@@ -231,7 +231,8 @@ def _plan(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[InputFile]:
 
 def _docs_stage(stages: Stages, ctx: Ctx, files: list[InputFile]) -> list[dict]:
     units = stages.run("docs", tasks_units.docs_unit,
-                       [(ctx, Unit(i, f)) for i, f in enumerate(_plan(stages, ctx, files))])
+                       [(ctx, Unit(i, f, file_format(f.path)[0]))
+                        for i, f in enumerate(_plan(stages, ctx, files))])
     for m in units:   # the first stop in input order, as the local build reports it
         if "stop" in m:
             raise stopped(m)

@@ -54,6 +54,7 @@ class Ctx:
 class Unit:
     index: int
     file: InputFile
+    fmt: str = ""   # the format the driver reads the file as: a worker that reads another fails
 
 
 def chunk_index(unit: int, chunk: int) -> int:

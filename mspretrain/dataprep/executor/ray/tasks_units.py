@@ -18,7 +18,7 @@ from mspretrain.dataprep.executor.ray.layout import (UNIT_BITS, Ctx, Unit, bytes
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
 from mspretrain.dataprep.executor.ray.shuffle import PartitionedWriter
-from mspretrain.dataprep.readers import split_input
+from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -40,6 +40,12 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
     marker = ctx.marker("docs", f"{unit.index:06d}")
     if (m := done(marker)) is not None:
         return m
+    if unit.fmt and (fmt := file_format(unit.file.path)[0]) != unit.fmt:
+        # a node without the package of a reader plugin: it would read the file another way
+        return {"unit": unit.index, "stop_kind": "error",
+                "stop": [unit.file.rel, 0, "reader_missing",
+                         f"read as {unit.fmt} by the driver but as {fmt} by a Ray worker: install "
+                         f"the package of its mspretrain.readers entry point on every node"]}
     ctx.setup_worker()
     cfg, P, u = ctx.cfg, ctx.partitions, unit.index
     near = NearDedup(cfg.dedup)   # for its band_hashes: the LSH cells the local index uses
