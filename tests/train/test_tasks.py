@@ -88,7 +88,8 @@ def test_few_shot_is_seeded_and_all_checkpoints_tabulate(spm_run, tasks):
     shots = results_of(spm_run, "en", "2shot-seed5")
     assert results_of(spm_run, "en", "2shot-seed5", step=10) != shots
     zero = results_of(spm_run, "en")
-    assert all(a["lls"] != b["lls"] for a, b in zip(shots, zero))         # the shots change the context
+    # the shots change the context, but for the last two (long) items left-truncation cuts them away
+    assert all(a["lls"] != b["lls"] for a, b in zip(shots[:-2], zero[:-2]))
     p = cli("eval", spm_run, "--tasks", tasks / "en.jsonl", "--few-shot", 2, "--seed", 6)
     assert p.returncode == 0, p.stderr[-3000:]
     other = results_of(spm_run, "en", "2shot-seed6")      # another seed draws other shots
