@@ -13,14 +13,18 @@ each repetition times one pass of ours, then one of theirs, and the ratio of tha
 report gives the median ratio over --reps pairs and the load average. tokens/s counts new tokens.
 Target: ours >= 0.5x transformers at every batch size reported.
 
-The second row times the task scorer (`train eval --tasks`, mspretrain/train/tasks.py) against
+The task rows time the scorer (`train eval --tasks`, mspretrain/train/tasks.py) against
 lm-evaluation-harness (`lm_eval`, needs the `hf` extra and lm_eval) on the same export: one multiple-
 choice task of --task-items English items from the demo corpus (4 choices each, the items of
-tests/train/test_tasks.py), 0-shot, --task-batch rows per forward on both sides. Each side keeps its
-model loaded and scores the whole task per pass, tokenization included: ours `score_task` into a fresh
-results file, theirs `lm_eval.simple_evaluate` with its HFLM built once (in its own process, task read
-from the same local jsonl, no network). A B A B as above; items/s; both report their accuracy, which
-must be equal. Target: ours >= 1.0x lm-evaluation-harness.
+tests/train/test_tasks.py), 0-shot, --task-batch rows per forward on both sides, each side with its
+model loaded once, tokenization included. Ours: `score_task` into a fresh results file per pass. Theirs,
+in its own process, two ways: `lm_eval.simple_evaluate` with its HFLM built once (what the lm_eval CLI
+does per task: task set-up from the same local jsonl, no network, requests, scoring, metrics), and
+`HFLM.loglikelihood` on the (context, choice) requests alone (its scoring, the stricter comparison).
+A B A B as above; items/s; both sides report their accuracy, which must be equal.
+Target: ours >= 1.0x lm-evaluation-harness in both.
+
+    .venv/bin/python bench/bench_generate.py --rows tasks [--run RUN] [--task-items 64] [--task-batch 16]
 """
 from __future__ import annotations
 
@@ -114,21 +118,36 @@ def _until_eos(tokens: list[int]) -> list[int]:
 
 
 def lm_eval_worker(hf_dir: str, include: str, batch: int) -> int:
-    """Answers one request per stdin line: one timed lm_eval pass over the task."""
+    """Answers one request per stdin line with one timed lm_eval pass over the task: "evaluate" runs
+    `simple_evaluate` (what the lm_eval CLI runs: task set-up, requests, scoring, metrics), a list of
+    items runs HFLM.loglikelihood on their (context, choice) requests alone (the scoring)."""
     import logging
     from lm_eval import simple_evaluate
+    from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     logging.disable(logging.WARNING)
     lm = HFLM(pretrained=hf_dir, dtype="float32", batch_size=batch, device="cpu")
     tm = TaskManager(include_path=include)
-    for _ in sys.stdin:
+    for line in sys.stdin:
+        req = json.loads(line)
         t = time.perf_counter()
-        res = simple_evaluate(model=lm, tasks=["bench_task"], task_manager=tm, log_samples=False,
-                              verbosity="ERROR")
-        seconds = time.perf_counter() - t
-        print(json.dumps({"seconds": seconds, "acc": res["results"]["bench_task"]["acc,none"]}), flush=True)
+        if req == "evaluate":
+            res = simple_evaluate(model=lm, tasks=["bench_task"], task_manager=tm, log_samples=False,
+                                  verbosity="ERROR")
+            acc = res["results"]["bench_task"]["acc,none"]
+        else:
+            reqs = [Instance("loglikelihood", doc=item, arguments=(item["context"], c), idx=k)
+                    for item in req for k, c in enumerate(item["choices"])]
+            lls = [ll for ll, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
+            picks, at = [], 0
+            for item in req:
+                mine = lls[at:at + len(item["choices"])]
+                at += len(mine)
+                picks.append(float(max(range(len(mine)), key=mine.__getitem__) == item["gold"]))
+            acc = sum(picks) / len(picks)
+        print(json.dumps({"seconds": time.perf_counter() - t, "acc": acc}), flush=True)
     return 0
 
 
@@ -175,8 +194,8 @@ class TheirsTasks:
                                    str(batch)], text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.log, env=env)
 
-    def run(self) -> tuple[float, float]:
-        self.p.stdin.write("go\n")
+    def run(self, request) -> tuple[float, float]:
+        self.p.stdin.write(json.dumps(request) + "\n")
         self.p.stdin.flush()
         line = self.p.stdout.readline()
         if not line:
@@ -191,31 +210,38 @@ class TheirsTasks:
 
 
 def task_row(run_dir: Path, hf_dir: Path, tmp: Path, n_items: int, batch: int, reps: int) -> bool:
+    from mspretrain.train.tasks import load_task
     from test_tasks import corpus_items
-    items = corpus_items("en", n_items, 7)
+    items = [i for i in corpus_items("en", 2 * n_items, 7) if all(i["choices"])][:n_items]   # no empty choice
     task_file = tmp / "bench_task.jsonl"
     task_file.write_text("".join(json.dumps(i) + "\n" for i in items))
+    items = load_task(task_file)       # what `train eval --tasks` reads
     print(f"task scorer: {n_items} items x 4 choices, 0-shot, {batch} rows per forward, {reps} A/B pairs")
     ours, theirs = OursTasks(run_dir, batch, tmp), TheirsTasks(hf_dir, task_file, batch, tmp)
+    ok = True
     try:
-        ours.run(items)            # warm-up: compile
-        theirs.run()               # warm-up: the task's dataset cache
-        ratios, ta, tb = [], [], []
-        for _ in range(reps):
-            a, acc_a = ours.run(items)
-            b, acc_b = theirs.run()
-            ratios.append(b / a)
-            ta.append(a)
-            tb.append(b)
+        ours.run(items)                 # warm-up: compile
+        theirs.run("evaluate")          # warm-up: the task's dataset cache
+        for what, request in (("lm_eval simple_evaluate (the CLI's work)", "evaluate"),
+                              ("lm_eval HFLM.loglikelihood (scoring alone)", items)):
+            ratios, ta, tb = [], [], []
+            for _ in range(reps):
+                a, acc_a = ours.run(items)
+                b, acc_b = theirs.run(request)
+                ratios.append(b / a)
+                ta.append(a)
+                tb.append(b)
+            ratio = statistics.median(ratios)
+            same = abs(acc_a - acc_b) < 1e-12
+            ok &= ratio >= TASK_TARGET and same
+            print(f"tasks: train eval --tasks {n_items / statistics.median(ta):,.1f} items/s   {what} "
+                  f"{n_items / statistics.median(tb):,.1f} items/s   median ratio {ratio:.2f}x "
+                  f"(pairs {', '.join(f'{r:.2f}' for r in ratios)}; target >= {TASK_TARGET}x: "
+                  f"{'met' if ratio >= TASK_TARGET else 'NOT met'})   accuracy {acc_a:.4f} vs {acc_b:.4f}"
+                  f"{'' if same else ' DIFFERENT'}")
     finally:
         theirs.close()
-    ratio = statistics.median(ratios)
-    print(f"tasks: train eval --tasks {n_items / statistics.median(ta):,.1f} items/s   lm-evaluation-harness "
-          f"{n_items / statistics.median(tb):,.1f} items/s   median ratio {ratio:.2f}x "
-          f"(pairs {', '.join(f'{r:.2f}' for r in ratios)}; target >= {TASK_TARGET}x: "
-          f"{'met' if ratio >= TASK_TARGET else 'NOT met'})   accuracy {acc_a:.4f} vs {acc_b:.4f}"
-          f"{'' if abs(acc_a - acc_b) < 1e-12 else ' DIFFERENT'}")
-    return ratio >= TASK_TARGET and abs(acc_a - acc_b) < 1e-12
+    return ok
 
 
 class Theirs:
