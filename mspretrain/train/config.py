@@ -147,8 +147,9 @@ class EvalConfig:
     suite_in_loop: bool = False     # the periodic eval also runs the suite (per source, bits/byte, ...)
     suite_every_steps: int = 0      # with suite_in_loop: the generation metrics (eval.prompts) only every
                                     # this many steps (a multiple of every_steps); 0: at every eval
-    batch_size: int = 0             # rows per forward of `train eval --tasks`; 0: twice the training
-                                    # micro-batch (no gradients, so more fit)
+    batch_size: int = 0             # rows per validation forward (val_loss, the suite, `train eval
+                                    # --tasks`); 0: twice the training's micro-batch x data_parallel (no
+                                    # gradients, so more fit), or once when the valid split is smaller
 
 
 @dataclass

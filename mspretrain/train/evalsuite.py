@@ -1,7 +1,9 @@
 """The evaluation suite of `train eval` (and of the in-loop eval every eval.every_steps):
 
-- loss and perplexity over the first eval.batches batches of the valid split's order (as
-  train.evaluate.validation_loss reads them), in total and **per source** of a blend (eval.blend);
+- loss, perplexity and **next-token accuracy** (the share of predicted tokens that are the model's
+  top-1, first index on ties, over the tokens the loss counts) over the first eval.batches batches of
+  eval.batch_size rows of the valid split's order (as train.evaluate.validation_loss reads them), in
+  total and **per source** of a blend (eval.blend);
 - **bits per byte**: the nats of the predicted tokens over the UTF-8 bytes of the text behind them,
   so models with different tokenizers compare. A token's bytes come from its sentencepiece piece
   ("▁" is a space, a byte-fallback piece one byte, control pieces such as EOS none); the dummy-prefix
@@ -140,17 +142,40 @@ class ResultsFile:
 
 # ---------------------------------------------------------------- the suite
 
-def eval_batch_size(cfg: Config) -> int:
-    return cfg.train.micro_batch_size or cfg.train.global_batch_size // cfg.parallel.data_parallel
+def validation_batch_size(cfg: Config, num_samples: int | None = None) -> int:
+    """Rows per validation forward (val_loss, the suite, `train eval --tasks`): eval.batch_size, or by
+    default twice the training's rows per forward (parallel.eval_batch_size: micro-batch x
+    data_parallel), since evaluation holds no gradients or optimizer state; the training's when the
+    valid split (`num_samples`) holds fewer rows than that. A multiple of data_parallel: on Ascend the
+    eval graph splits the batch across the data-parallel ranks."""
+    from mspretrain.train.parallel import eval_batch_size
+    own, dp = cfg.eval.batch_size, cfg.parallel.data_parallel
+    if own < 0:
+        raise ConfigError(f"eval.batch_size must be >= 0, got {own}")
+    if own:
+        if own % dp:
+            raise ConfigError(f"eval.batch_size={own} is not a multiple of parallel.data_parallel={dp}")
+        return own
+    train = eval_batch_size(cfg)
+    return train if num_samples is not None and num_samples < 2 * train else 2 * train
+
+
+def validation_loader(cfg: Config, source, split: str):
+    """(Loader over the valid split of `source` in validation batches, its batch size)."""
+    from mspretrain.loader import Loader
+    batch = validation_batch_size(cfg)
+    ld = Loader(source, split=split, global_batch_size=batch, seed=cfg.seed, num_workers=0)
+    fits = validation_batch_size(cfg, ld.num_samples)
+    if fits != batch:
+        ld.close()
+        ld = Loader(source, split=split, global_batch_size=fits, seed=cfg.seed, num_workers=0)
+    return ld, fits
 
 
 def task_batch_size(run_dir) -> int:
-    """eval.batch_size of the run's config, or twice its training micro-batch."""
+    """Rows per forward of `train eval --tasks`: the run's validation batch."""
     from mspretrain.train.runinfo import run_config
-    cfg = run_config(run_dir)
-    if cfg.eval.batch_size < 0:
-        raise ConfigError(f"eval.batch_size must be >= 0, got {cfg.eval.batch_size}")
-    return cfg.eval.batch_size or 2 * eval_batch_size(cfg)
+    return validation_batch_size(run_config(run_dir))
 
 
 def capped_batches(cfg: Config, num_samples: int, batch_size: int, split: str) -> int:
@@ -175,15 +200,13 @@ def eval_source(cfg: Config):
 def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
     """Evaluate `model` (a Llama in fp32 or cast for cfg.precision); results under RUN/eval/."""
     from mindspore import Tensor
-    from mspretrain.loader import Loader
-    from mspretrain.train.score import TokenLogProbs
 
     split = cfg.data.valid_split
-    B = eval_batch_size(cfg)
     net = _NETS.get(id(model))
     if net is None:     # one compile per model per process (the in-loop eval runs many times)
-        net = _NETS[id(model)] = TokenLogProbs(model)
-    with Loader(eval_source(cfg), split=split, global_batch_size=B, seed=cfg.seed, num_workers=0) as ld:
+        net = _NETS[id(model)] = _log_probs_and_hits(model)
+    ld, B = validation_loader(cfg, eval_source(cfg), split)
+    with ld:
         nb = capped_batches(cfg, ld.num_samples, B, split)
         eod = ld.tokenizer.eos_id if cfg.train.eod_mask_loss else -1
         roots = [Path(s["dir"]) for s in ld.sources]
@@ -200,12 +223,11 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
                 batch = next(ld)
                 ids = batch["input_ids"]
                 sources = batch.get("source", np.zeros(B, np.int32))
-                logp = net(Tensor(ids)).asnumpy().astype(np.float64)
-                if eod >= 0:        # train.eod_mask_loss: the loss leaves out predictions from EOS
-                    keep = ids[:, :-1] != eod
-                    nats, tokens = -(logp * keep).sum(-1), keep.sum(-1)
-                else:
-                    nats, tokens = -logp.sum(-1), np.full(B, ids.shape[1] - 1)
+                logp, hits = (x.asnumpy() for x in net(Tensor(ids)))
+                logp = logp.astype(np.float64)
+                # train.eod_mask_loss: the loss (and so the accuracy) leaves out predictions from EOS
+                keep = ids[:, :-1] != eod if eod >= 0 else np.ones(logp.shape, bool)
+                nats, tokens, correct = -(logp * keep).sum(-1), keep.sum(-1), (hits & keep).sum(-1)
                 starts = _starts(roots, split, sources, batch["sample_id"], counters)
                 for j in range(B):
                     if k * B + j in results.records:
@@ -215,7 +237,7 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
                     nbytes = (c.count(ids[j, 1:], [s - 1 for s in starts.get((src, sid), []) if s >= 1])
                               if c else None)
                     results.add({"i": k * B + j, "source": src, "sample_id": sid, "nats": float(nats[j]),
-                                 "tokens": int(tokens[j]), "bytes": nbytes})
+                                 "tokens": int(tokens[j]), "correct": int(correct[j]), "bytes": nbytes})
         finally:
             results.close()
         summary = summarize([results.records[i] for i in range(nb * B)], ld.sources)
@@ -225,6 +247,27 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
     out = results.path.with_suffix(".summary.json")
     out.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return summary
+
+
+def _log_probs_and_hits(model):
+    """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is the top-1
+    prediction bool [B, S]), from one forward."""
+    import mindspore.common.dtype as mstype
+    from mindspore import nn, ops
+
+    class LogProbsAndHits(nn.Cell):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+            self.argmax = ops.Argmax(axis=-1, output_type=mstype.int32)
+
+        def construct(self, input_ids):
+            logits = self.model(input_ids[:, :-1]).astype(mstype.float32)
+            labels = input_ids[:, 1:]
+            picked = ops.gather_elements(logits, 2, labels.expand_dims(-1)).squeeze(-1)
+            return picked - ops.logsumexp(logits, -1), self.argmax(logits) == labels
+
+    return LogProbsAndHits(model)
 
 
 _NETS: dict = {}
@@ -254,7 +297,8 @@ def summarize(records: list[dict], sources: list[dict]) -> dict:
         nats = math.fsum(r["nats"] for r in recs)
         tokens = sum(r["tokens"] for r in recs)
         out = {"samples": len(recs), "tokens": tokens, "loss": nats / tokens,
-               "ppl": math.exp(min(nats / tokens, 700.0))}
+               "ppl": math.exp(min(nats / tokens, 700.0)),
+               "acc": sum(r["correct"] for r in recs) / tokens if all("correct" in r for r in recs) else None}
         if recs and all(r["bytes"] is not None for r in recs):
             nbytes = sum(r["bytes"] for r in recs)
             out["bytes"] = nbytes
@@ -309,11 +353,13 @@ def generation_eval(model, cfg: Config, run_dir, tag: str) -> dict:
 
 
 def format_summary(s: dict) -> list[str]:
-    lines = [f"eval: loss {s['loss']:.6f}  ppl {s['ppl']:.4f}  ({s['samples']} samples, {s['tokens']} tokens)"
+    acc = f"  acc {s['acc']:.4f}" if s.get("acc") is not None else ""
+    lines = [f"eval: loss {s['loss']:.6f}  ppl {s['ppl']:.4f}{acc}  ({s['samples']} samples, {s['tokens']} tokens)"
              + (f"  bits/byte {s['bits_per_byte']:.4f} ({s['bytes']} bytes)" if s.get("bits_per_byte") else "")]
     if len(s["per_source"]) > 1:
         for src, t in s["per_source"].items():
-            lines.append(f"  source {src}: loss {t['loss']:.6f}  ppl {t['ppl']:.4f}  ({t['samples']} samples)"
+            acc = f"  acc {t['acc']:.4f}" if t.get("acc") is not None else ""
+            lines.append(f"  source {src}: loss {t['loss']:.6f}  ppl {t['ppl']:.4f}{acc}  ({t['samples']} samples)"
                          + (f"  bits/byte {t['bits_per_byte']:.4f}" if t.get("bits_per_byte") else ""))
     g = s.get("generation")
     if g:
@@ -334,6 +380,8 @@ def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, prompts=""))
     s = run_suite(model, cfg, run_dir, f"step_{step:08d}")
     rec = {}
+    if s.get("acc") is not None:
+        rec["val_acc"] = s["acc"]
     if s.get("bits_per_byte") is not None:
         rec["val_bits_per_byte"] = s["bits_per_byte"]
     if len(s["per_source"]) > 1:

@@ -14,25 +14,22 @@ from mspretrain.train.config import Config, ConfigError
 
 def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = None,
                     extras: dict | None = None) -> float:
-    """Mean next-token loss over eval.batches batches of micro-batch size (equal token counts, so the
-    mean of batch means is the token mean) of the valid split of `path` (default data.path). With
-    train.z_loss the z-loss term is taken out (val_loss stays the cross entropy, comparable across
-    runs) and its mean goes to extras["val_z_loss"]."""
+    """Mean next-token loss over eval.batches batches of eval.batch_size rows (evalsuite.
+    validation_batch_size; equal token counts, so the mean of batch means is the token mean) of the
+    valid split of `path` (default data.path). With train.z_loss the z-loss term is taken out (val_loss
+    stays the cross entropy, comparable across runs) and its mean goes to extras["val_z_loss"]."""
     from mspretrain.train.step import z_loss_reading
     from mindspore import Tensor
-    from mspretrain.loader import Loader
 
-    from mspretrain.train.evalsuite import capped_batches
+    from mspretrain.train.evalsuite import capped_batches, validation_loader
 
     if cfg.eval.batches < 1:
         raise ConfigError(f"eval.batches must be >= 1, got {cfg.eval.batches}")
-    from mspretrain.train.parallel import eval_batch_size
-    batch_size = eval_batch_size(cfg)        # the same for every layout (N4: never split by dp twice)
     path = path or cfg.data.path
     losses, z_terms = [], []
     z_value = z_loss_reading(loss_net)
-    with Loader(path, split=cfg.data.valid_split, global_batch_size=batch_size, seed=cfg.seed,
-                num_workers=0) as ld:
+    ld, batch_size = validation_loader(cfg, path, cfg.data.valid_split)   # the same for every layout (N4)
+    with ld:
         if ld.seq_length != seq_length:
             raise ConfigError(f"{path}: valid split seq_length {ld.seq_length} != {seq_length}")
         for _ in range(capped_batches(cfg, ld.num_samples, batch_size, cfg.data.valid_split)):

@@ -26,6 +26,12 @@ model's own spec with the `tokenizers` library, reproducing sentencepiece step b
   them (skip_special_tokens, bos_token_id) and still reads "<s>" in text as text, as training did;
 - decoder: "▁" to " ", byte pieces to bytes, the dummy prefix taken off the start.
 
+One residual for unigram models, which no tokenizer.json removes (docs/export.md, "The unigram
+residual"): sentencepiece adds path scores in float32, tokenizers exactly in float64, so where float32
+rounding decides between paths (runs of one character, whose pieces tie in several orders) the same
+pieces come out in another order; sentencepiece's choice there depends on the score of the text before,
+which no normalizer, pre-tokenizer or score table can see. About 2% of demo-corpus lines.
+
 `check(model_file)` lists what could make the fast tokenizer differ from sentencepiece for a model
 (never for one `dataprep build` trained); export prints it.
 """

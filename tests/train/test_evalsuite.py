@@ -23,6 +23,25 @@ def test_generation_metrics_by_hand():
     assert m["mean_length"] == 4.5
 
 
+def test_validation_batch_size():
+    """eval.batch_size: its own; by default twice the training's rows per forward, once when the
+    valid split is smaller; a multiple of data_parallel."""
+    from mspretrain.train.config import ConfigError, load_config
+    from mspretrain.train.evalsuite import validation_batch_size
+    from trainer_harness import TINY
+
+    cfg = lambda *sets: load_config(TINY, list(sets))  # noqa: E731
+    assert validation_batch_size(cfg()) == 16                      # global batch 8, no accumulation
+    assert validation_batch_size(cfg(), num_samples=15) == 8       # a valid split of 15 rows
+    assert validation_batch_size(cfg("train.micro_batch_size=2")) == 4
+    assert validation_batch_size(cfg("parallel.data_parallel=2", "train.micro_batch_size=2")) == 8
+    assert validation_batch_size(cfg("eval.batch_size=24"), num_samples=15) == 24
+    for bad, msg in [("eval.batch_size=-1", "eval.batch_size must be >= 0"),
+                     ("eval.batch_size=3", "eval.batch_size=3 is not a multiple of parallel.data_parallel=2")]:
+        with pytest.raises(ConfigError, match=msg):
+            validation_batch_size(cfg(bad, "parallel.data_parallel=2"))
+
+
 def test_bytes_behind_tokens_are_the_text_bytes(spm_data):
     """For every whole document of the first valid samples, the counted bytes are those of its text
     (sentencepiece decodes back to the text exactly with this tokenizer)."""
@@ -77,7 +96,8 @@ def test_eval_suite_resumes_after_sigkill_with_the_same_totals(spm_run, spm_data
     full = json.loads(open(path.replace(".jsonl", ".summary.json")).read())
     val_loss = float(re.search(r"val_loss ([0-9.]+)", p.stdout).group(1))
     assert abs(full["loss"] - val_loss) <= 1e-5 * val_loss       # the same samples as val_loss
-    assert 0.2 < full["bits_per_byte"] < 8 and full["samples"] == 24
+    assert 0.2 < full["bits_per_byte"] < 8 and full["samples"] == 48     # 3 batches of 2 x 8 rows
+    assert 0 < full["acc"] < 1 and f"acc {full['acc']:.4f}" in p.stdout
     g = full["generation"]
     assert g["generations"] == 4 and 0 < g["distinct_1"] <= 1 and 1 <= g["mean_length"] <= 12
     # the same eval into another run dir copy, killed after 10 sample lines, then run again
@@ -91,7 +111,7 @@ def test_eval_suite_resumes_after_sigkill_with_the_same_totals(spm_run, spm_data
     p = run(eval_cmd(other, spm_data, *sets))
     assert p.returncode == 0, p.stderr[-3000:]
     again = json.loads(open(summary_of(p.stdout).replace(".jsonl", ".summary.json")).read())
-    assert [len(jsonl(x)) for x in [partial[0]]] == [24]
+    assert [len(jsonl(x)) for x in [partial[0]]] == [48]
     drop = lambda s: {k: v for k, v in s.items() if k != "results"}   # noqa: E731
     assert drop(again) == drop(full)      # bitwise: floats compared exactly
 

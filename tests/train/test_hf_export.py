@@ -62,19 +62,27 @@ def test_logits_match_the_trainer_forward(spm_run, spm_data, hf_model, graph_mod
     assert np.abs(ours).max() > 1.0     # a trained model, not all zeros
 
 
-def test_loss_equals_train_eval(spm_run, spm_data, hf_model):
+def test_loss_and_accuracy_equal_train_eval(spm_run, spm_data, hf_model):
     p = run(train_cmd("eval", spm_run, spm_data))
     assert p.returncode == 0, p.stderr[-3000:]
     val_loss = float(re.search(r"val_loss ([0-9.]+)", p.stdout).group(1))
-    losses = []
-    for batch in valid_batches(spm_data, 2):        # configs/tiny.yaml: eval.batches 2 of 8 samples
+    acc = float(re.search(r"eval: loss [0-9.]+ +ppl [0-9.]+ +acc ([0-9.]+) +\((\d+) samples", p.stdout).group(1))
+    assert "(32 samples" in p.stdout        # eval.batch_size 0: twice configs/tiny.yaml's batch of 8
+    losses, hits, close, n = [], 0, 0, 0
+    for batch in valid_batches(spm_data, 2, 16):        # configs/tiny.yaml: eval.batches 2
         ids = torch.from_numpy(batch.astype(np.int64))
         with torch.no_grad():
             logits = hf_model(ids[:, :-1]).logits
         losses.append(float(torch.nn.functional.cross_entropy(
             logits.reshape(-1, hf_model.config.vocab_size), ids[:, 1:].reshape(-1))))
+        hits += int((logits.argmax(-1) == ids[:, 1:]).sum())
+        top2 = logits.topk(2, -1).values
+        close += int((top2[..., 0] - top2[..., 1] <= 1e-4).sum())  # the logits' tolerance: argmax may differ
+        n += ids[:, 1:].numel()
     hf_loss = float(np.mean(losses))
     assert abs(hf_loss - val_loss) / val_loss <= 1e-5, (hf_loss, val_loss)
+    assert 0.05 < acc < 0.9
+    assert abs(acc * n - hits) <= close + 0.5e-4 * n, (acc, hits / n, close)   # printed with 4 decimals
 
 
 def test_tokenizer_gives_the_dataset_ids(exported, spm_data):
@@ -124,12 +132,19 @@ def test_import_of_export_is_bitwise_and_trains(spm_run, spm_data, exported, tmp
     assert sorted(before) == sorted(after)
     for name in before:
         assert before[name].tobytes() == after[name].tobytes(), name
-    p = run(train_cmd("launch", new, spm_data, *train, "eval.every_steps=4", "eval.suite_in_loop=true")
-            + ["--resume", "auto"])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "Debian"}\n{"text": "The package"}\n')
+    p = run(train_cmd("launch", new, spm_data, *train, "eval.every_steps=2", "eval.suite_in_loop=true",
+                      "eval.suite_every_steps=4", f"eval.prompts={prompts}", "eval.gen_tokens=4",
+                      "eval.batch_size=4") + ["--resume", "auto"])
     assert p.returncode == 0, p.stderr[-3000:]
     losses = [r["loss"] for r in jsonl(new / "metrics.jsonl") if not r.get("eval")]
     evals = [r for r in jsonl(new / "metrics.jsonl") if r.get("eval")]      # the in-loop eval suite
-    assert [r["step"] for r in evals] == [4] and 0 < evals[0]["val_bits_per_byte"] < 8
+    assert [r["step"] for r in evals] == [2, 4] and all(0 < r["val_bits_per_byte"] < 8 for r in evals)
+    assert all(0 < r["val_acc"] < 1 for r in evals)
+    # the generation metrics at multiples of eval.suite_every_steps only; batches of eval.batch_size rows
+    assert ["generation" in r for r in evals] == [False, True]
+    assert sorted(p.name.split("-")[-1] for p in (new / "eval").glob("step_*-valid-*.jsonl")) == ["2x4.jsonl"] * 2
     assert len(losses) == 4 and all(np.isfinite(losses))
     trained = model_weights(checkpoint_dir(new))
     assert any(trained[n].tobytes() != after[n].tobytes() for n in after)

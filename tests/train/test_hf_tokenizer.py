@@ -2,13 +2,21 @@
 tokenizer.json, the default of every transformers-based tool), `LlamaTokenizer` (the slow one) and
 sentencepiece give the same ids and the same decoding on >= 10,000 texts of the demo corpus (English,
 Chinese, code and shell lines) and generated edge cases, for a unigram and a BPE model trained as
-`dataprep build` trains them."""
+`dataprep build` trains them.
+
+Unigram models have one residual, which no tokenizer.json can remove (test_no_tokenizer_json_can_..):
+sentencepiece adds path scores in float32, tokenizers in float64, so where float32 rounding decides
+between paths, the ids differ. The tests pin the residual down exactly: a written-out Viterbi search that
+reproduces sentencepiece bit for bit when it adds in float32 and the fast tokenizer when it adds exactly
+says which texts those are, and the fast tokenizer differs from sentencepiece on those texts and no
+other."""
 from __future__ import annotations
 
 import gzip
 import io
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +57,74 @@ def edge_cases(lines: list[str], rng: random.Random) -> list[str]:
     out += special + [x[:len(x) // 2] + rng.choice(special) + x[len(x) // 2:] for x in pick(200)]
     out += ["🙂", "👍🏽 ok", "a\u200db", "ﬁ ligature", "Ａ full width", "e\u0301 combining"]
     return out
+
+
+class ViterbiReference:
+    """sentencepiece's unigram best-path search (its EncodeOptimized) written out, over the pieces of
+    either the sentencepiece model or the tokenizer.json: the same lattice, the same tie rule (the first
+    candidate, the one whose last piece starts earliest, keeps a tie), path scores added in float32
+    (`float32=True`, as sentencepiece) or exactly in float64 (as tokenizers' Unigram). A test oracle:
+    the tests check it reproduces each library before they believe what it says about the other."""
+
+    def __init__(self, scores: dict[str, float], unk_score: float, byte_ids: dict[int, int], float32: bool):
+        import numpy as np
+        self.f = np.float32 if float32 else float
+        self.scores = {p.encode("utf-8"): (i, self.f(s)) for p, (i, s) in scores.items()}
+        self.longest = max(map(len, self.scores))
+        self.unk, self.byte_ids = self.f(unk_score), byte_ids
+
+    @classmethod
+    def of_sentencepiece(cls, model_file):
+        from mspretrain.train.hf_tokenizer import load_proto
+        proto = load_proto(model_file)
+        normal = {p.piece: (i, p.score) for i, p in enumerate(proto.pieces) if p.type == 1}
+        # user-defined pieces add nothing in sentencepiece 0.2's encoder (measured: its docs' bonus of
+        # length x max_score - 0.1 reproduces fewer of its encodings than 0)
+        user = {p.piece: (i, 0.0) for i, p in enumerate(proto.pieces) if p.type == 4}
+        return cls({**normal, **user}, min(s for _, s in normal.values()) - 10.0, cls._bytes(proto), True)
+
+    @classmethod
+    def of_tokenizer_json(cls, path, model_file):
+        import json
+        from mspretrain.train.hf_tokenizer import load_proto
+        vocab = json.loads(Path(path).read_text(encoding="utf-8"))["model"]["vocab"]
+        scores = {p: (i, s) for i, (p, s) in enumerate(vocab)}
+        return cls(scores, min(s for _, s in vocab) - 10.0, cls._bytes(load_proto(model_file)), False)
+
+    @staticmethod
+    def _bytes(proto) -> dict[int, int]:
+        return {int(p.piece[3:5], 16): i for i, p in enumerate(proto.pieces) if p.type == 6}
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text` under an identity normalizer with the dummy prefix (dataprep's models)."""
+        if not text:
+            return []
+        s = ("\u2581" + text.replace(" ", "\u2581")).encode("utf-8")
+        n, f = len(s), self.f
+        best, start, piece = [f(0)] * (n + 1), [-1] * (n + 1), [None] * (n + 1)
+        i = 0
+        while i < n:
+            width = 1 if s[i] < 0x80 else 2 if s[i] < 0xE0 else 3 if s[i] < 0xF0 else 4
+            here, single = best[i], False
+            for end in range(i + 1, min(n, i + self.longest) + 1):
+                hit = self.scores.get(s[i:end])
+                if hit is None:
+                    continue
+                cand = hit[1] + here
+                if start[end] < 0 or cand > best[end]:
+                    best[end], start[end], piece[end] = cand, i, hit[0]
+                single = single or end - i == width
+            if not single:      # no piece for this character: unknown, spelled as its bytes
+                cand = self.unk + here
+                if start[i + width] < 0 or cand > best[i + width]:
+                    best[i + width], start[i + width], piece[i + width] = cand, i, None
+            i += width
+        out, end = [], n
+        while end > 0:
+            b = start[end]
+            out.append([piece[end]] if piece[end] is not None else [self.byte_ids[x] for x in s[b:end]])
+            end = b
+        return [i for ids in reversed(out) for i in ids]
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +171,57 @@ def test_fast_slow_and_sentencepiece_give_equal_ids(exported, texts):
     got_fast = fast(texts, add_special_tokens=False)["input_ids"]
     got_slow = [slow.encode(t, add_special_tokens=False) for t in texts]
     assert [t for t, a, b in zip(texts, got_slow, want) if a != b] == []
-    # unigram: sentencepiece sums path scores in float32, tokenizers in float64, so where two orders of
-    # the same pieces tie exactly (runs of "-" in ASCII tables) the rounding picks one; nothing else
-    differ = [(t, a, b) for t, a, b in zip(texts, got_fast, want) if a != b]
-    not_ties = [t for t, a, b in differ if sorted(a) != sorted(b)]    # same pieces: the same score
-    assert not_ties == [], not_ties[:5]
+    differ = {k for k, (a, b) in enumerate(zip(got_fast, want)) if a != b}
     if "bpe" in model.name:
-        assert differ == []
+        assert differ == set()
+    else:
+        assert differ == float32_decides(model, out, texts, want, got_fast)
     ids = (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id())
     assert (fast.unk_token_id, fast.bos_token_id, fast.eos_token_id, fast.pad_token_id) == ids == (0, 1, 2, 3)
+
+
+def float32_decides(model, out, texts, want, got_fast) -> set[int]:
+    """The texts on which sentencepiece's float32 sums and exact sums pick different paths, after
+    checking that the reference search reproduces sentencepiece (float32) and the fast tokenizer (exact)
+    on every text. Those texts are few (runs of one character, whose pieces tie in several orders) and
+    differ by the order of the same pieces only."""
+    f32 = ViterbiReference.of_sentencepiece(model)
+    exact = ViterbiReference.of_tokenizer_json(out / "tokenizer.json", model)
+    by_f32, by_exact = [f32.encode(t) for t in texts], [exact.encode(t) for t in texts]
+    assert [t for t, a, b in zip(texts, by_f32, want) if a != b] == []
+    assert [t for t, a, b in zip(texts, by_exact, got_fast) if a != b] == []
+    residual = {k for k, (a, b) in enumerate(zip(by_f32, by_exact)) if a != b}
+    assert 0 < len(residual) <= 0.03 * len(texts)
+    assert [texts[k] for k in residual if sorted(by_f32[k]) != sorted(by_exact[k])] == []
+    return residual
+
+
+def test_no_tokenizer_json_can_reproduce_float32_ties(exported):
+    """Why the residual is not a construction's fault. In exact arithmetic a best path between two forced
+    boundaries (here a line break and the end) does not depend on the text before: every candidate
+    carries the same prefix score, so their order and their ties are the same for any prefix, whatever
+    the scores are; the normalizer and pre-tokenizer see no scores at all. sentencepiece, adding in
+    float32, rounds each candidate at the magnitude of the prefix score, so the same line is cut in
+    several ways after different text. tokenizers adds f32-representable scores exactly in float64
+    (sums of a few million of them stay exact), so no tokenizer.json gives both cuts."""
+    import sentencepiece as spm
+    from tokenizers import Tokenizer
+    model, out = exported
+    if "bpe" in model.name:
+        pytest.skip("BPE merges by rank: no sums")
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    fast = Tokenizer.from_file(str(out / "tokenizer.json"))
+    line = "|" + "-" * 40 + "|"
+    newline = sp.piece_to_id("\n")
+
+    def cut(ids):
+        return tuple(ids[len(ids) - ids[::-1].index(newline):])
+    prefixes = ["", "ab", "abc", "hello world", "apt-get install", "the quick brown fox"]
+    by_sp = {cut(sp.encode(p + "\n" + line)) for p in prefixes}
+    by_fast = {cut(fast.encode(p + "\n" + line, add_special_tokens=False).ids) for p in prefixes}
+    assert len(by_fast) == 1
+    assert len(by_sp) > 1
+    assert {tuple(sorted(c)) for c in by_sp} == {tuple(sorted(c)) for c in by_fast}   # the same pieces
 
 
 def test_fast_slow_and_sentencepiece_decode_alike(exported, texts):
@@ -143,4 +261,5 @@ def test_raw_tokenizer_json_equals_sentencepiece(exported, texts):
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     some = texts[::5]
     got = [e.ids for e in tok.encode_batch(some, add_special_tokens=True)]
-    assert [t for t, a, b in zip(some, got, sp.encode(some)) if sorted(a) != sorted(b)] == []
+    fast = transformers.AutoTokenizer.from_pretrained(out)
+    assert got == fast(some, add_special_tokens=False)["input_ids"]     # what the test above checks

@@ -16,11 +16,11 @@ from hf_helpers import CORPUS, cli, jsonl
 from trainer_harness import REPO, run
 
 
-def corpus_items(lang: str, n: int, seed: int) -> list[dict]:
+def corpus_items(lang: str, n: int, seed: int, long: int = 0) -> list[dict]:
     """Items from real corpus lines: the context is the start of a line, the gold choice what follows
     (25 characters, 6 in Chinese), the others as much of other lines; half the English contexts end in
-    a space. Every item fits the tiny model's 64-token context (Chinese is 3 byte tokens a character
-    here): left-truncation of longer ones is not compared with lm-eval."""
+    a space. The last `long` items have three more lines before the context: longer than the tiny
+    model's 64-token context (Chinese is 3 byte tokens a character here), so they are left-truncated."""
     path = REPO / "demo" / "corpus" / {"en": CORPUS.name, "zh": "debian-reference.zh-cn.txt.gz"}[lang]
     lines = [x.strip() for x in gzip.open(path, "rt", encoding="utf-8")]
     lines = [x for x in lines if len(x) > 40 and "--" not in x and sum(c.isalpha() for c in x) > 0.7 * len(x)]
@@ -39,6 +39,8 @@ def corpus_items(lang: str, n: int, seed: int) -> list[dict]:
             context = context.replace(" ", "")
         if lang == "en" and k % 2:
             context, choices = context + " ", [c.lstrip() for c in choices]
+        if k >= n - long:
+            context = "\n".join(rng.sample(lines, 3)) + "\n" + context
         gold = rng.randrange(4)
         choices[0], choices[gold] = choices[gold], choices[0]
         items.append({"context": context, "choices": choices, "gold": gold})
@@ -48,9 +50,9 @@ def corpus_items(lang: str, n: int, seed: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
     d = tmp_path_factory.mktemp("tasks")
-    for lang, n in (("en", 12), ("zh", 8)):
+    for lang, n, long in (("en", 12, 2), ("zh", 8, 1)):
         (d / f"{lang}.jsonl").write_text("".join(json.dumps(i, ensure_ascii=False) + "\n"
-                                                 for i in corpus_items(lang, n, 7)), encoding="utf-8")
+                                                 for i in corpus_items(lang, n, 7, long)), encoding="utf-8")
     return d
 
 
@@ -86,7 +88,8 @@ def test_few_shot_is_seeded_and_all_checkpoints_tabulate(spm_run, tasks):
     shots = results_of(spm_run, "en", "2shot-seed5")
     assert results_of(spm_run, "en", "2shot-seed5", step=10) != shots
     zero = results_of(spm_run, "en")
-    assert all(a["lls"] != b["lls"] for a, b in zip(shots, zero))         # the shots change the context
+    # the shots change the context, but for the last two (long) items left-truncation cuts them away
+    assert all(a["lls"] != b["lls"] for a, b in zip(shots[:-2], zero[:-2]))
     p = cli("eval", spm_run, "--tasks", tasks / "en.jsonl", "--few-shot", 2, "--seed", 6)
     assert p.returncode == 0, p.stderr[-3000:]
     other = results_of(spm_run, "en", "2shot-seed6")      # another seed draws other shots
@@ -140,6 +143,12 @@ def test_equals_lm_evaluation_harness(spm_run, tasks, tmp_path):
              "--include_path", str(include), "--tasks", "mspretrain_en,mspretrain_zh", "--device", "cpu",
              "--batch_size", "8", "--log_samples", "--output_path", str(out)], env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(spm_run / "tokenizer.model"))
+    for task, want in (("en", 2), ("zh", 1)):      # items longer than the model: both truncate them left
+        longer = [i for i in jsonl(tasks / f"{task}.jsonl")
+                  if len(sp.encode(i["context"] + min(i["choices"], key=len))) > 65]
+        assert len(longer) == want
     [results] = glob.glob(str(out / "*" / "results_*.json"))
     summary = json.loads(open(results).read())["results"]
     for task in ("en", "zh"):
