@@ -4,12 +4,13 @@ sentencepiece give the same ids and the same decoding on >= 10,000 texts of the 
 Chinese, code and shell lines) and generated edge cases, for a unigram and a BPE model trained as
 `dataprep build` trains them.
 
-Unigram models have one residual, which no tokenizer.json can remove (test_no_tokenizer_json_can_..):
-sentencepiece adds path scores in float32, tokenizers in float64, so where float32 rounding decides
-between paths, the ids differ. The tests pin the residual down exactly: a written-out Viterbi search that
-reproduces sentencepiece bit for bit when it adds in float32 and the fast tokenizer when it adds exactly
-says which texts those are, and the fast tokenizer differs from sentencepiece on those texts and no
-other."""
+Unigram models trained elsewhere have one residual, which no tokenizer.json can remove
+(test_no_tokenizer_json_can_..): sentencepiece adds path scores in float32, tokenizers in float64, so
+where float32 rounding decides between paths, the ids differ. The tests pin it down exactly on an
+unrounded model: a written-out Viterbi search that reproduces sentencepiece bit for bit when it adds in
+float32 and the fast tokenizer when it adds exactly says which texts those are, and the fast tokenizer
+differs from sentencepiece on those texts and no other. dataprep's unigram models have scores on a
+2^-SCORE_BITS grid, where float32 sums are exact: no residual."""
 from __future__ import annotations
 
 import gzip
@@ -135,49 +136,68 @@ def texts() -> list[str]:
     return chosen + edge_cases(lines, rng)
 
 
-def train(tmp_path, model_type: str):
-    """A 1,000-piece model of `model_type` trained on every 8th corpus line with dataprep's settings."""
+def train(tmp_path, model_type: str, score_bits: int | None = None):
+    """A 1,000-piece model of `model_type` trained on every 8th corpus line with dataprep's settings
+    (score_bits=-1: unigram scores as sentencepiece writes them, like a model trained elsewhere)."""
     from mspretrain.dataprep.config import TokenizerConfig
     from mspretrain.dataprep.tokenizer.model import train_tokenizer
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines()[::8]), encoding="utf-8")
     model = tmp_path / f"{model_type}.model"
     train_tokenizer(sample, model, TokenizerConfig(vocab_size=1000, model_type=model_type, num_threads=1,
-                                                   character_coverage=0.995))
+                                                   character_coverage=0.995), score_bits)
     return model
 
 
-@pytest.fixture(scope="module", params=["unigram", "bpe"])
-def exported(request, tmp_path_factory):
+def export(tmp, model_type: str, score_bits: int | None = None):
     """(model file, export dir): the tokenizer files `train export` writes for that model."""
     from mspretrain.train.hf import write_tokenizer
-    tmp = tmp_path_factory.mktemp(request.param)
-    model = train(tmp, request.param)
+    model = train(tmp, model_type, score_bits)
     out = tmp / "hf"
     out.mkdir()
     write_tokenizer(model, out, 4096)
     return model, out
 
 
-def test_fast_slow_and_sentencepiece_give_equal_ids(exported, texts):
+@pytest.fixture(scope="module", params=["unigram", "bpe"])
+def exported(request, tmp_path_factory):
+    return export(tmp_path_factory.mktemp(request.param), request.param)
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory):
+    """A unigram model whose scores are not rounded (trained elsewhere, or by dataprep before it
+    rounded), exported."""
+    return export(tmp_path_factory.mktemp("foreign"), "unigram", score_bits=-1)
+
+
+def encodings(model, out, texts):
+    """(sentencepiece's ids, the fast tokenizer's), after checking the slow tokenizer's are
+    sentencepiece's."""
     import sentencepiece as spm
-    model, out = exported
     assert len(texts) >= 10_000
     sp = spm.SentencePieceProcessor(model_file=str(model))
     fast = transformers.AutoTokenizer.from_pretrained(out)
     slow = transformers.LlamaTokenizer.from_pretrained(out)
     assert fast.is_fast and not slow.is_fast
     want = sp.encode(texts)
-    got_fast = fast(texts, add_special_tokens=False)["input_ids"]
     got_slow = [slow.encode(t, add_special_tokens=False) for t in texts]
     assert [t for t, a, b in zip(texts, got_slow, want) if a != b] == []
-    differ = {k for k, (a, b) in enumerate(zip(got_fast, want)) if a != b}
-    if "bpe" in model.name:
-        assert differ == set()
-    else:
-        assert differ == float32_decides(model, out, texts, want, got_fast)
     ids = (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id())
     assert (fast.unk_token_id, fast.bos_token_id, fast.eos_token_id, fast.pad_token_id) == ids == (0, 1, 2, 3)
+    return want, fast(texts, add_special_tokens=False)["input_ids"]
+
+
+def test_fast_slow_and_sentencepiece_give_equal_ids(exported, texts):
+    want, got_fast = encodings(*exported, texts)
+    assert [t for t, a, b in zip(texts, got_fast, want) if a != b] == []
+
+
+def test_residual_of_an_unrounded_unigram_model(foreign, texts):
+    """Exactly the texts where float32 and exact sums pick different paths, and no other."""
+    want, got_fast = encodings(*foreign, texts)
+    differ = {k for k, (a, b) in enumerate(zip(got_fast, want)) if a != b}
+    assert differ == float32_decides(*foreign, texts, want, got_fast)
 
 
 def float32_decides(model, out, texts, want, got_fast) -> set[int]:
@@ -196,32 +216,38 @@ def float32_decides(model, out, texts, want, got_fast) -> set[int]:
     return residual
 
 
-def test_no_tokenizer_json_can_reproduce_float32_ties(exported):
+def test_no_tokenizer_json_can_reproduce_float32_ties(foreign, exported):
     """Why the residual is not a construction's fault. In exact arithmetic a best path between two forced
     boundaries (here a line break and the end) does not depend on the text before: every candidate
     carries the same prefix score, so their order and their ties are the same for any prefix, whatever
     the scores are; the normalizer and pre-tokenizer see no scores at all. sentencepiece, adding in
     float32, rounds each candidate at the magnitude of the prefix score, so the same line is cut in
     several ways after different text. tokenizers adds f32-representable scores exactly in float64
-    (sums of a few million of them stay exact), so no tokenizer.json gives both cuts."""
+    (sums of a few million of them stay exact), so no tokenizer.json gives both cuts. With dataprep's
+    rounded scores float32 sums are exact too: one cut in both."""
     import sentencepiece as spm
     from tokenizers import Tokenizer
-    model, out = exported
-    if "bpe" in model.name:
+    rounded, out_rounded = exported
+    if "bpe" in rounded.name:
         pytest.skip("BPE merges by rank: no sums")
-    sp = spm.SentencePieceProcessor(model_file=str(model))
-    fast = Tokenizer.from_file(str(out / "tokenizer.json"))
     line = "|" + "-" * 40 + "|"
-    newline = sp.piece_to_id("\n")
-
-    def cut(ids):
-        return tuple(ids[len(ids) - ids[::-1].index(newline):])
     prefixes = ["", "ab", "abc", "hello world", "apt-get install", "the quick brown fox"]
-    by_sp = {cut(sp.encode(p + "\n" + line)) for p in prefixes}
-    by_fast = {cut(fast.encode(p + "\n" + line, add_special_tokens=False).ids) for p in prefixes}
+
+    def cuts(model, out):
+        sp = spm.SentencePieceProcessor(model_file=str(model))
+        fast = Tokenizer.from_file(str(out / "tokenizer.json"))
+        newline = sp.piece_to_id("\n")
+
+        def cut(ids):
+            return tuple(ids[len(ids) - ids[::-1].index(newline):])
+        return ({cut(sp.encode(p + "\n" + line)) for p in prefixes},
+                {cut(fast.encode(p + "\n" + line, add_special_tokens=False).ids) for p in prefixes})
+    by_sp, by_fast = cuts(*foreign)
     assert len(by_fast) == 1
     assert len(by_sp) > 1
     assert {tuple(sorted(c)) for c in by_sp} == {tuple(sorted(c)) for c in by_fast}   # the same pieces
+    by_sp, by_fast = cuts(rounded, out_rounded)
+    assert by_sp == by_fast and len(by_fast) == 1
 
 
 def test_fast_slow_and_sentencepiece_decode_alike(exported, texts):
