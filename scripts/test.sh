@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"   # msrun starts workers with the python on PATH
-exec .venv/bin/python -m pytest "$@"
+# Two test processes (PYTEST_WORKERS=0 for one): each test file runs whole in one of them, so its
+# module fixtures (a built dataset, a trained run) are made once.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
