@@ -56,26 +56,37 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
         command = load()
     finally:
         signal.signal(signal.SIGINT, previous)
+    late: list = []
+    code, left = None, previous
     try:
-        if hit:
-            raise KeyboardInterrupt
-        code = command()
-    except KeyboardInterrupt:
-        code = INTERRUPTED
-        print("\n" + (interrupted() if interrupted else f"{prog}: interrupted"), file=sys.stderr)
-    if exiting:
-        _end_at_once_on_interrupt(prog, quiet=code == INTERRUPTED)
+        try:
+            if hit:
+                raise KeyboardInterrupt
+            code = command()
+        except KeyboardInterrupt:
+            pass
+        finally:    # the command is over: a Ctrl-C from here on cannot raise in the middle of this
+            left = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, lambda signum, frame: late.append(signum))
+        if code is None:
+            code = INTERRUPTED
+            print("\n" + (interrupted() if interrupted else f"{prog}: interrupted"), file=sys.stderr)
+        elif late and exiting and left is not signal.SIG_IGN:
+            code = INTERRUPTED
+            print(f"\n{prog}: interrupted", file=sys.stderr)
+    finally:
+        if not exiting:
+            signal.signal(signal.SIGINT, previous)
+        elif left is signal.SIG_IGN:    # the command chose to ignore a second Ctrl-C (train launch)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            _end_at_once_on_interrupt(prog, quiet=code == INTERRUPTED or code is None)
     return code
 
 
 def _end_at_once_on_interrupt(prog: str, quiet: bool) -> None:
     """The command has returned: a Ctrl-C from here on ends the process at once (exit 130), with
     one line unless the command already said it was interrupted."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):   # a closed pipe or stream: nothing more to say there
-            pass
     line = b"" if quiet else f"\n{prog}: interrupted\n".encode()
 
     def end(signum, frame):
@@ -84,3 +95,8 @@ def _end_at_once_on_interrupt(prog: str, quiet: bool) -> None:
         os._exit(INTERRUPTED)
 
     signal.signal(signal.SIGINT, end)
+    for stream in (sys.stdout, sys.stderr):     # what os._exit would lose
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe or stream: nothing more to say there
+            pass

@@ -163,7 +163,7 @@ def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--plot", str(tmp_path / "cmp.png")]) == 1
     assert Image.open(tmp_path / "cmp.png").format == "PNG"
     capsys.readouterr()
-    assert main(["compare", str(a), str(tmp_path / "nope")]) == 2
+    assert main(["compare", str(a), str(tmp_path / "nope")]) == 1
     assert "nope/metrics.jsonl: not found" in capsys.readouterr().err
 
 
