@@ -38,6 +38,33 @@ def test_a_swallowed_interrupt_is_raised_again_while_the_command_runs():
         interrupt.check()
 
 
+def test_an_interrupt_while_workers_start_with_tasks_queued_ends_at_once(tmp_path):
+    """The hang's mechanism, made certain: workers still starting, 1 MiB tasks queued behind them
+    (cancellable futures; a feeder thread blocked on the full pipe), a Ctrl-C. The old pool
+    cancelled those futures itself; the executor's manager thread then died on them
+    (InvalidStateError, a traceback) and the exit joined the blocked feeder for good, in about a
+    third of the tries: six processes at once."""
+    from dataprep_helpers import REPO
+    child = Path(__file__).with_name("pool_interrupt_child.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, str(child)], cwd=tmp_path, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+             for _ in range(6)]
+    try:
+        for proc in procs:
+            try:
+                _, err = proc.communicate(timeout=LIMIT_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the interrupted pool did not let its process end in {LIMIT_S} s")
+            assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, err)
+            assert _group_gone(proc.pid), "worker processes left behind"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+
+
 # A Ctrl-C at any moment of a build (modules importing, workers spawning and unpickling their
 # set-up, chunks in flight, the tokenizer training, shards being written) ends it within seconds
 # with one line, signalled to the main process alone (`kill -INT PID`) or to its whole group (a
