@@ -15,8 +15,8 @@
   train import   --from HF_DIR --config F.yaml --set run.dir=RUN            step 0 of a new run
   train generate RUN --prompt TEXT | --prompts F.jsonl [--max-new-tokens --temperature --top-p --seed]
   train score    RUN --input F.jsonl --out F.jsonl       per-token log-probabilities, perplexity
-Every module is imported lazily: `train compare` and `--help` never import MindSpore; nothing at module
-level, so that `main` guards against a Ctrl-C from the console script's first project line on.
+Every module is imported lazily: `train compare` and `--help` never import MindSpore; nothing but
+`hold_ctrl_c` at module level, so that `main` holds a Ctrl-C from its first line (mspretrain.common.console).
 Exit codes (mspretrain.common.console): 0 done, 1 a runtime error (a damaged checkpoint, run or dataset,
 a full disk, a locked run: one line naming the file), 2 a usage error (a flag, a config key or value),
 130 Ctrl-C.
