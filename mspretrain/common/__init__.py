@@ -1,1 +1,3 @@
-"""Infrastructure shared by `dataprep` and `train`: the config layer and atomic file writes."""
+"""Infrastructure shared by `dataprep` and `train`: the config layer, atomic file writes, locks, and the
+console commands' outermost layer (console.py)."""
+

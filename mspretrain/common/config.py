@@ -22,12 +22,14 @@ from typing import Annotated, Any, TypeVar
 import pydantic
 import yaml
 
-EXIT_CONFIG = 2          # both CLIs exit with this on a config error
+from mspretrain.common.console import USAGE, UsageError
+
+EXIT_CONFIG = USAGE      # both CLIs exit with this on a config error (a usage error)
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key."""
+class ConfigError(UsageError):
+    """A config value that cannot work; the message names the key (a usage error: exit 2)."""
 
 
 # ---------------------------------------------------------------- sizes
@@ -290,7 +292,9 @@ def add_config_options(parser: argparse.ArgumentParser, required: bool = False) 
                              "repeatable")
 
 
-def report(prog: str, err: ConfigError) -> int:
-    """Print a config error the same way in both CLIs; returns the exit code."""
-    print(f"{prog}: config error: {err}", file=sys.stderr)
+def report(prog: str, err: UsageError) -> int:
+    """Print a usage error (a config error: its key) the same way in both CLIs; returns the exit
+    code (2)."""
+    what = "config error" if isinstance(err, ConfigError) else "error"
+    print(f"{prog}: {what}: {err}", file=sys.stderr)
     return EXIT_CONFIG

@@ -1,43 +1,55 @@
-"""`dataprep build | inspect | verify` (also `python -m mspretrain.dataprep`). Exit 0 on success, 1 on a build or
-dataset error (the message names the file or line), 2 on a config error (it names the key) or bad usage."""
+"""`dataprep build | inspect | quality | verify` (also `python -m mspretrain.dataprep`). Exit 0 on success, 1 on
+a runtime error (a bad input or dataset, a full disk, a locked --out: the message names the file or line), 2 on
+a usage error (a flag, a config key or value: it names the key), 130 on Ctrl-C (mspretrain.common.console)."""
 from __future__ import annotations
 
-import argparse
-import importlib
-import os
-import shlex
 import sys
-from pathlib import Path
 
-from mspretrain.dataprep import interrupt
+from mspretrain import hold_ctrl_c     # the package's root: loaded already
+
+# Nothing else at module level: the console script imports this module before `main` can hold a
+# Ctrl-C (mspretrain.common.console); every function imports what it needs.
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = None
-    try:
+    """The `dataprep` command; argv None: the process's own command line (a console script)."""
+    held = hold_ctrl_c()      # first: a Ctrl-C from here on ends the command with one line
+    from mspretrain.common import console
+    parsed: list = []
+
+    def load():
+        import importlib
+        import os
         # pyarrow's own allocator (jemalloc/mimalloc) keeps the memory of freed chunk tables: on a
         # 250 MB build ~100 MB more peak RSS across the main process and a worker, for no speed
         # gain here. It is read when pyarrow's default pool is first made, so it is set before the
         # build imports pyarrow; worker processes inherit it. An explicit setting wins.
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-        with interrupt.catching():
-            # a Ctrl-C that lands inside an import can be dropped, or turned into an ImportError
-            # with a traceback (numpy does): the modules a command needs import with it deferred
-            with interrupt.deferred():
-                from mspretrain.common.config import ConfigError, report
-                args = _parser().parse_args(argv)
-                for module in _MODULES[args.command]:
-                    importlib.import_module(module)
-            try:
-                return args.func(args)
-            except ConfigError as e:
-                return report(f"dataprep {args.command}", e)
-    except KeyboardInterrupt:
-        print(_interrupted(args, argv), file=sys.stderr)
-        return 130
+        args = _parser().parse_args(argv)
+        parsed.append(args)
+        for module in ("mspretrain.common.config", "mspretrain.dataprep.interrupt",
+                       *_MODULES[args.command]):
+            importlib.import_module(module)
+        return lambda: _run(args)
+
+    return console.run("dataprep", load, exiting=argv is None, held=held,
+                       interrupted=lambda: _interrupted(parsed[0] if parsed else None, argv))
 
 
-# the modules each command imports (main imports them first, while Ctrl-C is deferred)
+def _run(args) -> int:
+    """The command; a usage error (a flag, a config key or value: mspretrain.common.console) exits
+    2, the commands return 1 for the runtime errors they name."""
+    from mspretrain.common.config import report
+    from mspretrain.common.console import UsageError
+    from mspretrain.dataprep import interrupt
+    with interrupt.catching():      # a Ctrl-C that a library swallows is raised again
+        try:
+            return args.func(args)
+        except UsageError as e:     # ConfigError included
+            return report(f"dataprep {args.command}", e)
+
+
+# the modules each command imports (main imports them first, while a Ctrl-C is only remembered)
 _MODULES = {
     "build": ("mspretrain.dataprep.build", "mspretrain.dataprep.config", "mspretrain.dataprep.report.summary",
               "mspretrain.common.lock"),
@@ -50,15 +62,18 @@ _MODULES = {
 def _interrupted(args, argv) -> str:
     """The one line a Ctrl-C prints, whenever it comes (before the arguments are parsed too)."""
     if args is None:
-        return "\ndataprep: interrupted"
+        return "dataprep: interrupted"
     if args.command == "build":
-        return (f"\ndataprep build: interrupted; the finished work is kept in {args.out}/.build; "
+        import shlex
+        return (f"dataprep build: interrupted; the finished work is kept in {args.out}/.build; "
                 f"rerun the same command to resume: dataprep "
                 f"{shlex.join(sys.argv[1:] if argv is None else argv)}")
-    return f"\ndataprep {args.command}: interrupted"
+    return f"dataprep {args.command}: interrupted"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
+    import argparse
+
     from mspretrain.common.config import add_config_options
     p = argparse.ArgumentParser(prog="dataprep", description="Build, inspect and verify "
                                 "MindRecord pretraining datasets.")
@@ -121,7 +136,10 @@ _FLAG_KEYS = {"workers": "run.workers", "seq_length": "pack.seq_length",
 
 
 def _build(args) -> int:
+    import os
+
     from mspretrain.common.config import parse_size
+    from mspretrain.common.console import FAILED, UsageError
     from mspretrain.dataprep.build import build
     from mspretrain.dataprep.config import load_build_config
     from mspretrain.dataprep.errors import BuildError, id_warnings
@@ -138,21 +156,20 @@ def _build(args) -> int:
         cfg = load_build_config(args.config, {**overrides, "decontam.files": [
             *cfg.decontam.files, *args.decontaminate]}, args.set)
     why = _unusable_out(args.out)
-    if why:
-        print(f"dataprep build: error: --out {args.out}: {why}", file=sys.stderr)
-        return 2
+    if why:     # the flag's value cannot work: a usage error (exit 2)
+        raise UsageError(f"--out {args.out}: {why}")
     try:
         # the lock of the real directory: two aliases of one DIR (a symlink) share it
         with out_dir_lock(os.path.realpath(args.out), f"--out {args.out}"):
             result = build(args.inputs, args.out, cfg)
     except (BuildError, LockedError) as e:
         print(f"dataprep build: error: {e}", file=sys.stderr)
-        return 1
+        return FAILED
     except OSError as e:   # the machine's: a full disk, a read-only or unreadable path
         kept = (f"; the finished work is kept in {args.out}/.build: fix that and rerun the same "
                 f"command to resume" if os.path.isdir(os.path.join(args.out, ".build")) else "")
         print(f"dataprep build: error: {_os_error(e)}{kept}", file=sys.stderr)
-        return 1
+        return FAILED
     if result.already_built:
         print(f"{args.out} already holds this dataset (same inputs and config, fingerprint "
               f"{result.manifest.fingerprint[:16]}, every file's sha256 checked); nothing to do")
@@ -166,6 +183,8 @@ def _build(args) -> int:
 def _unusable_out(out: str) -> str:
     """Why --out cannot be a dataset directory, or "": a file where a directory must be, or a
     directory this process cannot write in (read-only file system, permissions)."""
+    import os
+    from pathlib import Path
     path = Path(out).absolute()
     for parent in (path, *path.parents):
         if parent.exists():
@@ -178,8 +197,9 @@ def _unusable_out(out: str) -> str:
     return ""
 
 
-def _read_only(path: Path) -> bool:
+def _read_only(path: "Path") -> bool:
     """os.access ignores a read-only mount for root; statvfs does not."""
+    import os
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
@@ -189,6 +209,7 @@ def _os_error(e: OSError) -> str:
 
 
 def _quality_train(args) -> int:
+    from mspretrain.common.console import FAILED
     from mspretrain.dataprep.steps.quality import QualityModelError, read_texts, train
     try:
         pos = read_texts(args.positive, args.text_field)
@@ -196,7 +217,7 @@ def _quality_train(args) -> int:
         model = train(pos, neg)
     except (QualityModelError, ValueError) as e:
         print(f"dataprep quality train: error: {e}", file=sys.stderr)
-        return 1
+        return FAILED
     model.save(args.out)
     scores = [model.score(t) for t in pos + neg]
     right = sum(s >= 0.5 for s in scores[:len(pos)]) + sum(s < 0.5 for s in scores[len(pos):])
@@ -206,24 +227,26 @@ def _quality_train(args) -> int:
 
 
 def _inspect(args) -> int:
+    from mspretrain.common.console import FAILED
     from mspretrain.dataprep.inspection import inspect_dataset
     from mspretrain.loader.manifest import ManifestError
     try:
         print(inspect_dataset(args.dir, args.sample, args.split))
     except (ManifestError, IndexError) as e:
         print(f"dataprep inspect: error: {e}", file=sys.stderr)
-        return 1
+        return FAILED
     return 0
 
 
 def _verify(args) -> int:
+    from mspretrain.common.console import FAILED
     from mspretrain.dataprep.verify import verify_dataset
     faults = verify_dataset(args.dir)
     for f in faults:
         print(f"FAULT: {f}")
     if faults:
         print(f"dataprep verify: {len(faults)} fault(s) in {args.dir}", file=sys.stderr)
-        return 1
+        return FAILED
     print(f"{args.dir}: OK")
     return 0
 

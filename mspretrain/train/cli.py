@@ -15,23 +15,28 @@
   train import   --from HF_DIR --config F.yaml --set run.dir=RUN            step 0 of a new run
   train generate RUN --prompt TEXT | --prompts F.jsonl [--max-new-tokens --temperature --top-p --seed]
   train score    RUN --input F.jsonl --out F.jsonl       per-token log-probabilities, perplexity
-Every module is imported lazily: `train compare` and `--help` never import MindSpore.
+Every module is imported lazily: `train compare` and `--help` never import MindSpore; nothing but
+`hold_ctrl_c` at module level, so that `main` holds a Ctrl-C from its first line (mspretrain.common.console).
+Exit codes (mspretrain.common.console): 0 done, 1 a runtime error (a damaged checkpoint, run or dataset,
+a full disk, a locked run: one line naming the file), 2 a usage error (a flag, a config key or value),
+130 Ctrl-C.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
-from mspretrain.common.config import ConfigError, add_config_options, report
-
-EXIT_ERROR = 2
+from mspretrain import hold_ctrl_c     # the package's root: loaded already
 
 
-def _config_args(p: argparse.ArgumentParser) -> None:
+def _config_args(p) -> None:
+    from mspretrain.common.config import add_config_options
     add_config_options(p, required=True)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser():
+    import argparse
+
+    from mspretrain.common.config import add_config_options
     ap = argparse.ArgumentParser(prog="train", description="Llama-style pretraining on MindSpore")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -148,13 +153,11 @@ def _run_hf_command(args) -> int | None:
 
 
 def _run_tasks(args) -> int:
+    from mspretrain.common.console import UsageError
     if not (args.tasks and args.run):
-        print("train eval: give both RUN and --tasks F.jsonl (or --config F.yaml for the validation loss)",
-              file=sys.stderr)
-        return EXIT_ERROR
+        raise UsageError("give both RUN and --tasks F.jsonl (or --config F.yaml for the validation loss)")
     if args.all_checkpoints and args.step is not None:
-        print("train eval: --step and --all-checkpoints exclude each other", file=sys.stderr)
-        return EXIT_ERROR
+        raise UsageError("--step and --all-checkpoints exclude each other")
     from mspretrain.train.evalsuite import task_batch_size
     from mspretrain.train.tasks import main as tasks
     batch = args.batch_size or task_batch_size(args.run)
@@ -162,74 +165,129 @@ def _run_tasks(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
-    from mspretrain.train.config import load_config
+    """The `train` command; argv None: the process's own command line (a console script)."""
+    held = hold_ctrl_c()      # first: a Ctrl-C from here on ends the command with one line
+    from mspretrain.common import console
+    own = argv is None
+    argv = list(sys.argv[1:] if own else argv)
+    parsed: list = []
 
+    def load():
+        import importlib
+        args = parser().parse_args(argv)
+        parsed.append(args)
+        for module in ("mspretrain.common.config", "mspretrain.train.config",
+                       *_MODULES.get(_command_key(args), ())):
+            importlib.import_module(module)
+        return lambda: _run(args, argv)
+
+    def interrupted() -> str:
+        return f"train {parsed[0].command}: interrupted" if parsed else "train: interrupted"
+
+    return console.run("train", load, exiting=own, interrupted=interrupted, held=held)
+
+
+# the modules each command imports (main imports them first, while a Ctrl-C is only remembered:
+# a KeyboardInterrupt inside MindSpore's import leaves it half-imported, with a traceback)
+_MODULES = {
+    "launch": ("mspretrain.train.trainer", "mspretrain.train.console"),
+    "launch-msrun": ("mspretrain.train.launch", "mspretrain.train.console"),
+    "eval": ("mspretrain.train.evaluate",),
+    "eval-tasks": ("mspretrain.train.evalsuite", "mspretrain.train.tasks"),
+    "compare": ("mspretrain.train.metrics", "mspretrain.train.plot"),
+    "plot": ("mspretrain.train.plot",),
+    "plan": ("mspretrain.train.parallel",),
+    "doctor": ("mspretrain.train.doctor",),
+    "estimate": ("mspretrain.train.memory",),
+    "export": ("mspretrain.train.hf",),
+    "import": ("mspretrain.train.hf",),
+    "generate": ("mspretrain.train.generate",),
+    "score": ("mspretrain.train.score",),
+}
+
+
+def _command_key(args) -> str:
+    if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
+        return "launch-msrun"
+    if args.command == "eval" and (args.tasks or args.run):
+        return "eval-tasks"
+    return args.command
+
+
+def _run(args, argv: list[str]) -> int:
+    """The command, with its errors classified: a usage error exits 2, a runtime error 1, each one
+    line; anything else is a bug and keeps its traceback."""
+    from mspretrain.common.console import FAILED, UsageError, runtime_error_line
+    from mspretrain.common.config import report
     try:
-        if args.command == "compare":
-            from mspretrain.train.metrics import compare_runs
-            from mspretrain.train.plot import run_records
-            run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
-            code = compare_runs(args.run_a, args.run_b)
-            if args.plot:
-                from mspretrain.train.plot import plot_runs
-                print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
-            return code
-        if args.command in ("export", "generate", "score"):
-            return _run_hf_command(args)
-        if args.command == "eval" and (args.tasks or args.run):
-            return _run_tasks(args)
-        if args.command == "eval" and not args.config:
-            print("train eval: --config F.yaml is required (or: train eval RUN --tasks F.jsonl)", file=sys.stderr)
-            return EXIT_ERROR
-        if args.command == "plot":
-            from mspretrain.train.plot import plot_runs
-            schedule = load_config(args.config, args.set) if args.config or args.set else None
-            print(f"plot: {plot_runs(args.runs, args.out, schedule)}")
-            return 0
-        if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
-            from mspretrain.train.launch import run_msrun
-            return run_msrun(args)
-        cfg = load_config(args.config, args.set)
-        if args.command == "import":
-            from mspretrain.train.hf import import_run
-            import_run(cfg, args.hf_dir)
-            return 0
-        if args.command == "launch":
-            from mspretrain.train.trainer import launch
-            return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
-        if args.command == "eval":
-            from mspretrain.train.evaluate import main as evaluate
-            return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
-        if args.command == "doctor":
-            from mspretrain.train.doctor import main as doctor
-            return doctor(cfg, args.config, args.set, args.nproc, args.out)
-        if args.command == "plan":
-            from mspretrain.train.parallel import print_plan
-            print_plan(cfg, args.world_size)
-            return 0
-        from mspretrain.train.memory import main as estimate
-        return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
-    except ConfigError as e:
+        return _dispatch(args, argv)
+    except UsageError as e:    # ConfigError included
         return report(f"train {args.command}", e)
     except KeyboardInterrupt:
         if args.command != "launch":
-            print(f"\ntrain {args.command}: interrupted", file=sys.stderr)
-            return 130
+            raise               # console.run says "train COMMAND: interrupted"
         from mspretrain.train.console import interrupted
         return interrupted(args, argv)
     except Exception as e:
-        if type(e).__name__ in _CLEAR_ERRORS:
-            print(f"train {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-            return EXIT_ERROR
-        raise
+        if type(e).__name__ not in _RUNTIME_ERRORS and not isinstance(e, OSError):
+            raise
+        print(f"train {args.command}: {runtime_error_line(e)}", file=sys.stderr)
+        return FAILED
 
 
-# errors whose message is the whole story (no traceback): they name the file, key or step
-_CLEAR_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                 "ShardError", "LoaderError", "FileNotFoundError", "LockedError", "DataCheckError",
-                 "HFError", "RunInfoError", "InputError", "WorkerError", "TaskError"}
+def _dispatch(args, argv: list[str]) -> int:
+    from mspretrain.train.config import load_config
+    if args.command == "compare":
+        from mspretrain.train.metrics import compare_runs
+        from mspretrain.train.plot import run_records
+        run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
+        code = compare_runs(args.run_a, args.run_b)
+        if args.plot:
+            from mspretrain.train.plot import plot_runs
+            print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
+        return code
+    if args.command in ("export", "generate", "score"):
+        return _run_hf_command(args)
+    if args.command == "eval" and (args.tasks or args.run):
+        return _run_tasks(args)
+    if args.command == "eval" and not args.config:
+        from mspretrain.common.console import UsageError
+        raise UsageError("--config F.yaml is required (or: train eval RUN --tasks F.jsonl)")
+    if args.command == "plot":
+        from mspretrain.train.plot import plot_runs
+        schedule = load_config(args.config, args.set) if args.config or args.set else None
+        print(f"plot: {plot_runs(args.runs, args.out, schedule)}")
+        return 0
+    if args.command == "launch" and (args.nproc > 1 or args.nnodes > 1):
+        from mspretrain.train.launch import run_msrun
+        return run_msrun(args)
+    cfg = load_config(args.config, args.set)
+    if args.command == "import":
+        from mspretrain.train.hf import import_run
+        import_run(cfg, args.hf_dir)
+        return 0
+    if args.command == "launch":
+        from mspretrain.train.trainer import launch
+        return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
+    if args.command == "eval":
+        from mspretrain.train.evaluate import main as evaluate
+        return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
+    if args.command == "doctor":
+        from mspretrain.train.doctor import main as doctor
+        return doctor(cfg, args.config, args.set, args.nproc, args.out)
+    if args.command == "plan":
+        from mspretrain.train.parallel import print_plan
+        print_plan(cfg, args.world_size)
+        return 0
+    from mspretrain.train.memory import main as estimate
+    return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
+
+
+# runtime errors whose message is the whole story (no traceback, exit 1): they name the file, run or
+# step. By name: importing each module to catch its class would import MindSpore for `train compare`.
+_RUNTIME_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
+                   "ShardError", "LoaderError", "LockedError", "DataCheckError", "HFError",
+                   "RunInfoError", "InputError", "WorkerError", "TaskError"}
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mspretrain.common.console import UsageError
 from mspretrain.train.metrics import METRICS_FILE, MetricsError, read_records
 
 PANELS = (("loss", "loss"), ("lr", "learning rate"), ("grad_norm", "gradient norm"),
@@ -35,7 +36,7 @@ def plot_runs(runs: list[str], out: str, schedule_cfg=None) -> Path:
 
     data = {str(r): run_records(r) for r in runs}
     if not data and schedule_cfg is None:
-        raise MetricsError("nothing to plot: give run dirs, or --config for the learning-rate schedule")
+        raise UsageError("nothing to plot: give run dirs, or --config for the learning-rate schedule")
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 2.4 * len(PANELS)), dpi=100, sharex=True)
     for i, (name, recs) in enumerate(data.items()):
         colour = f"C{i % 10}"

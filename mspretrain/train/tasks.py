@@ -201,7 +201,8 @@ def main(run_dir, task_files: list[str], step: int | None = None, all_checkpoint
     from mspretrain.train.generate import set_graph_mode
 
     if few_shot < 0:
-        raise TaskError(f"--few-shot must be >= 0, got {few_shot}")
+        from mspretrain.common.console import UsageError
+        raise UsageError(f"--few-shot must be >= 0, got {few_shot}")
     for f in task_files:        # every file checked before the first forward
         load_task(f)
     set_graph_mode()

@@ -69,7 +69,7 @@ def test_a_tampered_dataset_is_refused_at_launch(spm_data, tmp_path, damage, mes
         edit_manifest(data, *damage)
     run_dir = tmp_path / "run"
     r = run(launch_cmd(run_dir, data, *SETS))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "tokenizer.model").exists()
 
@@ -83,5 +83,5 @@ def test_generate_refuses_a_replaced_run_tokenizer(spm_run, tmp_path):
     raw[len(raw) // 2] ^= 1
     tok.write_bytes(bytes(raw))
     r = cli("generate", run_dir, "--prompt", "The", "--max-new-tokens", "2")
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"{tok}: sha256 differs from the tokenizer {run_dir / 'run.json'} records" in r.stderr

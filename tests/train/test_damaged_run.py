@@ -92,7 +92,7 @@ def test_resume_auto_with_no_complete_checkpoint_refuses(trained, tmp_path, tiny
         (ckpt_dir(run_dir, step) / "model.ckpt").write_bytes(b"")
     before = snapshot(run_dir)
     r = run(launch_cmd(run_dir, tiny_data, *SETS, resume="auto"))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "no complete checkpoint to resume from" in r.stderr and "Nothing was changed" in r.stderr
     assert f"{ckpt_dir(run_dir, 20) / 'model.ckpt'}: 0 bytes" in r.stderr
     assert "Traceback" not in r.stderr
@@ -118,7 +118,7 @@ def test_a_tampered_state_is_refused_before_anything_is_written(trained, tmp_pat
     before = snapshot(run_dir)
     r = run(launch_cmd(run_dir, tiny_data, *SETS, "train.steps=30",
                        resume=str(ckpt_dir(run_dir, 20))))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"{ckpt_dir(run_dir, 20) / 'state.json'}: {message}" in r.stderr
     assert "Traceback" not in r.stderr
     assert snapshot(run_dir) == before
@@ -136,7 +136,7 @@ def test_a_step_beyond_the_optimizers_count_is_refused(trained, tmp_path, tiny_d
     (ten / "state.json").write_text(json.dumps(state))
     before = snapshot(run_dir)
     r = run(launch_cmd(run_dir, tiny_data, *SETS, resume=str(ten)))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "step 10, but its model.ckpt holds 20 optimizer updates" in r.stderr
     assert snapshot(run_dir) == before
 
@@ -190,7 +190,7 @@ def test_a_damaged_model_file_is_refused_on_resume_and_eval(trained, tmp_path, t
         else:
             cmd = [sys.executable, "-m", "mspretrain.train", "export", str(run_dir), "--out", str(tmp_path / "hf")]
         r = run(cmd)
-        assert r.returncode == 2, (command, r.stderr)
+        assert r.returncode == 1, (command, r.stderr)
         assert f"{model}: {message}" in r.stderr and "Traceback" not in r.stderr, (command, r.stderr)
     assert snapshot(run_dir) == before
 
@@ -207,7 +207,7 @@ def test_a_checkpoint_without_digests_loads_with_a_warning(trained, tmp_path, ti
     model.chmod(0o644)
     model.write_bytes(model.read_bytes()[:1000])
     r = run(launch_cmd(run_dir, tiny_data, *SETS, command="eval"))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"{model}: cannot be read as a checkpoint" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -218,7 +218,7 @@ def test_a_second_launch_on_a_live_run_names_the_holder(trained, tmp_path, tiny_
     holder = hold("run_dir_lock", run_dir)
     try:
         r = run(launch_cmd(run_dir, tiny_data, *SETS))      # a fresh launch, by mistake
-        assert r.returncode == 2, r.stderr
+        assert r.returncode == 1, r.stderr
         assert f"is in use by another process (pid {holder.pid} on host {socket.gethostname()}" in r.stderr
         assert "delete" not in r.stderr
     finally:
@@ -235,7 +235,7 @@ def test_invalid_utf8_in_metrics_is_one_line(trained, tmp_path):
     assert r.returncode == 0 and "20/20 common steps bitwise equal" in r.stdout, r.stderr
     metrics.write_bytes(text + b"\xff\xfe\n")
     r = run(compare)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"{metrics}:23: not valid JSON" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -252,7 +252,7 @@ def test_a_flipped_byte_in_a_shard_stops_training_before_a_step(tiny_data, tmp_p
     shard.write_bytes(bytes(raw))
     run_dir = tmp_path / "run"
     r = run(launch_cmd(run_dir, data, *SETS, f"data.num_workers={workers}"))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"{shard}: sha256 of the shard or its .db index differs from the manifest's" in r.stderr
     assert "Traceback" not in r.stderr and "innermost frames" not in r.stderr
     assert records(run_dir) == []                 # not one step trained on it

@@ -120,11 +120,11 @@ def test_eval_refuses_another_seq_length_or_tokenizer(spm_run, tmp_path):
     from synthetic import make_dataset
     other_seq = make_dataset(tmp_path / "seq32", num_train=16, num_valid=16, seq_length=32, vocab_size=1000)
     p = run(eval_cmd(spm_run, other_seq))
-    assert p.returncode == 2 and "seq_length 32, but the checkpoint was trained with seq_length 64" in p.stderr, \
+    assert p.returncode == 1 and "seq_length 32, but the checkpoint was trained with seq_length 64" in p.stderr, \
         p.stderr[-2000:]
     other_tok = make_dataset(tmp_path / "tok", num_train=16, num_valid=16, seq_length=64, vocab_size=1000)
     p = run(eval_cmd(spm_run, other_tok))
-    assert p.returncode == 2 and "is not the one the checkpoint was trained with" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 1 and "is not the one the checkpoint was trained with" in p.stderr, p.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ def test_two_train_launches_on_one_run_dir(tmp_path, tiny_data):
     holder = hold("run_dir_lock", run_dir)
     try:
         r = run(launch_cmd(run_dir, tiny_data, "train.steps=2"))
-        assert r.returncode == 2, r.stderr
+        assert r.returncode == 1, r.stderr
         assert f"run dir {run_dir} is in use by another process (pid {holder.pid}" in r.stderr
         assert not (run_dir / "metrics.jsonl").exists()
     finally:
@@ -31,7 +31,7 @@ def test_metrics_without_a_checkpoint_are_not_cut_by_a_fresh_start(tmp_path, tin
     metrics = run_dir / "metrics.jsonl"
     metrics.write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.5}\n')
     r = run(launch_cmd(run_dir, tiny_data, "train.steps=2"))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "already has metrics.jsonl from an earlier run" in r.stderr
     assert metrics.read_text() == '{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.5}\n'
 
@@ -68,12 +68,12 @@ def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
     # a key that changes training is named; --force prints what it overrides
     r = run(launch_cmd(run_dir, tiny_data, *FOUR, "train.steps=9", "optim.weight_decay=0.2",
                        resume="auto"))
-    assert r.returncode == 2 and "optim.weight_decay 0.1 -> 0.2" in r.stderr, r.stderr
+    assert r.returncode == 1 and "optim.weight_decay 0.1 -> 0.2" in r.stderr, r.stderr
     other = make_dataset(tmp_path / "other", num_train=64, num_valid=16, seq_length=16,
                          vocab_size=128, seed=9)
     # eval on a dataset with another sequence length: refused, naming both
     r = run(launch_cmd(run_dir, other, *FOUR, command="eval"))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "seq_length 16, but the checkpoint was trained with seq_length 32" in r.stderr, r.stderr
     r = run(launch_cmd(run_dir, other, *FOUR, "train.steps=9", resume="auto", force=True))
     assert r.returncode == 0 and "--force: overriding dataset fingerprint" in r.stderr, r.stderr
@@ -86,7 +86,7 @@ def test_extend_a_run_resume_policy_and_dataset_checks(tmp_path, tiny_data):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     r = run(launch_cmd(run_dir, bad, *FOUR, command="eval") + ["--verify-data"])
-    assert r.returncode == 2 and f"{shard}: sha256 differs from the manifest" in r.stderr, r.stderr
+    assert r.returncode == 1 and f"{shard}: sha256 differs from the manifest" in r.stderr, r.stderr
 
 
 def test_dataset_checks_at_start(tmp_path, tiny_data):
@@ -108,7 +108,7 @@ def test_dataset_checks_at_start(tmp_path, tiny_data):
     with pytest.raises(DataCheckError, match=r"data \+ \.db are .* the manifest says"):
         check_dataset(str(bad), ("train",))
     r = run(launch_cmd(tmp_path / "fresh", bad, *FOUR))
-    assert r.returncode == 2 and f"{shard}: data + .db are" in r.stderr, r.stderr
+    assert r.returncode == 1 and f"{shard}: data + .db are" in r.stderr, r.stderr
     assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
 
 
@@ -163,7 +163,7 @@ def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--plot", str(tmp_path / "cmp.png")]) == 1
     assert Image.open(tmp_path / "cmp.png").format == "PNG"
     capsys.readouterr()
-    assert main(["compare", str(a), str(tmp_path / "nope")]) == 2
+    assert main(["compare", str(a), str(tmp_path / "nope")]) == 1
     assert "nope/metrics.jsonl: not found" in capsys.readouterr().err
 
 

@@ -84,7 +84,7 @@ def test_generate_command(spm_run, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"tokens": [1, "x"]}\n')
     p = cli("generate", spm_run, "--prompts", bad)
-    assert p.returncode == 2 and f"{bad}:2: field 'tokens' must be a list of integers" in p.stderr
+    assert p.returncode == 1 and f"{bad}:2: field 'tokens' must be a list of integers" in p.stderr
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"text": "Debian"}\n{"tokens": [2, 300, 301]}\n')
     out1, out2 = tmp_path / "o1.jsonl", tmp_path / "o2.jsonl"

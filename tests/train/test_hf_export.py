@@ -173,16 +173,16 @@ def test_import_refuses_another_tokenizer_and_model(spm_data, exported, tmp_path
                                    unk_id=0, bos_id=1, eos_id=2, pad_id=3, minloglevel=2)
     shutil.copyfile(tmp_path / "sp.model", other / "tokenizer.model")
     p = run(import_cmd(tmp_path / "r1", spm_data, other))
-    assert p.returncode == 2 and "tokenizer mismatch" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 1 and "tokenizer mismatch" in p.stderr, p.stderr[-2000:]
     assert not (tmp_path / "r1" / "checkpoints").exists()
     p = run(import_cmd(tmp_path / "r2", spm_data, exported, "model.hidden_size=32"))
-    assert p.returncode == 2 and "hidden_size=64 but the config gives 32" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 1 and "hidden_size=64 but the config gives 32" in p.stderr, p.stderr[-2000:]
     # a model whose tokenizer is only a tokenizer.json: checked from it (here: another vocabulary)
     from mspretrain.train.hf_tokenizer import build
     (other / "tokenizer.model").unlink()
     build(tmp_path / "sp.model").save(str(other / "tokenizer.json"))
     p = run(import_cmd(tmp_path / "r3", spm_data, other))
-    assert p.returncode == 2 and "tokenizer mismatch" in p.stderr and "tokenizer.json" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 1 and "tokenizer mismatch" in p.stderr and "tokenizer.json" in p.stderr, p.stderr[-2000:]
 
 
 def test_import_reads_a_tokenizer_json_only_model(spm_data, exported, tmp_path):

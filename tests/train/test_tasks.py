@@ -101,7 +101,7 @@ def test_bad_task_file_is_one_line(spm_run, tmp_path):
     bad.write_text(json.dumps({"context": "a", "choices": ["b", "c"], "gold": 0}) + "\n"
                    + json.dumps({"context": "a", "choices": ["b"], "gold": 0}) + "\n")
     p = cli("eval", spm_run, "--tasks", bad)
-    assert p.returncode == 2 and f"{bad}:2: 'choices' must be a list" in p.stderr, p.stderr
+    assert p.returncode == 1 and f"{bad}:2: 'choices' must be a list" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 

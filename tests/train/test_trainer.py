@@ -54,15 +54,15 @@ def test_run_dir_metrics_eval_and_resume_guards(tmp_path, tiny_data):
     # no --resume in a run dir with checkpoints: an error that changes nothing
     before = tree_digest(run_dir)
     r = run(launch_cmd(run_dir, tiny_data, *SHORT))
-    assert r.returncode == 2 and "already has checkpoints" in r.stderr and "--resume auto" in r.stderr
+    assert r.returncode == 1 and "already has checkpoints" in r.stderr and "--resume auto" in r.stderr
     assert tree_digest(run_dir) == before
 
     # another config or another dataset: refused unless --force
     r = run(launch_cmd(run_dir, tiny_data, *SHORT, "optim.lr=0.001", resume="auto"))
-    assert r.returncode == 2 and "optim.lr 0.003 -> 0.001" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 1 and "optim.lr 0.003 -> 0.001" in r.stderr and "--force" in r.stderr
     other = make_dataset(tmp_path / "other", num_train=64, num_valid=8, seq_length=32, vocab_size=128, seed=9)
     r = run(launch_cmd(run_dir, other, *SHORT, resume="auto"))
-    assert r.returncode == 2 and "dataset fingerprint" in r.stderr
+    assert r.returncode == 1 and "dataset fingerprint" in r.stderr
     assert tree_digest(run_dir) == before
     r = run(launch_cmd(run_dir, tiny_data, *SHORT[1:], "train.steps=14", resume="auto", force=True))
     assert r.returncode == 0, r.stderr
@@ -73,7 +73,7 @@ def test_unwritable_run_dir_is_a_clear_error(tmp_path, tiny_data):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     r = run(launch_cmd(blocker / "run", tiny_data, "train.steps=2"))
-    assert r.returncode == 2
+    assert r.returncode == 1
     assert f"run dir {blocker}/run is not writable" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -92,7 +92,7 @@ def test_failed_checkpoint_write_leaves_earlier_checkpoints_intact(tmp_path, tin
     before = tree_digest(run_dir / "checkpoints")
     r = run(launch_cmd(run_dir, tiny_data, *sets[1:], "train.steps=12", resume="auto", force=True),
             preexec_fn=_limit_file_size)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     assert f"cannot write checkpoint {run_dir}/checkpoints/step_00000012" in r.stderr
     assert "File too large" in r.stderr and "earlier checkpoints are untouched" in r.stderr
     assert tree_digest(run_dir / "checkpoints") == before
@@ -124,7 +124,7 @@ def test_cli_errors_without_mindspore_tracebacks(tmp_path, tiny_data):
     r = run(launch_cmd(tmp_path / "r", tiny_data, "recompute.mode=full", "recompute.full_layers='0-5'"))
     assert r.returncode == 2 and "recompute.full_layers" in r.stderr and "outside layers 0-1" in r.stderr
     r = run(launch_cmd(tmp_path / "r", tiny_data, resume=str(tmp_path)))
-    assert r.returncode == 2 and "not a checkpoint directory" in r.stderr
+    assert r.returncode == 1 and "not a checkpoint directory" in r.stderr
     assert not (tmp_path / "r").exists()
 
 

@@ -9,12 +9,17 @@ back in input order, with a bounded number of chunks in flight.
   of waiting forever, and a rerun resumes from the completed chunks.
 - Workers start together (a barrier), so one that spawned first does not take every chunk alone, and
   leave on their own if the main process is killed.
-- A build that stops early (Ctrl-C, an error) kills its workers before it leaves. Shutting the
-  executor down while workers still start (unpickling their set-up) can hang for good: the queue's
-  feeder thread blocks writing a task to a pipe no worker reads, and the exit waits for that thread
-  (CPython gh-107219, gh-132969; Python 3.14 adds `ProcessPoolExecutor.kill_workers` for this).
-  Once the workers are dead the executor sees a broken pool, closes the pipe and lets go. A killed
-  worker loses nothing: its outputs are written atomically and a rerun resumes.
+- A build that stops early (Ctrl-C, an error) kills its workers, and its exit must not wait on the
+  executor's internals, or Python 3.11 can hang for good: the call queue's feeder thread blocks
+  writing a task (a chunk is larger than a pipe's buffer) to a pipe no worker reads, and the exit
+  joins that thread (CPython gh-107219, gh-132969). Only the executor's manager thread unblocks it
+  (in `terminate_broken`), and that thread died (InvalidStateError) on a future its caller had
+  cancelled: tasks queued behind workers that still start are cancellable. So the futures are never
+  cancelled here (the shutdown cancels them in the manager thread), the call queue's exit join is
+  cancelled before the workers are killed, and a Ctrl-C never lands inside an executor call, where
+  it could leave a lock held (they run in `interrupt.deferred()`). A killed worker loses nothing:
+  its outputs are written atomically and a rerun resumes. (Python 3.14 adds
+  `ProcessPoolExecutor.kill_workers`.)
 - Workers never see Ctrl-C (the main process reports it): they start with SIGINT blocked, so a
   terminal's Ctrl-C to the whole group cannot hit one before it has set SIGINT to be ignored.
 """
@@ -62,6 +67,11 @@ class WorkerPool:
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         ready = ctx.Barrier(self.workers)
+        # blocked again: starting multiprocessing's resource tracker (for the barrier's semaphores,
+        # in the first pool of a process) unblocks SIGINT in this thread, and the workers spawned
+        # next would start with it open: a terminal's Ctrl-C then kills one while it imports, with
+        # a traceback ("Fatal Python error: init_import_site")
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_start_worker,
                                          initargs=(self._setup, os.getpid(), ready))
         # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
@@ -77,7 +87,8 @@ class WorkerPool:
         pending: deque = deque()
         try:
             for task in tasks:
-                pending.append(self._pool.submit(fn, task))
+                with interrupt.deferred():
+                    pending.append(self._pool.submit(fn, task))
                 if len(pending) >= 2 * self.workers:
                     yield _next_result(pending, idle)
             while pending:
@@ -85,26 +96,33 @@ class WorkerPool:
         except BrokenProcessPool:
             raise WorkerDied("a worker process died (killed, out of memory, or failed to start?); "
                              "rerun the same command to resume from the completed chunks") from None
-        finally:
-            for f in pending:
-                f.cancel()
+        # the futures left are not cancelled: a build that stops kills the pool (see close)
 
     def close(self, wait: bool = True) -> None:
         """wait=True: let the workers finish (a build that ended well has nothing left for them).
         wait=False: a build that stops early kills them first (see the module docstring)."""
         if self._pool is None:
             return
-        if not wait:
-            self._kill_workers()
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        with interrupt.deferred():      # a second Ctrl-C waits until the workers are dead
+            if not wait:
+                self._kill_workers()
+            self._pool.shutdown(wait=wait, cancel_futures=True)
 
     def _kill_workers(self) -> None:
+        # the exit must not join the feeder thread: it may be blocked for good on a pipe that only
+        # the killed workers read (cancelled first, so the manager thread never waits for it either)
+        if self._pool._call_queue is not None:
+            self._pool._call_queue.cancel_join_thread()
         # ProcessPoolExecutor has no public way to stop its processes before Python 3.14
-        for p in list((self._pool._processes or {}).values()):
+        processes = list((self._pool._processes or {}).values())
+        for p in processes:
             try:
                 p.kill()
             except (OSError, ValueError):   # already gone, or closed
                 pass
+        for p in processes:
+            with contextlib.suppress(ValueError, AssertionError):
+                p.join(timeout=5)
 
     def __exit__(self, exc_type, exc, tb):
         self.close(wait=exc_type is None)
@@ -116,9 +134,11 @@ def _next_result(pending: deque, idle):
         interrupt.check()     # a Ctrl-C that a library swallowed stops the build here
         if idle is None or not idle():
             idle = None       # no main-process work left: wait, a short while at a time, so
-            wait([head], timeout=_POLL_S)     # that a swallowed Ctrl-C is not held up
+            with interrupt.deferred():        # that a Ctrl-C is not held up (raised at the end)
+                wait([head], timeout=_POLL_S)
     interrupt.check()
-    return pending.popleft().result()
+    with interrupt.deferred():
+        return pending.popleft().result()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,40 @@
+"""A process for test_interrupt.py: a WorkerPool whose workers take seconds to start (as in a fresh
+clone), tasks larger than a pipe's buffer queued behind them, and a Ctrl-C while the main process
+waits for the first result. Prints "interrupted" and exits 130, as the dataprep command does."""
+import os
+import signal
+import sys
+import threading
+import time
+
+if __name__ == "__mp_main__":   # a spawned worker imports this file first: a slow start-up
+    time.sleep(3)
+
+
+def slow(task):
+    delay, payload = task
+    time.sleep(delay)
+    return len(payload)
+
+
+def main() -> int:
+    from mspretrain.dataprep import interrupt
+    from mspretrain.dataprep.config import load_build_config
+    from mspretrain.dataprep.executor.local import WorkerPool
+    from mspretrain.dataprep.stages import WorkerSetup
+    cfg = load_build_config(None, {}, [])
+    setup = WorkerSetup("/nonexistent", "/nonexistent", cfg.filters, cfg.dedup, 0.0, 0)
+    try:
+        with interrupt.catching(), WorkerPool(2, setup) as pool:
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+            tasks = ((0.1, b"x" * (1 << 20)) for _ in range(100))
+            for _ in pool.map_ordered(slow, tasks):
+                pass
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
