@@ -307,7 +307,7 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         Rung("pp=2 m=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.pipeline_stage=2",
                                     "parallel.micro_batch_num=2", "train.micro_batch_size=0",
                                     "eval.every_steps=0", *FP32), ascend_only=True, parallel=(half, 1, 2, False),
-             merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages (N3)"),
+             merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages, N3"),
         Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF, *FP32), ascend_only=True,
              is_reference=True, needed_by="bf16+flash"),
         Rung("bf16+flash", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",

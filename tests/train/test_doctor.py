@@ -57,7 +57,7 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_doctor):
                  "docmask kernel", "resume sharded"):
         assert "skipped" in row(out, name) and out.count("needs Ascend") == 8
     # the Ascend-only checks say what they would check
-    assert "val loss: step-3 checkpoint merged, on one device; none through stages (N3)" in cell(out, "pp=2 m=2", "note")
+    assert "val loss: step-3 checkpoint merged, on one device; none through stages, N3" in cell(out, "pp=2 m=2", "note")
     assert "compile, then load sliced tensors" in cell(out, "resume sharded", "note")
     assert "your layout" not in out         # tiny.yaml is one fp32 device: the reference is its layout
     assert "needs Ascend (the reference of bf16+flash)" in out
