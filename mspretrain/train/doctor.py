@@ -291,7 +291,8 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         tol = TOLERANCE if shrunk.precision == "fp32" else BF16_TOLERANCE
         own.append(Rung("your layout", shrunk.world, shrunk.layout,
                         ascend_only=sharded or shrunk.precision != "fp32", tolerance=tol,
-                        parallel=shrunk.parallel, needs_procs=shrunk.world))
+                        parallel=shrunk.parallel, needs_procs=shrunk.world,
+                        merged_val=shrunk.parallel[2] > 1))     # pipeline stages: no in-loop validation
     kernel = ([Rung("docmask kernel", 1, (), ascend_only=True, kernel=True)]
               if shrunk is None or (shrunk.docs and shrunk.flash) else [])
     dp = (nproc, 1, 1, False)
