@@ -181,9 +181,123 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     print(f"TOKENS_PER_S {batch * seq * (steps - skip) / sum(times[skip:])}", flush=True)
 
 
+def _rss_mb() -> tuple[float, float]:
+    """(current RSS, peak RSS) of this process, MiB: /proc/self/status VmRSS and VmHWM."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            key, value = line.split(":", 1)
+            fields[key] = float(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def _phase(name: str) -> None:
+    now, hwm = _rss_mb()
+    print(f"PHASE {name}|{now:.0f}|{hwm:.0f}", flush=True)
+
+
+def launch_phases(sets: list[str], steps: int) -> None:
+    """`train launch`'s own phases in one process (the functions trainer.launch calls, in its order),
+    with this process's RSS after each: imports, the loader opened and its first batch, the session
+    (model, optimizer, step cell), the first step (compile), the later steps."""
+    _phase("python + numpy")
+    import mindspore as ms
+
+    from mspretrain.train import distributed, parallel
+    from mspretrain.train.config import load_config
+    from mspretrain.train.data import TrainData
+    from mspretrain.train.trainer import build_session
+    _phase("imports (mindspore, mspretrain)")
+    cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
+    dist = distributed.setup(cfg, parallel.validate)
+    ms.set_seed(cfg.seed)
+    with TrainData(cfg, dist) as loader:
+        batches = iter(loader)
+        batch = next(batches)
+        _phase("loader open + first batch")
+        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
+        _phase("session (model, optimizer, step cell)")
+        for i in range(steps):
+            session.train_step(batch["input_ids"], 1e-4)
+            _phase(f"step {i + 1}" + (" (compile)" if i == 0 else ""))
+            batch = next(batches)
+
+
+def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
+    """The bare reference's phases (reference_step with bare=1), RSS after each."""
+    _phase("python + numpy")
+    import mindspore as ms
+    from mindspore import Tensor, nn
+
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    _phase("imports (mindspore, mspretrain)")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    rng = np.random.default_rng(0)
+    batches = [Tensor(rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)) for _ in range(steps)]
+    _phase("batches made (no loader)")
+    model = Llama(ModelArgs(vocab_size=vocab, seq_length=seq, hidden_size=hidden, num_layers=layers,
+                            num_heads=heads, ffn_size=ffn), seed=0)
+    net = CausalLMLoss(model, vocab)
+    step = nn.TrainOneStepCell(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
+    step.set_train(True)
+    _phase("session (model, optimizer, step cell)")
+    for i, b in enumerate(batches):
+        step(b).asnumpy()
+        _phase(f"step {i + 1}" + (" (compile)" if i == 0 else ""))
+
+
+def memory_phases(args) -> int:
+    """`--memory-phases`: where the peak RSS goes, launch against the bare step, phase by phase, each
+    in its own process (alternating with --repeat); the launch once more with the loader in-process
+    (data.num_workers=0) to show what the loader's worker saves or costs the trainer process."""
+    import statistics
+
+    def run(cmd):
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+            return None
+        rows = [x[len("PHASE "):].split("|") for x in proc.stdout.splitlines() if x.startswith("PHASE ")]
+        return [(name, float(now), float(hwm)) for name, now, hwm in rows]
+
+    results: dict[str, list] = {"train launch": [], "train launch, data.num_workers=0": [], "bare step": []}
+    with tempfile.TemporaryDirectory(prefix="bench_mem_") as tmp:
+        cmd, _ = train_cmd(args, Path(tmp), "none", 1e12, NO_DOCUMENT_MASK)
+        sets = [x for x in cmd[cmd.index("--set") + 1:] if not x.startswith("run.dir=")]
+        sets.append(f"run.dir={Path(tmp) / 'run'}")
+        shape = [str(x) for x in (args.hidden, args.layers, args.heads, args.ffn, args.vocab, args.seq, args.batch,
+                                  args.steps)]
+        for _ in range(args.repeat):
+            for name, argv in (("train launch", ["--launch-phases", str(args.steps), *sets]),
+                               ("bare step", ["--bare-phases", *shape]),
+                               ("train launch, data.num_workers=0",
+                                ["--launch-phases", str(args.steps), *sets, "data.num_workers=0"])):
+                rows = run([sys.executable, __file__, *argv])
+                if rows is None:
+                    return 1
+                results[name].append(rows)
+    for name, runs in results.items():
+        print(f"{name} ({len(runs)} run(s), median MiB): phase, RSS after it, peak so far, RSS added")
+        previous = 0.0
+        for i, (phase, _, _) in enumerate(runs[0]):
+            now = statistics.median(r[i][1] for r in runs)
+            hwm = statistics.median(r[i][2] for r in runs)
+            print(f"  {phase:<40} {now:>7.0f} {hwm:>7.0f} {now - previous:>+7.0f}")
+            previous = now
+    return 0
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--observe-cost"]:          # docs/long-runs.md
         return observe_cost(sys.argv[2:])
+    if sys.argv[1:2] == ["--launch-phases"]:
+        launch_phases(sys.argv[3:], int(sys.argv[2]))
+        return 0
+    if sys.argv[1:2] == ["--bare-phases"]:
+        bare_phases(*map(int, sys.argv[2:10]))
+        return 0
     if sys.argv[1:2] == ["--mindspore-peak"]:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
@@ -214,6 +328,8 @@ def main() -> int:
                     help="on | off | on,off: packed-document masking per run (replaces the recompute runs)")
     ap.add_argument("--doc-length", type=int, default=64, help="mean document length with --document-mask")
     ap.add_argument("--mask-reps", type=int, default=5, help="alternating in-process timings per variant")
+    ap.add_argument("--memory-phases", action="store_true",
+                    help="RSS phase by phase: train launch (loader in a worker, and in-process) vs the bare step")
     args = ap.parse_args()
     if args.hidden < 512:
         print("note: the reference comparison is meant for d_model >= 512", file=sys.stderr)
@@ -234,6 +350,8 @@ def main() -> int:
           f"{args.vocab}, seq {args.seq}, batch {args.batch}, {args.dtype}, {args.workers} loader worker(s)")
     if args.document_mask:
         return document_mask_runs(args, peak)
+    if args.memory_phases:
+        return memory_phases(args)
     ms_per_step = {}
     launch_tps, ref_tps, launch_rss, ref_rss, bare_tps, bare_rss = [], [], [], [], [], []
     for mode in args.recompute.split(","):
