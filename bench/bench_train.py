@@ -17,6 +17,13 @@ sgemm (1024^3) and a MindSpore GRAPH_MODE MatMul of the model's largest projecti
 real MindRecord dataset with the real loader (worker processes, prefetch); the figures come from its
 metrics.jsonl, skipping the first steps (graph compile). Target: data wait under 2% of step time.
 
+    .venv/bin/python bench/bench_train.py --memory-phases [--repeat N] (+ the model flags above)
+
+Where the peak RSS goes: `train launch`'s own phases (the functions trainer.launch calls, in order: imports,
+the loader opened and its first batch, the session, the compile step, the later steps) and the bare
+step's, each in its own process, this process's RSS (VmRSS, VmHWM) after each; the launch once more with
+the loader in-process (data.num_workers=0).
+
     .venv/bin/python bench/bench_train.py --document-mask on,off [--doc-length 64] [--repeat 2]
 
 Packed documents: the same model trained on a dataset whose samples hold documents of about
