@@ -574,17 +574,22 @@ def _check_merged_val(rung: Rung, config, sets, work: Path, reference: Rung | No
         rung.detail = f"merged-checkpoint validation exited {proc.returncode}"
         return False, log
     rung.val_loss = float(proc.stdout.strip().splitlines()[-1])
+    return (True, "") if _judge_val(rung, reference) else (False, log)
+
+
+def _judge_val(rung: Rung, reference: Rung | None) -> bool:
+    """rung.val_loss (its merged checkpoint's) against the reference's, within the rung's tolerance."""
     ref = reference.val_loss if reference is not None else None
     if ref is None:
         rung.detail = f"val loss {rung.val_loss!r} (merged checkpoint): the reference has none"
-        return False, log
+        return False
     if abs(rung.val_loss - ref) > rung.tolerance * abs(ref):
         rung.detail = (f"val loss {rung.val_loss!r} (step-{STEPS} checkpoint merged, one device) vs "
                        f"{reference.name} {ref!r}: relative difference {abs(rung.val_loss - ref) / abs(ref):.2e} "
                        f"> {rung.tolerance:.0e}")
-        return False, log
+        return False
     rung.detail = f"val loss {rung.val_loss:.6f} (step-{STEPS} checkpoint merged, one device; none through stages, N3)"
-    return True, ""
+    return True
 
 
 def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: str) -> float:
