@@ -198,9 +198,14 @@ def _rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+_last = [time.perf_counter()]
+
+
 def _phase(name: str) -> None:
     now, hwm = _rss_mb()
-    print(f"PHASE {name}|{now:.0f}|{hwm:.0f}", flush=True)
+    t = time.perf_counter()
+    print(f"PHASE {name}|{now:.0f}|{hwm:.0f}|{t - _last[0]:.2f}", flush=True)
+    _last[0] = t
 
 
 def launch_phases(sets: list[str], steps: int) -> None:
@@ -267,9 +272,10 @@ def memory_phases(args) -> int:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
             return None
         rows = [x[len("PHASE "):].split("|") for x in proc.stdout.splitlines() if x.startswith("PHASE ")]
-        return [(name, float(now), float(hwm)) for name, now, hwm in rows]
+        return [(name, float(now), float(hwm), float(secs)) for name, now, hwm, secs in rows]
 
-    results: dict[str, list] = {"train launch": [], "train launch, data.num_workers=0": [], "bare step": []}
+    results: dict[str, list] = {"train launch": [], "train launch, optim.clip_norm=0": [], "bare step": [],
+                                "train launch, data.num_workers=0": []}
     with tempfile.TemporaryDirectory(prefix="bench_mem_") as tmp:
         cmd, _ = train_cmd(args, Path(tmp), "none", 1e12, NO_DOCUMENT_MASK)
         sets = [x for x in cmd[cmd.index("--set") + 1:] if not x.startswith("run.dir=")]
@@ -278,6 +284,8 @@ def memory_phases(args) -> int:
                                   args.steps)]
         for _ in range(args.repeat):
             for name, argv in (("train launch", ["--launch-phases", str(args.steps), *sets]),
+                               ("train launch, optim.clip_norm=0",
+                                ["--launch-phases", str(args.steps), *sets, "optim.clip_norm=0"]),
                                ("bare step", ["--bare-phases", *shape]),
                                ("train launch, data.num_workers=0",
                                 ["--launch-phases", str(args.steps), *sets, "data.num_workers=0"])):
@@ -286,12 +294,12 @@ def memory_phases(args) -> int:
                     return 1
                 results[name].append(rows)
     for name, runs in results.items():
-        print(f"{name} ({len(runs)} run(s), median MiB): phase, RSS after it, peak so far, RSS added")
+        print(f"{name} ({len(runs)} run(s), medians): phase, RSS after it MiB, peak so far MiB, RSS added, "
+              f"seconds")
         previous = 0.0
-        for i, (phase, _, _) in enumerate(runs[0]):
-            now = statistics.median(r[i][1] for r in runs)
-            hwm = statistics.median(r[i][2] for r in runs)
-            print(f"  {phase:<40} {now:>7.0f} {hwm:>7.0f} {now - previous:>+7.0f}")
+        for i, (phase, *_) in enumerate(runs[0]):
+            now, hwm, secs = (statistics.median(r[i][k] for r in runs) for k in (1, 2, 3))
+            print(f"  {phase:<40} {now:>7.0f} {hwm:>7.0f} {now - previous:>+7.0f} {secs:>8.2f}")
             previous = now
     return 0
 
