@@ -17,6 +17,13 @@ sgemm (1024^3) and a MindSpore GRAPH_MODE MatMul of the model's largest projecti
 real MindRecord dataset with the real loader (worker processes, prefetch); the figures come from its
 metrics.jsonl, skipping the first steps (graph compile). Target: data wait under 2% of step time.
 
+    .venv/bin/python bench/bench_train.py --memory-phases [--repeat N] (+ the model flags above)
+
+Where the peak RSS goes: `train launch`'s own phases (the functions trainer.launch calls, in order: imports,
+the loader opened and its first batch, the session, the compile step, the later steps) and the bare
+step's, each in its own process, this process's RSS (VmRSS, VmHWM) after each; the launch once more with
+the loader in-process (data.num_workers=0).
+
     .venv/bin/python bench/bench_train.py --document-mask on,off [--doc-length 64] [--repeat 2]
 
 Packed documents: the same model trained on a dataset whose samples hold documents of about
@@ -181,9 +188,131 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     print(f"TOKENS_PER_S {batch * seq * (steps - skip) / sum(times[skip:])}", flush=True)
 
 
+def _rss_mb() -> tuple[float, float]:
+    """(current RSS, peak RSS) of this process, MiB: /proc/self/status VmRSS and VmHWM."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            key, value = line.split(":", 1)
+            fields[key] = float(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+_last = [time.perf_counter()]
+
+
+def _phase(name: str) -> None:
+    now, hwm = _rss_mb()
+    t = time.perf_counter()
+    print(f"PHASE {name}|{now:.0f}|{hwm:.0f}|{t - _last[0]:.2f}", flush=True)
+    _last[0] = t
+
+
+def launch_phases(sets: list[str], steps: int) -> None:
+    """`train launch`'s own phases in one process (the functions trainer.launch calls, in its order),
+    with this process's RSS after each: imports, the loader opened and its first batch, the session
+    (model, optimizer, step cell), the first step (compile), the later steps."""
+    _phase("python + numpy")
+    import mindspore as ms
+
+    from mspretrain.train import distributed, parallel
+    from mspretrain.train.config import load_config
+    from mspretrain.train.data import TrainData
+    from mspretrain.train.trainer import build_session
+    _phase("imports (mindspore, mspretrain)")
+    cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
+    dist = distributed.setup(cfg, parallel.validate)
+    ms.set_seed(cfg.seed)
+    with TrainData(cfg, dist) as loader:
+        batches = iter(loader)
+        batch = next(batches)
+        _phase("loader open + first batch")
+        session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
+        _phase("session (model, optimizer, step cell)")
+        for i in range(steps):
+            session.train_step(batch["input_ids"], 1e-4)
+            _phase(f"step {i + 1}" + (" (compile)" if i == 0 else ""))
+            batch = next(batches)
+
+
+def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
+    """The bare reference's phases (reference_step with bare=1), RSS after each."""
+    _phase("python + numpy")
+    import mindspore as ms
+    from mindspore import Tensor, nn
+
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    _phase("imports (mindspore, mspretrain)")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    rng = np.random.default_rng(0)
+    batches = [Tensor(rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)) for _ in range(steps)]
+    _phase("batches made (no loader)")
+    model = Llama(ModelArgs(vocab_size=vocab, seq_length=seq, hidden_size=hidden, num_layers=layers,
+                            num_heads=heads, ffn_size=ffn), seed=0)
+    net = CausalLMLoss(model, vocab)
+    step = nn.TrainOneStepCell(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
+    step.set_train(True)
+    _phase("session (model, optimizer, step cell)")
+    for i, b in enumerate(batches):
+        step(b).asnumpy()
+        _phase(f"step {i + 1}" + (" (compile)" if i == 0 else ""))
+
+
+def memory_phases(args) -> int:
+    """`--memory-phases`: where the peak RSS goes, launch against the bare step, phase by phase, each
+    in its own process (alternating with --repeat); the launch once more with the loader in-process
+    (data.num_workers=0) to show what the loader's worker saves or costs the trainer process."""
+    import statistics
+
+    def run(cmd):
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+            return None
+        rows = [x[len("PHASE "):].split("|") for x in proc.stdout.splitlines() if x.startswith("PHASE ")]
+        return [(name, float(now), float(hwm), float(secs)) for name, now, hwm, secs in rows]
+
+    results: dict[str, list] = {"train launch": [], "train launch, optim.clip_norm=0": [], "bare step": [],
+                                "train launch, data.num_workers=0": []}
+    with tempfile.TemporaryDirectory(prefix="bench_mem_") as tmp:
+        cmd, _ = train_cmd(args, Path(tmp), "none", 1e12, NO_DOCUMENT_MASK)
+        sets = [x for x in cmd[cmd.index("--set") + 1:] if not x.startswith("run.dir=")]
+        sets.append(f"run.dir={Path(tmp) / 'run'}")
+        shape = [str(x) for x in (args.hidden, args.layers, args.heads, args.ffn, args.vocab, args.seq, args.batch,
+                                  args.steps)]
+        for _ in range(args.repeat):
+            for name, argv in (("train launch", ["--launch-phases", str(args.steps), *sets]),
+                               ("train launch, optim.clip_norm=0",
+                                ["--launch-phases", str(args.steps), *sets, "optim.clip_norm=0"]),
+                               ("bare step", ["--bare-phases", *shape]),
+                               ("train launch, data.num_workers=0",
+                                ["--launch-phases", str(args.steps), *sets, "data.num_workers=0"])):
+                rows = run([sys.executable, __file__, *argv])
+                if rows is None:
+                    return 1
+                results[name].append(rows)
+    for name, runs in results.items():
+        print(f"{name} ({len(runs)} run(s), medians): phase, RSS after it MiB, peak so far MiB, RSS added, "
+              f"seconds")
+        previous = 0.0
+        for i, (phase, *_) in enumerate(runs[0]):
+            now, hwm, secs = (statistics.median(r[i][k] for r in runs) for k in (1, 2, 3))
+            print(f"  {phase:<40} {now:>7.0f} {hwm:>7.0f} {now - previous:>+7.0f} {secs:>8.2f}")
+            previous = now
+    return 0
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--observe-cost"]:          # docs/long-runs.md
         return observe_cost(sys.argv[2:])
+    if sys.argv[1:2] == ["--launch-phases"]:
+        launch_phases(sys.argv[3:], int(sys.argv[2]))
+        return 0
+    if sys.argv[1:2] == ["--bare-phases"]:
+        bare_phases(*map(int, sys.argv[2:10]))
+        return 0
     if sys.argv[1:2] == ["--mindspore-peak"]:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
@@ -214,6 +343,8 @@ def main() -> int:
                     help="on | off | on,off: packed-document masking per run (replaces the recompute runs)")
     ap.add_argument("--doc-length", type=int, default=64, help="mean document length with --document-mask")
     ap.add_argument("--mask-reps", type=int, default=5, help="alternating in-process timings per variant")
+    ap.add_argument("--memory-phases", action="store_true",
+                    help="RSS phase by phase: train launch (loader in a worker, and in-process) vs the bare step")
     args = ap.parse_args()
     if args.hidden < 512:
         print("note: the reference comparison is meant for d_model >= 512", file=sys.stderr)
@@ -234,6 +365,8 @@ def main() -> int:
           f"{args.vocab}, seq {args.seq}, batch {args.batch}, {args.dtype}, {args.workers} loader worker(s)")
     if args.document_mask:
         return document_mask_runs(args, peak)
+    if args.memory_phases:
+        return memory_phases(args)
     ms_per_step = {}
     launch_tps, ref_tps, launch_rss, ref_rss, bare_tps, bare_rss = [], [], [], [], [], []
     for mode in args.recompute.split(","):

@@ -17,21 +17,26 @@ on the dataset of the config:
   bf16+flash+docmask  bf16 with the kernel in TND layout over each sample's documents (Ascend)
   your layout         the config's own dp x mp x pp and precision (when it is not one fp32 device)
   docmask kernel      the fused TND kernel against masked plain attention on fixed tensors (Ascend)
-  resume+eval         the dp=N rung again from its step-2 checkpoint (compile, then load), then step 3
-                      and a validation: loss, grad norm and val loss bit for bit equal to the dp=N rung's
+  resume+eval         the dp=N rung again from its step-2 checkpoint, then step 3 and a validation:
+                      loss, grad norm, val loss and every rank's state bit for bit equal to the dp=N rung's
+  resume sharded      the same on the optimizer-sharded layout (Ascend): compile, then load each rank's
+                      slices of the dp+opt-shard rung's step-2 checkpoint
 
 Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
-reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests (weights, AdamW
-moments) on every data-parallel replica (sharded rungs are not compared yet: "none"). Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16)
-are listed as skipped. It prints a table; at the first failure it prints the failing worker's log tail
-and exits 1.
+reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
+each replica group (`replica_groups`: which ranks hold the same tensors, derived from the layout).
+The pp rung's val loss comes from its step-3 checkpoint merged into full tensors and validated on one
+device (validation does not run through pipeline stages, N3), compared with the reference's. Each
+rung that ran shows its measured peak memory beside `train estimate`'s figure for the same shrunk
+config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. It
+prints a table; at the first failure it prints the failing worker's log tail and exits 1.
 
 The per-rank records come from this module's train.hooks callbacks (TRAIN_HOOKS=train.doctor,
-DOCTOR_TRACE_DIR=DIR): after each step every rank appends {step, loss, grad_norm, state digest}.
+DOCTOR_TRACE_DIR=DIR): after each step every rank appends {call, loss, grad_norm, state digests by
+tensor class}.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import json
 import os
@@ -74,6 +79,7 @@ class Shrunk:
     docs: bool
     flash: bool
     accumulation: bool
+    parallel: tuple = (1, 1, 1, False)     # the config's (dp, mp, pp, optimizer sharding)
 
 
 def shrink(cfg, nproc: int, device: str) -> Shrunk:
@@ -130,7 +136,89 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
             features.append(name)
     return Shrunk(tuple(sets), tuple(features), tuple(notes), tuple(layout),
                   p.data_parallel * mp * pp, precision, bool(m.document_mask), bool(m.flash_attention),
-                  accumulation)
+                  accumulation, (p.data_parallel, mp, pp, bool(p.optimizer_shard)))
+
+
+# ---------------------------------------------------------------- which ranks hold the same tensors
+
+# A rank's state tensors fall in three classes by how the compiled layout (Cell.parameter_layout_dict,
+# [dev_matrix, tensor_map, slice_shape, field_size, uniform_split, opt_shard_group, full_shape, ...])
+# stores them on that rank:
+#   whole  the tensor whole (tensor map all -1, no optimizer shard group): norms, scalars, every tensor
+#          without a layout (one device, CPU data parallel)
+#   mp     a model-parallel slice (some tensor-map entry != -1): the plan splits weights only along the
+#          model-parallel axis, so ranks at the same model-parallel position hold the same slice
+#   opt    an optimizer-sharded slice (opt_shard_group set; optimizer_level level1 keeps weights and
+#          moments sliced, the whole weight exists only inside the graph after its all-gather): the
+#          shard group is the parameter's whole replica group, so each rank holds a slice no other has
+DIGEST_CLASSES = ("whole", "mp", "opt")
+_MOMENT_PREFIXES = ("adam_m.", "adam_v.")
+
+
+def replica_groups(dp: int, mp: int, pp: int, opt_shard: bool) -> dict[str, tuple]:
+    """class -> the groups of ranks whose tensors of that class must be bitwise equal, for the device
+    matrix rank = stage * dp * mp + dp_rank * mp + mp_rank (train.distributed). Pipeline stages hold
+    different layers, so no group crosses a stage. Groups of one rank compare nothing."""
+    def rank(stage, d, m):
+        return stage * dp * mp + d * mp + m
+    stages = range(pp)
+    whole = tuple(tuple(rank(s, d, m) for d in range(dp) for m in range(mp)) for s in stages)
+    sliced = tuple(tuple(rank(s, d, m) for d in range(dp)) for s in stages for m in range(mp))
+    alone = tuple((r,) for r in range(dp * mp * pp))
+    return {"whole": whole, "mp": sliced, "opt": alone if opt_shard else sliced}
+
+
+def tensor_class(layout) -> str:
+    """whole | mp | opt of one parameter's compiled layout (None or empty: whole)."""
+    if not layout:
+        return "whole"
+    if len(layout) > 5 and layout[5]:
+        return "opt"
+    return "mp" if any(int(t) != -1 for t in layout[1]) else "whole"
+
+
+def state_digests(params: dict, layouts: dict | None = None) -> dict[str, str]:
+    """class -> sha256 over this rank's tensors of that class (name and bytes, names sorted). An AdamW
+    moment without a layout of its own takes its weight's (the moments are sliced like the weight)."""
+    import hashlib
+
+    layouts = layouts or {}
+    digests: dict = {}
+    for name in sorted(params):
+        layout = layouts.get(name)
+        if layout is None and name.startswith(_MOMENT_PREFIXES):
+            layout = layouts.get(name.split(".", 1)[1])
+        h = digests.setdefault(tensor_class(layout), hashlib.sha256())
+        h.update(name.encode())
+        h.update(params[name].asnumpy().tobytes())
+    return {k: h.hexdigest() for k, h in sorted(digests.items())}
+
+
+def compare_digests(ranks: dict[int, list[dict]], groups: dict[str, tuple]) -> str:
+    """"" when every group holds equal digests of its class after every step call; else what differs."""
+    calls = min(len(recs) for recs in ranks.values())
+    for call in range(calls):
+        for cls, class_groups in groups.items():
+            for group in class_groups:
+                if len(group) < 2:
+                    continue
+                seen = {r: ranks[r][call]["state"].get(cls) for r in group if r in ranks}
+                if len(set(seen.values())) > 1:
+                    return (f"state digests of the {cls!r} tensors differ within replica group {list(group)} "
+                            f"after step call {call + 1}: " + ", ".join(f"rank {r} {d and d[:12]}"
+                                                                       for r, d in seen.items()))
+    return ""
+
+
+def describe_groups(groups: dict[str, tuple], present=DIGEST_CLASSES) -> str:
+    """The comparisons a layout makes for the classes `present`, short: "whole 1x4, mp 2x2" (groups x
+    ranks per group)."""
+    parts = []
+    for cls in DIGEST_CLASSES:
+        compared = [g for g in groups.get(cls, ()) if len(g) > 1 and cls in present]
+        if compared:
+            parts.append(f"{cls} {len(compared)}x{len(compared[0])}")
+    return ", ".join(parts) or "nothing (no replicas)"
 
 
 # ---------------------------------------------------------------- the hook every rank runs
@@ -152,14 +240,12 @@ class _Recorder:
     def __call__(self, input_ids, lr):
         result = self._step(input_ids, lr)
         self._calls += 1
-        digest = hashlib.sha256()
-        params = self._step.state_parameters()
-        for name in sorted(params):
-            digest.update(name.encode())
-            digest.update(params[name].asnumpy().tobytes())
+        # the compiled step's layouts (AutoParallel, Ascend); {} on one device and CPU data parallel
+        layouts = getattr(self._step.cell, "parameter_layout_dict", None) or {}
+        digests = state_digests(self._step.state_parameters(), layouts)
         with open(self._path, "a") as f:
             f.write(json.dumps({"call": self._calls, "loss": result.loss, "grad_norm": result.grad_norm,
-                                "state": digest.hexdigest()}) + "\n")
+                                "state": digests}) + "\n")
         return result
 
 
@@ -172,11 +258,13 @@ class Rung:
     sets: tuple
     ascend_only: bool = False
     tolerance: float = TOLERANCE
-    replica_groups: str = "all"       # which ranks must hold equal state: all | dp (ranks r, r+mp, ...)
+    parallel: tuple = (1, 1, 1, False)  # (dp, mp, pp, optimizer sharding): its replica groups
     resume_of: str | None = None      # rerun of that rung from its step-(STEPS - 1) checkpoint
+    merged_val: bool = False          # val loss from its step-STEPS checkpoint merged, on one device (pp)
     reference: str | None = None      # the rung it is compared with (None: the first one)
     is_reference: bool = False        # a reference itself: compared with nothing
     needed_by: str = ""               # why it runs (a reference only some rung needs)
+    why: str = ""                     # what it checks that needs Ascend (shown when skipped)
     needs_procs: int = 0              # devices it needs (the config's own layout), 0: nproc
     kernel: bool = False              # the one-device kernel check, not a training run
     status: str = "not run"
@@ -184,6 +272,10 @@ class Rung:
     losses: list = field(default_factory=list)
     norms: list = field(default_factory=list)
     seconds: float = 0.0
+    val_loss: float | None = None
+    peak_mb: float | None = None      # measured: rank 0's peak_memory_mb over its steps
+    estimate_mb: float | None = None  # `train estimate` for the same shrunk config
+    compared: str = ""                # the replica groups whose digests were compared
 
 
 def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
@@ -199,32 +291,40 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         tol = TOLERANCE if shrunk.precision == "fp32" else BF16_TOLERANCE
         own.append(Rung("your layout", shrunk.world, shrunk.layout,
                         ascend_only=sharded or shrunk.precision != "fp32", tolerance=tol,
-                        replica_groups="none" if sharded else "all",
-                        needs_procs=shrunk.world))
+                        parallel=shrunk.parallel, needs_procs=shrunk.world,
+                        merged_val=shrunk.parallel[2] > 1))     # pipeline stages: no in-loop validation
     kernel = ([Rung("docmask kernel", 1, (), ascend_only=True, kernel=True)]
               if shrunk is None or (shrunk.docs and shrunk.flash) else [])
+    dp = (nproc, 1, 1, False)
+    opt_shard = f"dp={nproc}+opt-shard"
     return [
         Rung("one device", 1, ("parallel.data_parallel=1", *FP32)),
-        Rung(f"dp={nproc}", nproc, (f"parallel.data_parallel={nproc}", *FP32)),
+        Rung(f"dp={nproc}", nproc, (f"parallel.data_parallel={nproc}", *FP32), parallel=dp),
         Rung("mp=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.model_parallel=2", *FP32),
-             ascend_only=True, replica_groups="none"),
-        Rung(f"dp={nproc}+opt-shard", nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true",
-                                              *FP32),
-             ascend_only=True, replica_groups="none"),
+             ascend_only=True, parallel=(half, 2, 1, False)),
+        Rung(opt_shard, nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
+             ascend_only=True, parallel=(nproc, 1, 1, True)),
+        # no validation through the stages (N3): its step-3 checkpoint merged, validated on one device
         Rung("pp=2 m=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.pipeline_stage=2",
                                     "parallel.micro_batch_num=2", "train.micro_batch_size=0",
-                                    "eval.every_steps=0", *FP32), ascend_only=True, replica_groups="none"),
+                                    "eval.every_steps=0", *FP32), ascend_only=True, parallel=(half, 1, 2, False),
+             merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages, N3"),
         Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF, *FP32), ascend_only=True,
              is_reference=True, needed_by="bf16+flash"),
         Rung("bf16+flash", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",
                                    "model.flash_attention=true", *DOCUMENTS_OFF), ascend_only=True,
-             tolerance=BF16_TOLERANCE, reference="1 device, no mask"),
+             tolerance=BF16_TOLERANCE, reference="1 device, no mask", parallel=dp),
         Rung("bf16+flash+docmask", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",
                                            "model.flash_attention=true", *DOCUMENTS_ON), ascend_only=True,
-             tolerance=BF16_TOLERANCE),
+             tolerance=BF16_TOLERANCE, parallel=dp),
         *own,
         *kernel,
-        Rung("resume+eval", nproc, (f"parallel.data_parallel={nproc}", *FP32), resume_of=f"dp={nproc}"),
+        Rung("resume+eval", nproc, (f"parallel.data_parallel={nproc}", *FP32), resume_of=f"dp={nproc}",
+             parallel=dp),
+        # compile, then load each rank's slices (semi-auto parallel: Ascend only)
+        Rung("resume sharded", nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
+             ascend_only=True, resume_of=opt_shard, parallel=(nproc, 1, 1, True),
+             why="compile, then load sliced tensors: semi-auto parallel"),
     ]
 
 
@@ -248,7 +348,8 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
     for rung in rungs:
         if rung.ascend_only and device != "Ascend":
             rung.status = "skipped"
-            rung.detail = "needs Ascend" + (f" (the reference of {rung.needed_by})" if rung.needed_by else "")
+            rung.detail = "needs Ascend" + (f" (the reference of {rung.needed_by})" if rung.needed_by else "") + (
+                f" ({rung.why})" if rung.why else "")
             continue
         if rung.needs_procs and rung.needs_procs > nproc:
             rung.status = "skipped"
@@ -268,7 +369,10 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
         ok, log = _run_rung(rung, config, [*base, *sets], work, by_name)
         rung.seconds = time.monotonic() - t0
         if ok:
+            _memory(rung, config, [*base, *sets], work)
             ok = _check(rung, work, by_name[rung.reference] if rung.reference else reference, by_name)
+        if ok and rung.merged_val:
+            ok, log = _check_merged_val(rung, config, [*base, *sets], work, reference)
         if not ok:
             rung.status = "FAILED"
             failed = (rung, log)
@@ -277,6 +381,7 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
         if reference is None:
             reference = rung
     print(format_table(rungs, reference))
+    print(memory_note(device))
     if failed:
         rung, log = failed
         print(f"\ntrain doctor: rung {rung.name!r} failed: {rung.detail}", file=sys.stderr)
@@ -343,12 +448,13 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     if len(ranks) != rung.nproc or not all(ranks.values()):
         rung.detail = f"{len(ranks)} of {rung.nproc} ranks recorded steps"
         return False
-    if rung.replica_groups == "all":
-        for call in range(len(ranks[0])):
-            digests = {r: recs[call]["state"] for r, recs in ranks.items()}
-            if len(set(digests.values())) > 1:
-                rung.detail = f"state digests differ across ranks after step call {call + 1}: {digests}"
-                return False
+    groups = replica_groups(*rung.parallel)
+    if differs := compare_digests(ranks, groups):
+        rung.detail = differs
+        return False
+    rung.compared = describe_groups(groups, {c for recs in ranks.values() for rec in recs for c in rec["state"]})
+    evals = [r for r in _metrics(run_dir) if r.get("eval")]
+    rung.val_loss = evals[-1]["val_loss"] if evals else None
     if rung.resume_of:
         source = by_name[rung.resume_of]
         mine = [r for r in _metrics(run_dir)]
@@ -357,9 +463,11 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
         if [[r.get(k) for k in keys] for r in mine] != [[r.get(k) for k in keys] for r in theirs]:
             rung.detail = f"resumed step {STEPS} and eval differ from {source.name!r}: {mine} vs {theirs}"
             return False
-        if ranks[0][-1]["state"] != _records(_run_dir(work, source))[0][-1]["state"]:
-            rung.detail = f"state after the resumed step {STEPS} differs from {source.name!r}"
-            return False
+        theirs = _records(_run_dir(work, source))
+        for r in sorted(ranks):         # the same layout: each rank holds the same slices as there
+            if ranks[r][-1]["state"] != theirs.get(r, [{}])[-1].get("state"):
+                rung.detail = f"rank {r}'s state after the resumed step {STEPS} differs from {source.name!r}"
+                return False
         return True
     if reference is None or rung.is_reference:
         return True
@@ -378,9 +486,16 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     return True
 
 
+COLUMNS = (("rung", 18), ("procs", 5), ("status", 8), ("loss (steps 1-3)", 30), ("grad norm (steps 1-3)", 30),
+           ("max rel diff", 12), ("peak MiB", 9), ("est MiB", 8), ("peak/est", 8), ("time", 6), ("note", 0))
+
+
 def format_table(rungs: list[Rung], reference: Rung | None) -> str:
-    head = (f"{'rung':<18} {'procs':>5}  {'status':<8} {'loss (steps 1-3)':<30} {'grad norm (steps 1-3)':<30} "
-            f"{'max rel diff':>12}  {'time':>6}  note")
+    """One row per rung, fixed-width columns (COLUMNS); the note last."""
+    def line(cells) -> str:
+        return " ".join(f"{c:<{w}}" if w else c for c, (_, w) in zip(cells, COLUMNS)).rstrip()
+
+    head = line([name for name, _ in COLUMNS])
     lines = [head, "-" * len(head)]
     by_name = {r.name: r for r in rungs}
     for r in rungs:
@@ -392,16 +507,138 @@ def format_table(rungs: list[Rung], reference: Rung | None) -> str:
         losses = ", ".join(f"{x:.6f}" for x in r.losses)
         norms = ", ".join(f"{x:.6f}" for x in r.norms)
         secs = f"{r.seconds:.0f}s" if r.seconds else ""
+        peak = f"{r.peak_mb:.1f}" if r.peak_mb is not None else ""
+        est = f"{r.estimate_mb:.1f}" if r.estimate_mb is not None else ""
+        ratio = f"{r.peak_mb / r.estimate_mb:.2f}" if r.peak_mb is not None and r.estimate_mb else ""
         if r.status != "ok":
             note = r.detail
+        elif r.kernel:
+            note = r.detail
         elif r.resume_of:
-            note = f"step {STEPS} + eval bitwise = {r.resume_of} rung"
+            note = f"step {STEPS} + eval + every rank's state bitwise = {r.resume_of} rung"
         elif r is reference or r.is_reference:
             note = "reference"
         else:
             note = f"tol {r.tolerance:.0e}" + (f" vs {ref.name}" if r.reference else "")
-        lines.append(f"{r.name:<18} {r.nproc:>5}  {r.status:<8} {losses:<30} {norms:<30} {diff:>12}  {secs:>6}  {note}")
+        if r.status == "ok" and not r.kernel and r.compared and r.nproc > 1:
+            note += f"; digests equal in groups: {r.compared}"
+        if r.status == "ok" and r.merged_val:
+            note += f"; {r.detail}"
+        lines.append(line([r.name, str(r.nproc), r.status, losses, norms, diff, peak, est, ratio, secs, note]))
     return "\n".join(lines)
+
+
+def memory_note(device: str) -> str:
+    """What the peak column measures on `device`."""
+    if device == "CPU":
+        return ("memory: peak = rank 0's peak resident set (RSS); on CPU it includes the host runtime (MindSpore "
+                "itself, ~400 MiB, the loader, the compiled graph keeping every intermediate), so peak/est, "
+                "against `train estimate`'s device figure for the same shrunk config, is only indicative")
+    return ("memory: peak = rank 0's MindSpore max allocated device memory, beside `train estimate`'s figure "
+            "for the same shrunk config")
+
+
+def _memory(rung: Rung, config, sets, work: Path) -> None:
+    """rung.peak_mb from its metrics (rank 0), rung.estimate_mb: `train estimate` of its config."""
+    peaks = [r["peak_memory_mb"] for r in _metrics(_run_dir(work, rung))
+             if not r.get("eval") and r.get("peak_memory_mb") is not None]
+    rung.peak_mb = max(peaks) if peaks else None
+    try:
+        from mspretrain.train.config import load_config
+        from mspretrain.train.memory import dataset_shape, estimate
+
+        cfg = load_config(config, [*sets, *rung.sets])
+        rung.estimate_mb = estimate(cfg, *dataset_shape(cfg)).total / 2 ** 20
+    except Exception as e:   # noqa: BLE001 (a figure beside the check: never the reason a rung fails)
+        rung.estimate_mb = None
+        print(f"[doctor] {rung.name}: no memory estimate ({type(e).__name__}: {e})", flush=True)
+
+
+# ---------------------------------------------------------------- the pp rung's validation
+
+def _check_merged_val(rung: Rung, config, sets, work: Path, reference: Rung | None) -> tuple[bool, str]:
+    """Validation does not run through pipeline stages (N3): the rung's step-STEPS checkpoint, merged
+    into full tensors, is validated on one device with the reference's layout; its val loss must match
+    the reference's within the rung's tolerance."""
+    ckpt_dir = _run_dir(work, rung) / "checkpoints" / f"step_{STEPS:08d}"
+    one_device = [*sets, "parallel.data_parallel=1", "parallel.model_parallel=1", "parallel.pipeline_stage=1",
+                  "parallel.micro_batch_num=1", *FP32, f"run.dir={_run_dir(work, rung)}_merged"]
+    code = ("import json, sys; from mspretrain.train.doctor import checkpoint_validation; "
+            "print(repr(checkpoint_validation(*json.loads(sys.argv[1]))))")
+    args = json.dumps([str(config) if config else None, one_device, str(ckpt_dir),
+                       str(_run_dir(work, rung)) + "_merged"])
+    print(f"[doctor] {rung.name}: val loss of its step-{STEPS} checkpoint, merged, on one device", flush=True)
+    proc = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True)
+    log = "\n".join((proc.stdout + proc.stderr).splitlines()[-TAIL_LINES:])
+    if proc.returncode != 0:
+        rung.detail = f"merged-checkpoint validation exited {proc.returncode}"
+        return False, log
+    rung.val_loss = float(proc.stdout.strip().splitlines()[-1])
+    return (True, "") if _judge_val(rung, reference) else (False, log)
+
+
+def _judge_val(rung: Rung, reference: Rung | None) -> bool:
+    """rung.val_loss (its merged checkpoint's) against the reference's, within the rung's tolerance."""
+    ref = reference.val_loss if reference is not None else None
+    if ref is None:
+        rung.detail = f"val loss {rung.val_loss!r} (merged checkpoint): the reference has none"
+        return False
+    if abs(rung.val_loss - ref) > rung.tolerance * abs(ref):
+        rung.detail = (f"val loss {rung.val_loss!r} (step-{STEPS} checkpoint merged, one device) vs "
+                       f"{reference.name} {ref!r}: relative difference {abs(rung.val_loss - ref) / abs(ref):.2e} "
+                       f"> {rung.tolerance:.0e}")
+        return False
+    rung.detail = f"val loss {rung.val_loss:.6f} (step-{STEPS} checkpoint merged, one device; none through stages, N3)"
+    return True
+
+
+def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: str) -> float:
+    """The val loss of a checkpoint on one device: a sharded one (rank_R/ and strategy/, Ascend) is first
+    merged into full tensors with MindSpore's checkpoint transformation (docs/parallel.md); a full one
+    (model.ckpt) is read as it is. `sets`: the one-device config."""
+    import mindspore as ms
+
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.config import load_config
+    from mspretrain.train.evaluate import validation_loss
+    from mspretrain.train.memory import dataset_shape
+    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.step import apply_precision
+
+    cfg = load_config(config, sets)
+    source, out = Path(ckpt_dir), Path(out)
+    if not (source / ckpt.MODEL_FILE).is_file():
+        source = merge_sharded(source, out)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device(cfg.device)
+    seq, vocab = dataset_shape(cfg)
+    from mspretrain.loader.manifest import load_manifest
+    eos = load_manifest(cfg.data.path).tokenizer.eos_id
+    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos), cfg.seed)
+    loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
+                            eos if cfg.train.eod_mask_loss else -1)
+    ckpt.load_params(source, {p.name: p for p in loss_net.get_parameters()}, allow_extra=True, verify=False)
+    return validation_loss(loss_net, cfg, seq)
+
+
+def merge_sharded(ckpt_dir: Path, out: Path) -> Path:
+    """A sharded checkpoint (CKPT/rank_R/model.ckpt + CKPT/strategy/rank_R.ckpt) as one full model.ckpt
+    under `out`/full: the strategies merged across pipeline stages, then transformed to no sharding."""
+    import mindspore as ms
+
+    from mspretrain.train.checkpoint import MODEL_FILE
+
+    out.mkdir(parents=True, exist_ok=True)
+    strategy = out / "merged_strategy.ckpt"
+    ms.parallel.merge_pipeline_strategys(str(ckpt_dir / "strategy"), str(strategy))
+    ms.parallel.transform_checkpoints(str(ckpt_dir), str(out / "merged"), "model", str(strategy), None)
+    merged = sorted((out / "merged" / "rank_0").glob("*.ckpt"))
+    if not merged:
+        raise RuntimeError(f"transform_checkpoints wrote nothing under {out / 'merged' / 'rank_0'}")
+    full = out / "full"
+    full.mkdir(exist_ok=True)
+    shutil.copyfile(merged[-1], full / MODEL_FILE)
+    return full
 
 
 def main(cfg, config: str | None, sets: list[str], nproc: int, out: str | None) -> int:

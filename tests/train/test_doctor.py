@@ -1,11 +1,16 @@
 """`train doctor` on CPU: the rungs CPU runs (one device, dp=2 under msrun, resume from the step-2
-checkpoint + eval) for real, the Ascend rungs listed as skipped, and a failing rung's exit code and worker log tail."""
+checkpoint + eval) for real, the Ascend rungs listed as skipped, the replica-group digest comparison
+and the pp rung's checkpoint validation on a real run's files, the memory columns, and a failing rung's
+exit code and worker log tail."""
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 
 import pytest
 
+from mspretrain.train import doctor as doc
 from trainer_harness import TINY, records, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.msrun]
@@ -23,15 +28,37 @@ def row(stdout: str, name: str) -> list[str]:
     raise AssertionError(f"no row {name!r} in:\n{stdout}")
 
 
-def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_data, tmp_path):
-    proc = doctor(tiny_data, tmp_path / "doc")
+def cell(stdout: str, name: str, column: str) -> str:
+    """One cell of the doctor's fixed-width table (doctor.COLUMNS)."""
+    start = 0
+    for title, width in doc.COLUMNS:
+        if title == column:
+            break
+        start += width + 1
+    line = next(x for x in stdout.splitlines() if x.startswith(name + " "))
+    return line[start:start + width].strip() if width else line[start:].strip()
+
+
+@pytest.fixture(scope="module")
+def tiny_doctor(tiny_data, tmp_path_factory):
+    """One doctor run on configs/tiny.yaml with 2 processes, shared by the tests below."""
+    out = tmp_path_factory.mktemp("doctor") / "doc"
+    return doctor(tiny_data, out), out
+
+
+def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_doctor):
+    proc, work = tiny_doctor
+    tmp_path = work.parent
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for name in ("one device", "dp=2", "resume+eval"):
         assert " ok " in f" {' '.join(row(out, name))} ", name
     for name in ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "1 device, no mask", "bf16+flash", "bf16+flash+docmask",
-                 "docmask kernel"):
-        assert "skipped" in row(out, name) and out.count("needs Ascend") == 7
+                 "docmask kernel", "resume sharded"):
+        assert "skipped" in row(out, name) and out.count("needs Ascend") == 8
+    # the Ascend-only checks say what they would check
+    assert "val loss: step-3 checkpoint merged, on one device; none through stages, N3" in cell(out, "pp=2 m=2", "note")
+    assert "compile, then load sliced tensors" in cell(out, "resume sharded", "note")
     assert "your layout" not in out         # tiny.yaml is one fp32 device: the reference is its layout
     assert "needs Ascend (the reference of bf16+flash)" in out
     # it ran what it says: the same global batch, three steps each, on one and on two processes
@@ -42,14 +69,71 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_data, tmp_path
         for key in ("loss", "grad_norm", "val_loss"):
             if key in a:
                 assert b[key] == pytest.approx(a[key], rel=1e-6), key
-    assert float(row(out, "dp=2")[-4]) <= 1e-6            # the max relative difference column
+    assert float(cell(out, "dp=2", "max rel diff")) <= 1e-6
+    assert "digests equal in groups: whole 1x2" in cell(out, "dp=2", "note")
     # the resume rung started from the step-2 checkpoint: it ran step 3 and the validation only
     resumed = records(tmp_path / "doc" / "resume_eval")
     assert [(r["step"], bool(r.get("eval"))) for r in resumed] == [(3, False), (3, True)]
     assert [r["loss"] for r in resumed if not r.get("eval")] == [dp[2]["loss"]]
     assert resumed[1]["val_loss"] == dp[3]["val_loss"]
-    assert "step 3 + eval bitwise = dp=2 rung" in out
+    assert "step 3 + eval + every rank's state bitwise = dp=2 rung" in out
     assert (tmp_path / "doc" / "resume_eval" / "logs" / "msrun" / "worker_1.log").is_file()
+
+
+def test_doctor_shows_measured_peak_memory_beside_the_estimate(tiny_doctor):
+    proc, work = tiny_doctor
+    out = proc.stdout
+    for name, run_dir in (("one device", "one_device"), ("dp=2", "dp2"), ("resume+eval", "resume_eval")):
+        peak, est, ratio = (float(cell(out, name, c)) for c in ("peak MiB", "est MiB", "peak/est"))
+        # the peak is rank 0's metrics.jsonl figure (RSS on CPU), the ratio of the two printed columns
+        logged = max(r["peak_memory_mb"] for r in records(work / run_dir) if not r.get("eval"))
+        assert peak == pytest.approx(logged, abs=0.05) and peak > 0 and est > 0, name
+        # the printed figures are rounded to 0.05 MiB (peak, est) and 0.005 (ratio)
+        assert ratio == pytest.approx(peak / est, abs=peak / est * (0.05 / peak + 0.05 / est) + 0.005), name
+    assert cell(out, "mp=2", "peak MiB") == ""                      # skipped: nothing measured
+    assert "RSS" in out and "includes the host runtime" in out and "only indicative" in out
+
+
+def test_a_replica_whose_state_differs_fails_the_rung(tiny_doctor, tmp_path):
+    """The dp=2 rung's real records, then rank 1's state digest after step 2 changed, as a drifted
+    replica would leave it: the doctor's check of that rung must fail, naming the group and the call."""
+    proc, work = tiny_doctor
+    assert proc.returncode == 0
+    copy = tmp_path / "doc"
+    shutil.copytree(work / "dp2", copy / "dp2", ignore=shutil.ignore_patterns("checkpoints", "logs"))
+    rung = doc.Rung("dp=2", 2, (), parallel=(2, 1, 1, False))
+    assert doc._check(rung, copy, None, {}), rung.detail               # as written: equal
+    trace = copy / "dp2" / "doctor" / "rank_1.jsonl"
+    recs = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert set(recs[1]["state"]) == {"whole"}                         # CPU: no compiled layouts
+    recs[1]["state"]["whole"] = "0" * 64
+    trace.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rung = doc.Rung("dp=2", 2, (), parallel=(2, 1, 1, False))
+    assert not doc._check(rung, copy, None, {})
+    assert "'whole' tensors differ within replica group [0, 1] after step call 2" in rung.detail
+
+
+def test_the_pp_rung_validation_path_on_a_full_checkpoint(tiny_doctor, tiny_data):
+    """The pp rung validates its step-3 checkpoint on one device (no validation through stages, N3).
+    On CPU the merge of a sharded checkpoint cannot run (semi-auto only), so the path after it runs on
+    the dp=2 rung's full step-3 checkpoint: its val loss must be that rung's own (the same weights and
+    eval batch on one device: fp32 reduction order only)."""
+    proc, work = tiny_doctor
+    assert proc.returncode == 0
+    rung = doc.Rung("dp=2", 2, (), merged_val=True)
+    reference = doc.Rung("dp=2 (its own validation)", 2, ())
+    reference.val_loss = [r for r in records(work / "dp2") if r.get("eval")][-1]["val_loss"]
+    from mspretrain.train.config import load_config
+
+    data = [f"data.path={tiny_data}"]
+    sets = [*doc.FLAT, *doc.shrink(load_config(TINY, data), 2, "CPU").sets, *data]    # as run_doctor
+    ok, log = doc._check_merged_val(rung, TINY, sets, work, reference)
+    assert ok, rung.detail + log
+    assert rung.val_loss == pytest.approx(reference.val_loss, rel=doc.TOLERANCE)
+    assert "checkpoint merged, one device; none through stages, N3" in rung.detail
+    # a reference it does not match (by 10x the tolerance) fails with both figures
+    reference.val_loss *= 1 + 10 * doc.TOLERANCE
+    assert not doc._judge_val(rung, reference) and "relative difference" in rung.detail
 
 
 def test_doctor_stops_at_a_failing_rung_with_the_worker_log_tail(tiny_data, tmp_path):

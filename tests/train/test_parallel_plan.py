@@ -726,3 +726,84 @@ def test_every_op_of_the_compiled_graph_has_its_strategy(graph_mode, tmp_path, f
         net, x = loss, Tensor(tokens)
     left = unplanned_ops(net, x, dump_dir=tmp_path)
     assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
+
+
+# ---------------------------------------------------------------- the doctor's replica groups
+
+@pytest.mark.parametrize("dp, mp, pp, opt, expected", [
+    # data parallel: every rank holds everything, whole
+    (2, 1, 1, False, {"whole": [[0, 1]], "mp": [[0, 1]], "opt": [[0, 1]]}),
+    # model parallel alone: the two ranks hold different slices; only whole tensors (norms) are shared
+    (1, 2, 1, False, {"whole": [[0, 1]], "mp": [[0], [1]], "opt": [[0], [1]]}),
+    # dp 2 x mp 2 (rank = dp_rank * mp + mp_rank): slices shared by the same mp position, 0/2 and 1/3
+    (2, 2, 1, False, {"whole": [[0, 1, 2, 3]], "mp": [[0, 2], [1, 3]], "opt": [[0, 2], [1, 3]]}),
+    # optimizer sharding: each rank its own slice of a sharded tensor; unsharded ones still shared
+    (4, 1, 1, True, {"whole": [[0, 1, 2, 3]], "mp": [[0, 1, 2, 3]], "opt": [[0], [1], [2], [3]]}),
+    # two pipeline stages (stage outermost): no group crosses a stage
+    (1, 1, 2, False, {"whole": [[0], [1]], "mp": [[0], [1]], "opt": [[0], [1]]}),
+    (2, 1, 2, False, {"whole": [[0, 1], [2, 3]], "mp": [[0, 1], [2, 3]], "opt": [[0, 1], [2, 3]]}),
+    # all of it: dp 2 x mp 2 x pp 2 with optimizer sharding
+    (2, 2, 2, True, {"whole": [[0, 1, 2, 3], [4, 5, 6, 7]], "mp": [[0, 2], [1, 3], [4, 6], [5, 7]],
+                     "opt": [[r] for r in range(8)]}),
+])
+def test_replica_groups_follow_the_device_matrix(dp, mp, pp, opt, expected):
+    from mspretrain.train.doctor import replica_groups
+
+    groups = replica_groups(dp, mp, pp, opt)
+    assert {k: [list(g) for g in v] for k, v in groups.items()} == expected
+    # each class partitions the ranks, and the mp groups agree with the trainer's own layout:
+    # the ranks of one group read the same data slice only when they are model-parallel peers
+    world = dp * mp * pp
+    for cls, class_groups in groups.items():
+        assert sorted(r for g in class_groups for r in g) == list(range(world)), cls
+    cfg = ascend(**{"parallel.data_parallel": dp, "parallel.model_parallel": mp, "parallel.pipeline_stage": pp,
+                    "parallel.micro_batch_num": max(pp, 1)})
+    for g in groups["mp"]:
+        assert len({layout(cfg, r, world).dp_rank for r in g}) == len(g)        # different data...
+        assert len({r % mp for r in g}) == 1                                    # ...the same slice
+
+
+def test_tensor_classes_from_compiled_layouts_and_digests_per_class():
+    """MindSpore's layout list: [dev_matrix, tensor_map, slice_shape, field, uniform, opt_shard_group, ...].
+    A moment without its own layout is classed as its weight; a one-ulp change moves one class only."""
+    import numpy as np
+    from mindspore import Parameter, Tensor
+
+    from mspretrain.train.doctor import state_digests, tensor_class
+
+    assert tensor_class(None) == "whole"
+    assert tensor_class([[2, 2], [-1, -1], [8, 8], 0, True, ""]) == "whole"
+    assert tensor_class([[2, 2], [0, -1], [4, 8], 0, True, ""]) == "mp"
+    assert tensor_class([[2, 2], [0, -1], [2, 8], 0, True, "2-opt-group"]) == "opt"
+    w = np.arange(16, dtype=np.float32).reshape(4, 4)
+    params = {"model.wq.weight": Parameter(Tensor(w), name="model.wq.weight"),
+              "adam_m.model.wq.weight": Parameter(Tensor(w * 0), name="adam_m.model.wq.weight"),
+              "model.norm.weight": Parameter(Tensor(w[0]), name="model.norm.weight")}
+    layouts = {"model.wq.weight": [[1, 2], [0, -1], [2, 4], 0, True, ""]}
+    before = state_digests(params, layouts)
+    assert set(before) == {"whole", "mp"}
+    moment = np.zeros_like(w)
+    moment[0, 0] = np.nextafter(np.float32(0), np.float32(1))                 # the moment, by one ulp
+    params["adam_m.model.wq.weight"].set_data(Tensor(moment))
+    after = state_digests(params, layouts)
+    assert after["mp"] != before["mp"] and after["whole"] == before["whole"]
+    assert state_digests(params) == {"whole": state_digests(params)["whole"]}   # no layouts: one class
+
+
+def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
+    """llama-13b (dp 4 x mp 8 x pp 2, optimizer sharding): its own-layout rung compares digests within
+    that layout's groups and, having pipeline stages, validates its merged checkpoint (N3); the pp rung
+    does the same; the sharded resume reruns the optimizer-sharded rung."""
+    from mspretrain.train.doctor import ladder, replica_groups, shrink
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "llama-13b.yaml", ["model.vocab_size=128"])
+    rungs = {r.name: r for r in ladder(8, shrink(cfg, 8, "Ascend"))}
+    own = rungs["your layout"]
+    assert own.parallel == (4, 8, 2, True) and own.merged_val and own.nproc == 64
+    groups = replica_groups(*own.parallel)
+    assert groups["mp"][0] == (0, 8, 16, 24) and groups["whole"][1] == tuple(range(32, 64))
+    assert rungs["pp=2 m=2"].parallel == (4, 1, 2, False) and rungs["pp=2 m=2"].merged_val
+    assert rungs["mp=2"].parallel == (4, 2, 1, False)
+    resume = rungs["resume sharded"]
+    assert resume.resume_of == "dp=8+opt-shard" and resume.parallel == rungs[resume.resume_of].parallel
+    assert not any(r.merged_val for n, r in rungs.items() if n not in ("your layout", "pp=2 m=2"))
