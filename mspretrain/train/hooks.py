@@ -30,6 +30,9 @@ class Hooks:
     wrap_step: Callable = field(default=_same_step)
     # (phase, step): the checkpoint writer reached `phase` ("before_rename", "before_latest")
     checkpoint_phase: Callable = field(default=_nothing)
+    # (phase, step): a spike rollback decided after `step` reached `phase` ("rollback_start",
+    # "rollback_loaded": the checkpoint reloaded and metrics.jsonl cut, the event not yet logged)
+    spike_phase: Callable = field(default=_nothing)
     # (open results file, records written so far, the next line): `train eval` is about to write it
     eval_record: Callable = field(default=_nothing)
 
