@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from spike_data import garbage_dataset
-from train_test_hooks import FAULT_ENV, KILL_ENV, env as hook_env
+from train_test_hooks import FAULT_ENV, KILL_ENV, TRACE_ENV, env as hook_env
 from trainer_harness import exact_view, launch_cmd, records, run, run_killed_at
 
 pytestmark = pytest.mark.slow
@@ -18,6 +18,7 @@ BATCH = 8
 SETS = ("train.steps=20", "train.spike.warmup=8", "train.spike.window=8", "eval.every_steps=0",
         "optim.lr=1e-2", "optim.warmup_steps=2", "log.every_steps=5")
 SKIP = SETS + ("checkpoint.every_steps=5",)
+BACK_TO = 12            # the rollback's checkpoint: the newest before GARBAGE[0] (every 6 steps)
 ROLLBACK = SETS + ("checkpoint.every_steps=6", "train.spike.action=rollback",
                    "train.spike.max_consecutive=2")
 
@@ -70,13 +71,22 @@ def test_skip_resumes_bitwise_after_sigkill(garbage, skip_run, tmp_path):
 
 @pytest.fixture(scope="module")
 def rollback_run(garbage, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("rollback") / "run"
-    out = _launch(run_dir, garbage, ROLLBACK)
-    return run_dir, out.stdout
+    """The straight rollback run, every call of its train step traced (rows, loss, state digest)."""
+    root = tmp_path_factory.mktemp("rollback")
+    out = run(launch_cmd(root / "run", garbage, *ROLLBACK), env=hook_env(**{TRACE_ENV: str(root / "trace")}))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root / "run", out.stdout, root / "trace" / "rank_0.jsonl"
 
 
 def test_rollback_goes_back_and_jumps_over_the_samples(rollback_run):
-    run_dir, stdout = rollback_run
+    run_dir, stdout, trace = rollback_run
+    calls = [json.loads(x) for x in trace.read_text().splitlines()]
+    # the steps after the checkpoint re-run exactly as the first time: same rows, loss, and the same
+    # weights, moments and Adam step count after each (a reload that left the graph's own step count
+    # at the discarded steps' changed every update from here on)
+    first_pass = calls[BACK_TO:GARBAGE[0] - 1]               # steps 13..15, calls 13..15
+    replay = calls[GARBAGE[1]:GARBAGE[1] + len(first_pass)]  # steps 13..15, calls 18..20
+    assert replay == first_pass
     recs = _steps(run_dir)
     assert [r["step"] for r in recs] == list(range(1, 21))      # one record per step, after the cut
     assert not any(r.get("skipped") for r in recs)               # the garbage was never trained on
@@ -97,7 +107,6 @@ def test_rollback_goes_back_and_jumps_over_the_samples(rollback_run):
 # A SIGKILL at each moment of a rollback (GARBAGE (16, 17), max_consecutive 2, checkpoints every 6:
 # the decision after step 17 goes back to step 12). The train step's calls count on through the
 # rollback: call 18 re-runs step 13, call 24 runs step 19, after checkpoint 18 of the second pass.
-BACK_TO = 12
 AFTER = GARBAGE[1] + 1           # the first call after the rollback
 
 MOMENTS = {
