@@ -3,8 +3,8 @@
 `TRAIN_HOOKS=some.module` (an importable module path) makes `load()` import that module and call its
 `install(hooks)`, which may replace the callbacks below. Nothing in the trainer branches on a test
 setting: it always calls the callbacks, which do nothing unless a module replaced them. The test suite
-uses this to trace every rank's steps, inject worker failures, and kill the checkpoint writer or an
-eval at chosen moments (tests/train/train_test_hooks.py).
+uses this to trace every rank's steps, inject worker failures, and kill a spike rollback, the checkpoint
+writer or an eval at chosen moments (tests/train/train_test_hooks.py).
 """
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ window. `rollback`: after `max_consecutive` skipped steps in a row the trainer r
 checkpoint written before the first of them and, when the loader reaches the samples of the skipped
 steps, jumps over them; the range is kept in state.json (`spike.skipped`) and RUN/spikes.jsonl, so a
 resume from any later checkpoint jumps over it too. Everything here is a pure function of the steps
-seen, saved with each checkpoint: a resumed run takes the same decisions bit for bit.
+seen, saved with each checkpoint: a resumed run takes the same decisions bit for bit. The reload
+writes into the compiled step by assign (checkpoint.load_params(live=True)), and a resume cuts
+spikes.jsonl back to the rollbacks its checkpoint knows.
 """
 from __future__ import annotations
 
@@ -187,9 +189,7 @@ def roll_back(rb: Rollback, run_dir, session, loader, guard: SpikeGuard, dist) -
     metrics.jsonl back to that step; returns (step to continue after, bad streak). Without such a
     checkpoint the run keeps skipping from where it is (said in the log)."""
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train import metrics
-
-    from mspretrain.train import hooks
+    from mspretrain.train import hooks, metrics
 
     phase = hooks.load().spike_phase
     phase("rollback_start", rb.step)

@@ -133,3 +133,21 @@ def test_rollback_resumes_bitwise_after_sigkill(garbage, rollback_run, tmp_path,
     last = "checkpoints/step_00000020/state.json"
     assert (json.loads((run_dir / last).read_text())["spike"]
             == json.loads((ref / last).read_text())["spike"])
+
+
+def test_a_resume_cuts_the_events_back_to_what_its_checkpoint_knows(tmp_path):
+    from mspretrain.train.spike import EVENTS_FILE, truncate_events
+
+    known = {"steps": [16, 17], "samples": [120, 136], "back_to": 12}
+    later = {"steps": [30, 31], "samples": [232, 248], "back_to": 24}
+    lines = [json.dumps({"step": 5, "rollback": False, "steps": [4, 5], "samples": [24, 40],
+                         "why": "no checkpoint before the spikes began"}),
+             json.dumps({"step": 17, "rollback": True, **known}),
+             json.dumps({"step": 31, "rollback": True, **later}),      # after the checkpoint: undone
+             json.dumps({"step": 40, "rollback": False, "steps": [39, 40], "samples": [0, 8]}),
+             '{"step": 41, "rollb']                                    # torn by a kill
+    (tmp_path / EVENTS_FILE).write_text("\n".join(lines) + "\n")
+    assert truncate_events(tmp_path, {"skipped": [known]}, 30) == 3
+    assert (tmp_path / EVENTS_FILE).read_text() == lines[0] + "\n" + lines[1] + "\n"
+    assert truncate_events(tmp_path, {"skipped": [known]}, 30) == 0
+    assert truncate_events(tmp_path / "none", None, 0) == 0            # no events file: nothing to do
