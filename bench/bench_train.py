@@ -429,8 +429,9 @@ def observe_cost(argv) -> int:
                 got[name] = json.loads(out.stdout.strip().splitlines()[-1])
                 times[name] += got[name]
             ratios.append(float(np.median(got["on"]) / np.median(got["off"])))
-            print(f"  pair {i + 1}: off {np.median(got['off']) * 1000:.0f} ms, on {np.median(got['on']) * 1000:.0f} ms"
-                  f" (median of {args.steps} steps each) -> {(ratios[-1] - 1) * 100:+.2f}%", flush=True)
+            off, on = np.median(got["off"]) * 1000, np.median(got["on"]) * 1000
+            print(f"  pair {i + 1}: off {off:.0f} ms, on {on:.0f} ms (median of {args.steps} steps each) -> "
+                  f"{(ratios[-1] - 1) * 100:+.2f}%", flush=True)
         _report_ratios("z-loss + spike limits + memory reading (on/off)", ratios, times)
     load1 = os.getloadavg()
     print(f"load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end ({os.cpu_count()} CPUs: above "
