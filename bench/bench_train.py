@@ -509,11 +509,19 @@ def document_mask_runs(args, peak: float) -> int:
 
 
 def observe_cost(argv) -> int:
-    """`bench_train.py --observe-cost [--steps 6]`: what z-loss, the spike thresholds and the memory
-    reading cost per step, in one process: two TrainSteps of the same model (the 33.9M bench model by
-    default), one with train.z_loss=1e-4, armed spike limits from a full window, the peak-memory read
-    and the guard's bookkeeping, one with none of them, stepped alternately (median step time each).
-    The graph's two threshold comparisons are in both (they are always compiled in). Target <= 2%."""
+    """`bench_train.py --observe-cost [--pairs 4 --steps 5] [--in-process]`: what z-loss, the spike
+    thresholds and the memory reading cost per step on the 33.9M bench model (by default): "on" with
+    train.z_loss=1e-4, armed spike limits from a full window, the peak-memory read and the guard's
+    bookkeeping, "off" with none of them (the graph's two threshold comparisons are in both: they are
+    always compiled in). The figure is the median of per-pair on/off ratios, with its spread.
+
+    Default: process pairs, the order swapped every pair (on-off, off-on, ...), each process one
+    variant: compile, then `--steps` timed steps (its median is the process's figure); one variant's
+    graph at a time (~7 GB RSS here). `--in-process`: both variants in one process, stepped in pairs
+    (finer: a load change falls on both sides of a pair alike; needs both graphs at once, ~14 GB).
+    The host-side parts are also timed alone, many times (microseconds against steps of seconds).
+    `--profile-after`: the same pairs again after a closed two-step profiler window (in-process only):
+    whether the steps after a window are slower than before it. Target <= 2%."""
     ap = argparse.ArgumentParser(prog="bench_train.py --observe-cost")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
@@ -522,11 +530,53 @@ def observe_cost(argv) -> int:
     ap.add_argument("--ffn", type=int, default=1408)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per variant (after 1 compile step)")
+    ap.add_argument("--pairs", type=int, default=4, help="on/off pairs")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per process (process pairs)")
+    ap.add_argument("--in-process", action="store_true", help="both variants in one process")
+    ap.add_argument("--profile-after", action="store_true", help="with --in-process: pairs after a window")
+    ap.add_argument("--child", choices=("on", "off"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    import os
+
+    if args.child:
+        return _observe_child(args)
+    load0 = os.getloadavg()
+    print(f"model: --hidden {args.hidden} --layers {args.layers} --vocab {args.vocab} --ffn {args.ffn}, "
+          f"batch {args.batch} x seq {args.seq}, "
+          f"{args.pairs} on/off pairs ({'in one process' if args.in_process else 'of processes'}), order "
+          f"swapped every pair; {os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} "
+          f"{load0[2]:.2f} at the start")
+    if args.in_process:
+        _observe_in_process(args)
+    else:
+        ratios, times = [], {"off": [], "on": []}
+        for i in range(args.pairs):
+            got = {}
+            for name in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                cmd = [sys.executable, __file__, "--observe-cost", "--child", name, *argv]
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode:
+                    raise SystemExit(f"--child {name} failed (rc {out.returncode}): {out.stderr[-2000:]}")
+                if i == 0 and name == "on":
+                    print("".join(x for x in out.stderr.splitlines(True) if "M parameters" in x), end="")
+                got[name] = json.loads(out.stdout.strip().splitlines()[-1])
+                times[name] += got[name]
+            ratios.append(float(np.median(got["on"]) / np.median(got["off"])))
+            off, on = np.median(got["off"]) * 1000, np.median(got["on"]) * 1000
+            print(f"  pair {i + 1}: off {off:.0f} ms, on {on:.0f} ms (median of {args.steps} steps each) -> "
+                  f"{(ratios[-1] - 1) * 100:+.2f}%", flush=True)
+        _report_ratios("z-loss + spike limits + memory reading (on/off)", ratios, times)
+    load1 = os.getloadavg()
+    print(f"load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end ({os.cpu_count()} CPUs: above "
+          f"that the timed steps share the CPUs with other work)")
+    return 0
+
+
+def _variant(args, name: str):
+    """(train step, spike guard, batch) of variant `name` ("on": z-loss 1e-4 and an armed guard)."""
     import mindspore as ms
 
-    from mspretrain.train import observe, spike
+    from mspretrain.train import spike
     from mspretrain.train.config import load_config
     from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs, count_params
     from mspretrain.train.optim import build_optimizer
@@ -536,37 +586,127 @@ def observe_cost(argv) -> int:
     ms.set_device("CPU")
     margs = ModelArgs(vocab_size=args.vocab, seq_length=args.seq, hidden_size=args.hidden,
                       num_layers=args.layers, num_heads=args.heads, ffn_size=args.ffn)
-    variants = {}
-    for name, z in (("off", 0.0), ("on", 1e-4)):
-        cfg = load_config(None, [f"train.z_loss={z}", "train.spike.warmup=0", "train.spike.window=10"])
-        model = Llama(margs, seed=0)
-        net = CausalLMLoss(model, args.vocab, z_loss=z)
-        step = build_train_step(net, build_optimizer(net.trainable_params(), cfg.optim), 1, cfg)
-        guard = spike.SpikeGuard(cfg)
-        guard.window.extend((10.0 + i, 5.0 + i) for i in range(10))    # thresholds far above any step
-        variants[name] = (step, guard)
-    print(f"model: {count_params(Llama(margs, seed=0)) / 1e6:.1f}M parameters, batch {args.batch} x seq "
-          f"{args.seq}, {args.steps} timed steps per variant, alternating")
-    rng = np.random.default_rng(0)
-    batch = rng.integers(0, args.vocab, (args.batch, args.seq + 1), dtype=np.int32)
-    times = {"off": [], "on": []}
-    for i in range(args.steps + 1):
-        for name, (step, guard) in variants.items():
-            t = time.perf_counter()
-            if name == "on":
-                limits = guard.arm(step, i + 1)
-                result = step(batch, 1e-4)
-                observe.peak_memory_mb("CPU")
-                guard.observe(i + 1, result, limits, 0)
-            else:
-                step(batch, 1e-4)
-            if i:                   # step 0 compiles
-                times[name].append(time.perf_counter() - t)
-    off, on = (float(np.median(times[k])) for k in ("off", "on"))
-    print(f"median step: off {off * 1000:.1f} ms, on {on * 1000:.1f} ms -> cost {(on / off - 1) * 100:+.2f}% "
-          f"(target <= 2%; per-step times off {[round(x, 3) for x in times['off']]}, "
-          f"on {[round(x, 3) for x in times['on']]})")
+    z = 1e-4 if name == "on" else 0.0
+    cfg = load_config(None, [f"train.z_loss={z}", "train.spike.warmup=0", "train.spike.window=10"])
+    model = Llama(margs, seed=0)
+    if name == "on":
+        print(f"  ({count_params(model) / 1e6:.1f}M parameters)", file=sys.stderr, flush=True)
+    net = CausalLMLoss(model, args.vocab, z_loss=z)
+    step = build_train_step(net, build_optimizer(net.trainable_params(), cfg.optim), 1, cfg)
+    guard = spike.SpikeGuard(cfg)
+    guard.window.extend((10.0 + i, 5.0 + i) for i in range(10))    # thresholds far above any step
+    batch = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq + 1), dtype=np.int32)
+    return step, guard, batch
+
+
+def _timed_step(name: str, step, guard, batch, n: int) -> float:
+    """One step of variant `name` (the "on" host work included), seconds."""
+    from mspretrain.train import observe
+
+    t = time.perf_counter()
+    if name == "on":
+        limits = guard.arm(step, n)
+        result = step(batch, 1e-4)
+        observe.peak_memory_mb("CPU")
+        guard.observe(n, result, limits, 0)
+    else:
+        step(batch, 1e-4)
+    return time.perf_counter() - t
+
+
+def _observe_child(args) -> int:
+    step, guard, batch = _variant(args, args.child)
+    _timed_step(args.child, step, guard, batch, 1)          # compiles
+    times = [_timed_step(args.child, step, guard, batch, i + 2) for i in range(args.steps)]
+    print(json.dumps(times))
     return 0
+
+
+def _observe_in_process(args) -> None:
+    from mspretrain.train import observe
+
+    variants = {name: _variant(args, name) for name in ("off", "on")}
+    count = [0]
+
+    def one(name: str) -> float:
+        count[0] += 1
+        return _timed_step(name, *variants[name], count[0])
+
+    def pairs(n: int) -> tuple[list[float], dict]:
+        ratios, times = [], {"off": [], "on": []}
+        for i in range(n):
+            got = {name: one(name) for name in (("on", "off") if i % 2 == 0 else ("off", "on"))}
+            for name in got:
+                times[name].append(got[name])
+            ratios.append(got["on"] / got["off"])
+        return ratios, times
+
+    one("off"), one("on")           # compile both graphs
+    ratios, times = pairs(args.pairs)
+    _report_ratios("z-loss + spike limits + memory reading (on/off)", ratios, times)
+    step, guard, _ = variants["on"]
+    _host_parts(guard, step, observe)
+    if args.profile_after:
+        _profile_after_window(variants["off"][0], variants["off"][2], times, pairs, args.pairs)
+
+
+def _quartiles(xs: list[float]) -> tuple[float, float, float]:
+    q1, med, q3 = np.percentile(xs, [25, 50, 75])
+    return float(q1), float(med), float(q3)
+
+
+def _report_ratios(what: str, ratios: list[float], times: dict) -> None:
+    q1, med, q3 = _quartiles(ratios)
+    print(f"{what}: median ratio {med:.4f} -> cost {(med - 1) * 100:+.2f}% (target <= +2%); quartiles "
+          f"{(q1 - 1) * 100:+.2f}%..{(q3 - 1) * 100:+.2f}%, min..max {(min(ratios) - 1) * 100:+.2f}%.."
+          f"{(max(ratios) - 1) * 100:+.2f}% over {len(ratios)} pairs")
+    print(f"  median step: off {np.median(times['off']) * 1000:.1f} ms, on {np.median(times['on']) * 1000:.1f} ms")
+
+
+def _host_parts(guard, step, observe, reps: int = 2000) -> None:
+    """The host-side parts of "on", each timed alone: what they add to every step (their sum is the
+    floor of the ratio above; z-loss and the graph's comparisons are inside the step graph)."""
+    from mspretrain.train.step import StepResult
+
+    result = StepResult(loss=3.0, overflow=False, grad_norm=1.0, loss_scale=1.0)
+    parts = {"peak_memory_mb (VmHWM read)": lambda: observe.peak_memory_mb("CPU"),
+             "spike thresholds (window mean/std)": lambda: guard.limits(50),
+             "set_spike_limits (host -> Parameter)": lambda: step.set_spike_limits(10.0, 5.0),
+             "guard.observe (window append)": lambda: guard.observe(50, result, (10.0, 5.0), 0)}
+    for name, fn in parts.items():
+        fn()
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        print(f"  host part: {name}: {(time.perf_counter() - t) / reps * 1e6:.1f} us per step")
+
+
+def _profile_after_window(step, batch, before_times, pairs, n: int) -> None:
+    """A mindspore.profiler window over two steps of "off", closed; then the same pairs again. The
+    trainer touches nothing of the profiler outside its window (ProfileWindow.before/after: an int
+    compare, an `is None` test), so a cost here would be one the profiler leaves behind."""
+    import shutil
+
+    from mindspore.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    out = Path(tempfile.mkdtemp(prefix="observe-cost-profile-"))
+    try:
+        prof = profile(activities=[ProfilerActivity.CPU], start_profile=False,
+                       on_trace_ready=tensorboard_trace_handler(str(out)))
+        prof.start()
+        step(batch, 1e-4)
+        prof.step()
+        step(batch, 1e-4)
+        prof.stop()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    _, after = pairs(n)
+    before_off, after_off = np.median(before_times["off"]), np.median(after["off"])
+    before_on, after_on = np.median(before_times["on"]), np.median(after["on"])
+    print(f"after a closed profiler window: median step off {before_off * 1000:.1f} -> {after_off * 1000:.1f} ms "
+          f"({(after_off / before_off - 1) * 100:+.2f}%), on {before_on * 1000:.1f} -> {after_on * 1000:.1f} ms "
+          f"({(after_on / before_on - 1) * 100:+.2f}%) (before vs after in time: the machine's load drift "
+          f"is in this figure)")
 
 
 if __name__ == "__main__":

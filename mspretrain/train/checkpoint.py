@@ -330,10 +330,14 @@ def read_state(ckpt_dir) -> dict:
 
 
 def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bool = False,
-                verify: bool = True) -> None:
+                verify: bool = True, live: bool = False) -> None:
     """Copy the saved tensors into `params` (name -> Parameter); names and shapes must match exactly
     (`allow_extra`: the file may hold more, e.g. optimizer moments when only weights are wanted).
-    `verify`: check the files' digests first (off when `check_checkpoint` has just done it)."""
+    `verify`: check the files' digests first (off when `check_checkpoint` has just done it).
+    `live`: the parameters belong to a graph that has already run (a spike rollback): they are
+    written with an assign op, because a GRAPH_MODE step keeps its own copy of some of them
+    (MindSpore 2.10: the optimizer's int32 global_step ignored set_data, so Adam's bias correction
+    kept counting from the discarded steps)."""
     path = Path(ckpt_dir) / (f"rank_{rank}" if rank is not None else "") / MODEL_FILE
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
@@ -350,7 +354,10 @@ def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bo
         if tuple(value.shape) != tuple(p.shape) or value.dtype != p.dtype:
             raise CheckpointError(f"{path}: {name} is {value.dtype}{tuple(value.shape)}, the model has "
                                   f"{p.dtype}{tuple(p.shape)}")
-        p.set_data(value)
+        if live:
+            ms.ops.assign(p, value)
+        else:
+            p.set_data(value)
 
 
 def load_file(path) -> dict:

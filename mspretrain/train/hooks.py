@@ -3,8 +3,8 @@
 `TRAIN_HOOKS=some.module` (an importable module path) makes `load()` import that module and call its
 `install(hooks)`, which may replace the callbacks below. Nothing in the trainer branches on a test
 setting: it always calls the callbacks, which do nothing unless a module replaced them. The test suite
-uses this to trace every rank's steps, inject worker failures, and kill the checkpoint writer or an
-eval at chosen moments (tests/train/train_test_hooks.py).
+uses this to trace every rank's steps, inject worker failures, and kill a spike rollback, the checkpoint
+writer or an eval at chosen moments (tests/train/train_test_hooks.py).
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ class Hooks:
     wrap_step: Callable = field(default=_same_step)
     # (phase, step): the checkpoint writer reached `phase` ("before_rename", "before_latest")
     checkpoint_phase: Callable = field(default=_nothing)
+    # (phase, step): a spike rollback decided after `step` reached `phase` ("rollback_start",
+    # "rollback_loaded": the checkpoint reloaded and metrics.jsonl cut, the event not yet logged)
+    spike_phase: Callable = field(default=_nothing)
     # (open results file, records written so far, the next line): `train eval` is about to write it
     eval_record: Callable = field(default=_nothing)
 

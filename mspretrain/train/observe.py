@@ -2,9 +2,11 @@
 
 - `peak_memory_mb`: on Ascend/GPU MindSpore's runtime figure (`mindspore.runtime.max_memory_allocated`,
   the peak of the memory pool held by tensors since the process started); on CPU that call always
-  returns 0 (MindSpore 2.10's documentation says so), so the process's peak resident set size
-  (`getrusage` ru_maxrss) is read instead: it includes the ~400 MB of MindSpore itself. Both are
-  peaks since the process started, read without a device sync.
+  returns 0 (MindSpore 2.10's documentation says so), so the process's peak resident set size is
+  read instead (Linux: VmHWM of /proc/self/status): it includes the ~400 MB of MindSpore itself.
+  Not `getrusage` ru_maxrss: Linux carries it over from the process that started this one (a
+  launcher or a test runner with a larger peak than the run's would be read at every step). Both
+  are peaks since the process started, read without a device sync.
 - `update_ratio`: RMS of the weight update over RMS of the weights, overall and per layer group
   (`update_ratio_groups`: embed, layer_N, norm, head), every `log.detail_every_steps` steps. The
   weights are copied to the host before and after that step only, so other steps pay nothing.
@@ -27,8 +29,23 @@ def peak_memory_mb(device: str) -> float:
     if device != "CPU":
         import mindspore as ms
         return ms.runtime.max_memory_allocated() / 2 ** 20
+    hwm = _vm_hwm_kib()
+    if hwm is not None:
+        return hwm / 2 ** 10
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss        # KiB on Linux, bytes on macOS
     return rss / (2 ** 20 if sys.platform == "darwin" else 2 ** 10)
+
+
+def _vm_hwm_kib() -> int | None:
+    """This process's own peak RSS (its address space's high-water mark), KiB; None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def layer_group(name: str) -> str:
@@ -68,7 +85,7 @@ class StepObserver:
     """Per-step fields for metrics.jsonl: call `before(step)` ahead of the step, `fields(step,
     result)` after it."""
 
-    def __init__(self, cfg, weights, estimate_mb: float | None = None):
+    def __init__(self, cfg, weights, estimate_mb: float | None = None, notice: bool = True):
         self.device = cfg.device
         self.every = cfg.log.detail_every_steps
         self.z_loss = cfg.train.z_loss > 0
@@ -76,6 +93,7 @@ class StepObserver:
         self.estimate_mb = estimate_mb
         self._before: dict | None = None
         self.first_peak: float | None = None
+        self.notice = notice        # False after a spike rollback: the first peak was told already
 
     def detail_step(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -99,6 +117,8 @@ class StepObserver:
         if self.first_peak is not None:
             return None
         self.first_peak = record["peak_memory_mb"]
+        if not self.notice:
+            return None
         what = "device memory (max allocated)" if self.device != "CPU" else "process peak RSS"
         est = (f"; `train estimate` planned {self.estimate_mb:,.0f} MiB"
                + (" (on CPU the RSS adds MindSpore's own ~400 MiB and the graph keeps every "

@@ -11,12 +11,15 @@ window. `rollback`: after `max_consecutive` skipped steps in a row the trainer r
 checkpoint written before the first of them and, when the loader reaches the samples of the skipped
 steps, jumps over them; the range is kept in state.json (`spike.skipped`) and RUN/spikes.jsonl, so a
 resume from any later checkpoint jumps over it too. Everything here is a pure function of the steps
-seen, saved with each checkpoint: a resumed run takes the same decisions bit for bit.
+seen, saved with each checkpoint: a resumed run takes the same decisions bit for bit. The reload
+writes into the compiled step by assign (checkpoint.load_params(live=True)), and a resume cuts
+spikes.jsonl back to the rollbacks its checkpoint knows.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections import deque
 from pathlib import Path
 
@@ -133,6 +136,34 @@ def log_event(run_dir, event: dict) -> None:
         f.write(json.dumps(event) + "\n")
 
 
+def truncate_events(run_dir, state: dict | None, step: int) -> int:
+    """Cut RUN/spikes.jsonl back to what a resume from the checkpoint of `step` (its state.json
+    `spike`) knows, as metrics.jsonl is cut: a rollback it does not hold is undone by the resume (the
+    run takes it again); a no-rollback event is kept if it came at or before `step`. Returns the
+    number of lines dropped."""
+    path = Path(run_dir) / EVENTS_FILE
+    if not path.exists():
+        return 0
+    known = [dict(r) for r in (state or {}).get("skipped", [])]
+    keep, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:        # a line torn by a kill
+            dropped += 1
+            continue
+        rng = {k: event.get(k) for k in ("steps", "samples", "back_to")}
+        if (rng in known) if event.get("rollback") else event.get("step", 0) <= step:
+            keep.append(line + "\n")
+        else:
+            dropped += 1
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+    return dropped
+
+
 def rollback_target(run_dir, before_step: int):
     """The newest checkpoint written before step `before_step` (None if there is none)."""
     from mspretrain.train import checkpoint as ckpt
@@ -158,8 +189,10 @@ def roll_back(rb: Rollback, run_dir, session, loader, guard: SpikeGuard, dist) -
     metrics.jsonl back to that step; returns (step to continue after, bad streak). Without such a
     checkpoint the run keeps skipping from where it is (said in the log)."""
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train import metrics
+    from mspretrain.train import hooks, metrics
 
+    phase = hooks.load().spike_phase
+    phase("rollback_start", rb.step)
     rng = guard.plan_rollback(rb.step, rb.cursor)
     target = rollback_target(run_dir, rng["steps"][0])
     guard.consecutive, guard.first_skipped = 0, None
@@ -173,13 +206,15 @@ def roll_back(rb: Rollback, run_dir, session, loader, guard: SpikeGuard, dist) -
         return rb.step, rb.bad_streak
     back_to, path = target
     state = ckpt.read_state(path)
-    ckpt.load_params(path, session.train_step.state_parameters(), rank=dist.rank if dist.sharded else None)
+    ckpt.load_params(path, session.train_step.state_parameters(), rank=dist.rank if dist.sharded else None,
+                     live=True)
     loader.load_state_dict(state["loader"])
     guard.load_state_dict(state.get("spike"), keep_skipped=True)
     rng["back_to"] = back_to
     guard.skipped.append(rng)
     if dist.is_main:
         metrics.truncate_after(run_dir, back_to)
+        phase("rollback_loaded", rb.step)
         log_event(run_dir, {"step": rb.step, "rollback": True, **rng})
         print(f"[train] spike: steps {rng['steps'][0]}-{rb.step} skipped; rolled back to {path.name} "
               f"(step {back_to}); samples {rng['samples'][0]}..{rng['samples'][1] - 1} will be skipped",

@@ -302,7 +302,7 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
         if dist.is_main:
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
-        start, bad_streak = 0, 0
+        start, bad_streak, state = 0, 0, None
         from mspretrain.train import spike
         guard = spike.SpikeGuard(cfg)
         if resume_from is not None:
@@ -316,16 +316,20 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
                 print(f"[train] {ckpt.checkpoints_root(run_dir) / ckpt.LATEST} now names {resume_from.name}",
                       file=sys.stderr, flush=True)
             dropped = metrics.truncate_after(run_dir, start)
+            if state is not None:       # spikes.jsonl: the rollbacks this checkpoint knows
+                spike.truncate_events(run_dir, state.get("spike"), start)
             from mspretrain.train.runinfo import record_run
             record_run(cfg)     # RUN/run.json + tokenizer.model, for export/generate/score/eval
             print(f"[train] {'resuming from ' + str(resume_from) if resume_from else 'starting'} at step "
                   f"{start}/{cfg.train.steps}, {session.micro_steps} micro-step(s) per step"
                   + (f", {dropped} metrics line(s) after it dropped" if dropped else ""), flush=True)
+        first = True
         while True:
             try:
-                return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak, guard)
+                return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak, guard, announce=first)
             except spike.Rollback as rb:        # back to a checkpoint before the spikes, past their samples
                 start, bad_streak = spike.roll_back(rb, run_dir, session, loader, guard, dist)
+                first = False       # the graph is compiled and the first peak was told: say neither again
 
 
 def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
@@ -348,7 +352,7 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
 
 
 def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
-              bad_streak: int, guard=None) -> int:
+              bad_streak: int, guard=None, announce: bool = True) -> int:
     from mspretrain.train import observe, profile, spike
     from mspretrain.train.data import lr_scale
 
@@ -357,11 +361,12 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     writer = metrics.MetricsWriter(run_dir) if dist.is_main else None
     progress = console.Progress(cfg, start, tokens_per_step)
     console.catch_interrupts()
-    if writer and start < cfg.train.steps:
+    if writer and start < cfg.train.steps and announce:
         print(progress.compile_notice(), flush=True)
     guard = guard or spike.SpikeGuard(cfg)
     observer = observe.StepObserver(cfg, session.model.trainable_params(),
-                                    observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size))
+                                    observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
+                                    notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
     batches = iter(loader)
     try:

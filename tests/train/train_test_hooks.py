@@ -2,9 +2,11 @@
 
 TRAIN_TRACE_DIR=DIR: after each step, every rank appends to DIR/rank_R.jsonl the digests of the input
 rows it took and of every state parameter it left (weights, optimizer moments), and its loss.
-TRAIN_TRACE_FAULT="R:N:crash|hang": rank R raises (or blocks forever) at its N-th step.
-TRAIN_TEST_CKPT_KILL="<phase>:<step>": the checkpoint writer SIGKILLs its own process at `phase`
-(before_rename | before_latest) of checkpoint `step`.
+TRAIN_TRACE_FAULT="R:N:crash|hang|kill": rank R raises (blocks forever, SIGKILLs its own process) at
+its N-th call of the train step, before running it (calls count on through a spike rollback).
+TRAIN_TEST_CKPT_KILL="<phase>:<step>": the process SIGKILLs itself at `phase` of checkpoint `step`
+(the writer's before_rename | before_latest) or of the spike rollback decided after `step`
+(rollback_start | rollback_loaded, mspretrain/train/spike.py).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def install(hooks) -> None:
         hooks.wrap_step = lambda step, dist, model: TracedStep(step, dist, model, trace, fault)
     if os.environ.get(KILL_ENV):
         hooks.checkpoint_phase = kill_at
+        hooks.spike_phase = kill_at
     if os.environ.get(EVAL_KILL_ENV):
         hooks.eval_record = kill_eval_after
 
@@ -71,6 +74,8 @@ class TracedStep:
         if self._fault and self._fault[:2] == (self._dist.rank, self._calls):
             while self._fault[2] == "hang":
                 time.sleep(60)
+            if self._fault[2] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"{FAULT_ENV}: injected failure on rank {self._dist.rank} at call {self._calls}")
         result = self._step(input_ids, lr)
         if self._path:
@@ -93,8 +98,8 @@ class TracedStep:
 def parse_fault(text: str) -> tuple[int, int, str]:
     try:
         rank, call, kind = text.split(":")
-        if kind not in ("crash", "hang"):
+        if kind not in ("crash", "hang", "kill"):
             raise ValueError
         return int(rank), int(call), kind
     except ValueError:
-        raise ValueError(f"{FAULT_ENV}={text!r}: expected RANK:CALL:crash or RANK:CALL:hang") from None
+        raise ValueError(f"{FAULT_ENV}={text!r}: expected RANK:CALL:crash|hang|kill") from None
