@@ -56,7 +56,7 @@ def _chunk(rng, start: int, n: int, sigs: np.ndarray) -> pa.Table:
     ids = [f"doc-{start + i}" for i in range(n)]
     return pa.table({"doc_id": ids, "source": ["a.jsonl"] * n, "reason": [""] * n,
                      "key": [rng.bytes(16) for _ in range(n)], "sig": [s.tobytes() for s in sigs],
-                     "bytes_clean": [100] * n, "language": ["en"] * n,
+                     "bytes_clean": [100] * n, "language": ["en"] * n, "script": [""] * n,
                      "language_score": [0.9] * n, "quality": [None] * n, "pii": [0] * n,
                      "decontam": [""] * n, "split": ["train"] * n})
 
