@@ -47,10 +47,14 @@ def _type_name(tp) -> str:
 
 
 def _key(name: str, tp) -> str:
-    """The config key of a field: its pydantic alias when it has one (a key that is a Python keyword)."""
+    """The config key of a field: its pydantic alias when it has one (a key that is a Python keyword;
+    with alias choices, the first)."""
     for meta in getattr(tp, "__metadata__", ()):
-        if getattr(meta, "alias", None):
-            return meta.alias
+        alias = getattr(meta, "alias", None) or getattr(meta, "validation_alias", None)
+        if isinstance(alias, str):
+            return alias
+        if alias is not None and getattr(alias, "choices", None):
+            return alias.choices[0]
     return name
 
 

@@ -140,7 +140,7 @@ class CheckpointConfig:
     keep_max: int = 3
     # copy the state to host memory at the step and write it on a background thread while training
     # goes on; one write at a time, `latest` moves when it is complete (field async_: a Python keyword)
-    async_: Annotated[bool, pydantic.Field(alias="async")] = False
+    async_: Annotated[bool, pydantic.Field(validation_alias=pydantic.AliasChoices("async", "async_"))] = False
 
 
 @dataclass
@@ -204,7 +204,10 @@ class Config:
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as the keys a user writes (checkpoint.async, not the field's name async_)."""
+        d = dataclasses.asdict(self)
+        d["checkpoint"]["async"] = d["checkpoint"].pop("async_")
+        return d
 
     def hash(self) -> str:
         """Hash of what determines the loss curve; run.dir and logging cadence do not."""

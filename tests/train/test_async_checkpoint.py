@@ -111,3 +111,18 @@ def test_a_failed_background_write_stops_the_run_with_one_line(tmp_path, tiny_da
     assert 8 <= last_step(out) < 12
     assert _latest(out) == "step_00000004"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000004"]
+
+
+def test_the_key_is_checkpoint_async_in_files_and_records():
+    """`async` is a Python keyword (the field is async_): the key users write, the one the run's records
+    hold (run.json, state.json's config) and what they load back are all `checkpoint.async`."""
+    from mspretrain.common.config import validate
+    from mspretrain.train.config import Config, load_config
+    from mspretrain.train.resume_policy import config_record
+    from trainer_harness import TINY
+
+    cfg = load_config(TINY, ["checkpoint.async=true"])
+    assert cfg.checkpoint.async_ is True and load_config(TINY).checkpoint.async_ is False
+    assert cfg.to_dict()["checkpoint"] == {"every_steps": 10, "keep_max": 3, "async": True}
+    assert config_record(cfg)["checkpoint.async"] is True
+    assert validate(Config, cfg.to_dict()) == cfg
