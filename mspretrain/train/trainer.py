@@ -129,11 +129,31 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
+    load_dir = resharded(state, ckpt_dir, cfg, dist)
     params = session.train_step.state_parameters()
-    ckpt.load_params(ckpt_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
+    ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
     check_optimizer_step(params, state, ckpt_dir)
     loader.load_state_dict(state["loader"], force=force)
     return state
+
+
+def resharded(state: dict, ckpt_dir: Path, cfg: Config, dist) -> Path:
+    """The checkpoint to load on this layout: `ckpt_dir` itself, or its transformation onto this run's
+    (dp, mp, pp, optimizer shard) when they differ and either shards the model (train.reshard)."""
+    from mspretrain.train import distributed, reshard
+    from mspretrain.train.parallel import strategy_path
+
+    if "layout" not in state:       # written before layouts were recorded: resumed as then (same or dp)
+        return ckpt_dir
+    p = reshard.plan(reshard.saved_layout(state), reshard.layout_of(cfg, dist.world_size))
+    if p.kind == "same":
+        return ckpt_dir
+    if dist.is_main:
+        print(f"[train] {p.describe()}", flush=True)
+    if not p.needs_transform:
+        return ckpt_dir
+    return reshard.transform(p, ckpt_dir, Path(cfg.run.dir), dist.rank, strategy_path(cfg, dist).parent,
+                             barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None)
 
 
 def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
@@ -153,7 +173,7 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
          bad_streak: int, extra: dict | None = None, background: ckpt.BackgroundWriter | None = None) -> None:
     """Checkpoint `step`; with `background` (checkpoint.async) the state is copied to host memory here
     and written on its thread while training goes on."""
-    from mspretrain.train import distributed, hooks
+    from mspretrain.train import distributed, hooks, reshard
     ts = session.train_step
     state = {
         "format_version": STATE_FORMAT_VERSION,
@@ -168,6 +188,7 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "dataset_fingerprint": loader.fingerprint,
         "consumed": loader.consumed(),      # per source: samples and tokens (train.data)
         "world_size": dist.world_size,
+        "layout": reshard.record(reshard.layout_of(cfg, dist.world_size)),   # resume on another: train.reshard
         "bad_streak": bad_streak,
         "last_metrics": record,
         **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/spike.py)
