@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import mindspore as ms
+import numpy as np
 
 from mspretrain.common.files import atomic_write_json, atomic_write_text, fsync_path
 from mspretrain.common.fsmode import use_umask
@@ -68,17 +69,23 @@ class CheckpointError(RuntimeError):
 
 
 class HostTensor(NamedTuple):
-    """One state tensor copied to host memory: what model.ckpt records of it."""
+    """One state tensor in host memory: what model.ckpt records of it."""
     name: str
     dims: list
     dtype: str          # MindSpore's name, e.g. "Float32", as ms.save_checkpoint records it
-    data: bytes
+    data: object        # its bytes: a bytes object or a flat numpy array
 
 
-def host_copy(params: dict) -> list[HostTensor]:
-    """The state parameters' values now, in host memory (a copy: the next step may change the
-    parameters while a background thread writes these). The same tensors, in the same order, as
-    ms.save_checkpoint of the list would store (pipeline-shared parameters are left out as it does)."""
+# dtypes whose asnumpy() is the tensor's own bytes (a view of them on the host); others (bfloat16)
+# are read with get_bytes(), as ms.save_checkpoint does
+_NUMPY_DTYPES = {"Float64", "Float32", "Float16", "Int64", "Int32", "Int16", "Int8", "UInt8", "Bool"}
+
+
+def host_copy(params: dict, copy: bool = True) -> list[HostTensor]:
+    """The state parameters' values now, in host memory: the same tensors, in the same order, as
+    ms.save_checkpoint of the list would store (pipeline-shared parameters are left out as it does).
+    `copy`: a snapshot, for a background write (the next step changes the parameters in place);
+    without it the arrays may be views of the parameters, valid until the next step."""
     from mindspore import Parameter
 
     out = []
@@ -87,7 +94,12 @@ def host_copy(params: dict) -> list[HostTensor]:
             if p.param_info.is_pipeline_shared_param:
                 continue
             p.init_data()
-        out.append(HostTensor(name, list(p.shape), str(p.dtype), p.get_bytes()))
+        if str(p.dtype) in _NUMPY_DTYPES:
+            data = np.ascontiguousarray(p.asnumpy()).reshape(-1)
+            data = data.copy() if copy else data
+        else:
+            data = p.get_bytes()
+        out.append(HostTensor(name, list(p.shape), str(p.dtype), data))
     return out
 
 
@@ -110,7 +122,7 @@ def write_model_file(path, tensors: list[HostTensor], slice_bytes: int | None = 
     with ThreadPoolExecutor(1, thread_name_prefix="ckpt-digest") as hasher, open(path, "wb") as f:
         hashed = []
         for t in tensors:
-            view = memoryview(t.data).cast("B")
+            view = memoryview(t.data).cast("B") if isinstance(t.data, np.ndarray) else memoryview(t.data)
             for i in range(0, len(view), step):
                 content = view[i:i + step]
                 for part in (_record_head(t, len(content)), content):
@@ -273,7 +285,7 @@ def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_
         model_dir = tmp / f"rank_{rank}" if rank is not None else tmp
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
-        tensors = params if isinstance(params, list) else host_copy(params)
+        tensors = params if isinstance(params, list) else host_copy(params, copy=False)
         digests = {model_path.relative_to(tmp).as_posix(): write_model_file(model_path, tensors)}
         use_umask(model_path, readonly=True)
         if on_phase:

@@ -9,6 +9,7 @@ is a *skipped* step (the scale halves), not a bad one.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -201,6 +202,7 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
     if background is not None:
         tensors = ckpt.host_copy(ts.state_parameters())     # the state at this step boundary
+        state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
         background.start(step, lambda: ckpt.write_checkpoint(run_dir, step, tensors, state,
                                                              cfg.checkpoint.keep_max, on_phase=on_phase))
     elif dist.sharded:
