@@ -117,7 +117,7 @@ def test_the_key_is_checkpoint_async_in_files_and_records():
     """`async` is a Python keyword (the field is async_): the key users write, the one the run's records
     hold (run.json, state.json's config) and what they load back are all `checkpoint.async`."""
     from mspretrain.common.config import validate
-    from mspretrain.train.config import Config, load_config
+    from mspretrain.train.config import Config, ConfigError, load_config
     from mspretrain.train.resume_policy import config_record
     from trainer_harness import TINY
 
@@ -126,3 +126,7 @@ def test_the_key_is_checkpoint_async_in_files_and_records():
     assert cfg.to_dict()["checkpoint"] == {"every_steps": 10, "keep_max": 3, "async": True}
     assert config_record(cfg)["checkpoint.async"] is True
     assert validate(Config, cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match=r"^checkpoint.async: expected bool, got 5$"):
+        load_config(TINY, ["checkpoint.async=5"])
+    with pytest.raises(ConfigError, match=r"unknown key checkpoint.asyn \(known: async, every_steps, keep_max\)"):
+        load_config(TINY, ["checkpoint.asyn=true"])
