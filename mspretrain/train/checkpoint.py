@@ -81,11 +81,13 @@ class HostTensor(NamedTuple):
 _NUMPY_DTYPES = {"Float64", "Float32", "Float16", "Int64", "Int32", "Int16", "Int8", "UInt8", "Bool"}
 
 
-def host_copy(params: dict, copy: bool = True) -> list[HostTensor]:
+def host_copy(params: dict, copy: bool = True, buffers: dict | None = None) -> list[HostTensor]:
     """The state parameters' values now, in host memory: the same tensors, in the same order, as
     ms.save_checkpoint of the list would store (pipeline-shared parameters are left out as it does).
     `copy`: a snapshot, for a background write (the next step changes the parameters in place);
-    without it the arrays may be views of the parameters, valid until the next step."""
+    without it the arrays may be views of the parameters, valid until the next step. `buffers`
+    (name -> array, filled here): the snapshot goes into the arrays of the previous one, whose write
+    has ended, instead of fresh memory (no page faults on every checkpoint)."""
     from mindspore import Parameter
 
     out = []
@@ -96,7 +98,14 @@ def host_copy(params: dict, copy: bool = True) -> list[HostTensor]:
             p.init_data()
         if str(p.dtype) in _NUMPY_DTYPES:
             data = np.ascontiguousarray(p.asnumpy()).reshape(-1)
-            data = data.copy() if copy else data
+            if copy:
+                buf = buffers.get(name) if buffers is not None else None
+                if buf is None or buf.shape != data.shape or buf.dtype != data.dtype:
+                    buf = np.empty_like(data)
+                np.copyto(buf, data)
+                data = buf
+                if buffers is not None:
+                    buffers[name] = buf
         else:
             data = p.get_bytes()
         out.append(HostTensor(name, list(p.shape), str(p.dtype), data))
@@ -334,6 +343,7 @@ class BackgroundWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._step: int | None = None
+        self.buffers: dict = {}     # host_copy's arrays, reused by the next checkpoint once this one is written
 
     def start(self, step: int, write) -> None:
         self.wait()

@@ -201,7 +201,7 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         from mspretrain.train.diskspace import check_free_space
         check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
     if background is not None:
-        tensors = ckpt.host_copy(ts.state_parameters())     # the state at this step boundary
+        tensors = ckpt.host_copy(ts.state_parameters(), buffers=background.buffers)   # the state at this step
         state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
         background.start(step, lambda: ckpt.write_checkpoint(run_dir, step, tensors, state,
                                                              cfg.checkpoint.keep_max, on_phase=on_phase))

@@ -155,3 +155,9 @@ def test_model_file_is_save_checkpoints_bytes_and_its_digest_is_the_files(tmp_pa
     assert loaded["w"].asnumpy().tobytes() == copy[0].data.tobytes() and loaded["w"].shape == (300, 7)
     assert loaded["h"].asnumpy().tobytes() == copy[1].data.tobytes() and int(loaded["global_step"].asnumpy()) == 3
     assert copy[0].data.any() and not state["w"].asnumpy().any()     # the snapshot kept the old values
+    # a background writer's next snapshot goes into the arrays of the previous one
+    buffers = {}
+    first = ckpt.host_copy(state, buffers=buffers)
+    state["w"].set_data(Tensor(np.ones((300, 7), np.float32)))
+    second = ckpt.host_copy(state, buffers=buffers)
+    assert second[0].data is first[0].data and second[0].data.tolist() == [1.0] * 2100
