@@ -441,8 +441,8 @@ def observe_cost(argv) -> int:
 def checkpoint_cost(argv) -> int:
     """`bench_train.py --checkpoint-cost [--repeat 1]`: what a checkpoint costs the training loop.
 
-    Real `train launch` runs of the same model (hidden 512, 4 layers, vocab 8000: 20.6M parameters, a
-    247 MB model.ckpt with the AdamW moments; batch 4 x seq 256) with a checkpoint
+    Real `train launch` runs of the same model (hidden 512, 4 layers, vocab 8000: a 241 MB model.ckpt
+    with the AdamW moments; batch 4 x seq 256) with a checkpoint
     every 10 steps, synchronous (`sync`) and with checkpoint.async (`async`), alternating (--repeat N
     pairs). From each run's metrics.jsonl wall-clock times: the interval that holds a checkpoint (from
     a checkpoint step's record to the next step's: the save, then that step) against the median
