@@ -313,6 +313,8 @@ def main() -> int:
     if sys.argv[1:2] == ["--bare-phases"]:
         bare_phases(*map(int, sys.argv[2:10]))
         return 0
+    if sys.argv[1:2] == ["--checkpoint-cost"]:       # docs/recipes.md (checkpoint.async)
+        return checkpoint_cost(sys.argv[2:])
     if sys.argv[1:2] == ["--mindspore-peak"]:
         print(mindspore_peak(*map(int, sys.argv[2:5])))
         return 0
@@ -707,6 +709,78 @@ def _profile_after_window(step, batch, before_times, pairs, n: int) -> None:
           f"({(after_off / before_off - 1) * 100:+.2f}%), on {before_on * 1000:.1f} -> {after_on * 1000:.1f} ms "
           f"({(after_on / before_on - 1) * 100:+.2f}%) (before vs after in time: the machine's load drift "
           f"is in this figure)")
+
+
+def checkpoint_cost(argv) -> int:
+    """`bench_train.py --checkpoint-cost [--repeat 1]`: what a checkpoint costs the training loop.
+
+    Real `train launch` runs of the same model (hidden 512, 4 layers, vocab 8000: a 241 MB model.ckpt
+    with the AdamW moments; batch 4 x seq 256) with a checkpoint
+    every 10 steps, synchronous (`sync`) and with checkpoint.async (`async`), alternating (--repeat N
+    pairs). From each run's metrics.jsonl wall-clock times: the interval that holds a checkpoint (from
+    a checkpoint step's record to the next step's: the save, then that step) against the median
+    interval of the steps two or more steps after a checkpoint (`normal`: no save, and any background
+    write of the previous checkpoint long done), and each checkpoint interval against the median of
+    the normal steps just before and after it (the load of a shared machine drifts over a run).
+    Target (issue 22): async checkpoint interval within 10% of a normal one. The first async
+    checkpoint also allocates the host snapshot (later ones reuse it). Also printed: the load average, and the median interval of the steps
+    right after a checkpoint (where a background write shares the CPU with training)."""
+    import os
+    import statistics
+    from datetime import datetime
+
+    ap = argparse.ArgumentParser(prog="bench_train.py --checkpoint-cost")
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--ffn", type=int, default=1408)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=41, help="steps per run (checkpoints at 10, 20, ...)")
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=1, help="alternating sync / async pairs")
+    args = ap.parse_args(argv)
+    args.workers, args.dtype = 1, "fp32"
+    found: dict[str, dict[str, list[float]]] = {m: {"ckpt": [], "after": [], "normal": [], "local": []}
+                                                for m in ("sync", "async")}
+    sizes = []
+    for _ in range(args.repeat):
+        for mode in ("sync", "async"):
+            extra = (f"checkpoint.every_steps={args.every}", f"checkpoint.async={mode == 'async'}",
+                     "checkpoint.keep_max=2", "log.every_steps=1000")
+            with tempfile.TemporaryDirectory(prefix="bench_ckpt_") as tmp:
+                cmd, metrics = train_cmd(args, Path(tmp), "none", 1e12, extra)
+                proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(f"{mode} run failed (exit {proc.returncode})", proc.stdout[-3000:], proc.stderr[-3000:],
+                          file=sys.stderr)
+                    return 1
+                recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+                ckpts = sorted((Path(tmp) / "run" / "checkpoints").glob("step_*/model.ckpt"))
+                sizes.append(ckpts[-1].stat().st_size)
+            at = {r["step"]: datetime.fromisoformat(r["time"]).timestamp() for r in recs if not r.get("eval")}
+            gap = {step: at[step] - at[step - 1] for step in range(3, args.steps + 1)}   # the first compile
+            for step, g in gap.items():
+                since = (step - 1) % args.every
+                kind = "ckpt" if since == 0 else "after" if since == 1 else "normal"
+                found[mode][kind].append(g)
+                if kind == "ckpt":      # against the normal steps around it: the machine's load drifts
+                    near = [gap[s] for s in (*range(step - 4, step - 1), *range(step + 2, step + 5))
+                            if s in gap and (s - 1) % args.every > 1]
+                    found[mode]["local"].append(g / statistics.median(near))
+    load = os.getloadavg()
+    print(f"model.ckpt {sizes[-1] / 2**20:.0f} MB, checkpoint every {args.every} steps, {args.repeat} "
+          f"alternating pair(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
+          f"{os.cpu_count()} CPUs")
+    for mode, kinds in found.items():
+        med = {k: statistics.median(v) for k, v in kinds.items()}
+        print(f"{mode:5s}: normal step {med['normal'] * 1000:.0f} ms, checkpoint step "
+              f"{med['ckpt'] * 1000:.0f} ms ({(med['ckpt'] / med['normal'] - 1) * 100:+.1f}%), the step after "
+              f"{med['after'] * 1000:.0f} ms ({(med['after'] / med['normal'] - 1) * 100:+.1f}%); each checkpoint "
+              f"step against the normal steps around it: {[f'{(x - 1) * 100:+.0f}%' for x in kinds['local']]} "
+              f"(median {(med['local'] - 1) * 100:+.1f}%; target async <= +10%)")
+    return 0
 
 
 if __name__ == "__main__":

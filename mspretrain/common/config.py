@@ -252,7 +252,7 @@ def _describe(cls: type, err: dict) -> str:
     """`train.steps: expected int, got 2.5`: the dotted key of the deepest config field, then what."""
     keys, tp = [], cls
     for part in err["loc"]:
-        fields = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
+        fields = _keys(tp) if dataclasses.is_dataclass(tp) else {}
         if part not in fields:
             if err["type"] == "unexpected_keyword_argument":
                 keys.append(str(part))
@@ -267,6 +267,19 @@ def _describe(cls: type, err: dict) -> str:
     if expected:
         return f"{key}: expected {expected}, got {err['input']!r}"
     return f"{key}: {err['msg']}, got {err['input']!r}"
+
+
+def _keys(cls: type) -> dict:
+    """{config key: type} of a dataclass's fields; a field with a pydantic alias (a key that is a
+    Python keyword, e.g. checkpoint.async) is known by the alias."""
+    out = {}
+    for name, tp in typing.get_type_hints(cls, include_extras=True).items():
+        key = name
+        for meta in getattr(tp, "__metadata__", ()):
+            alias = getattr(meta, "alias", None) or getattr(meta, "validation_alias", None)
+            key = alias if isinstance(alias, str) else alias.choices[0] if getattr(alias, "choices", None) else key
+        out[key] = typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
+    return out
 
 
 def as_dict(cfg) -> dict:

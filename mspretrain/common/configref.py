@@ -46,6 +46,18 @@ def _type_name(tp) -> str:
     return re.sub(r"\b[\w.]+\.(\w+)", r"\1", name)
 
 
+def _key(name: str, tp) -> str:
+    """The config key of a field: its pydantic alias when it has one (a key that is a Python keyword;
+    with alias choices, the first)."""
+    for meta in getattr(tp, "__metadata__", ()):
+        alias = getattr(meta, "alias", None) or getattr(meta, "validation_alias", None)
+        if isinstance(alias, str):
+            return alias
+        if alias is not None and getattr(alias, "choices", None):
+            return alias.choices[0]
+    return name
+
+
 def _default(f: dataclasses.Field):
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -57,11 +69,12 @@ def _default(f: dataclasses.Field):
 def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, description) of every leaf of the tree below `cls`."""
     hints = typing.get_type_hints(cls)
+    annotated = typing.get_type_hints(cls, include_extras=True)
     notes = field_comments(cls)
     out = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        key = prefix + f.name
+        key = prefix + _key(f.name, annotated[f.name])
         if dataclasses.is_dataclass(tp):
             out += rows(tp, key + ".")
             continue

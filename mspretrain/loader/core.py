@@ -110,6 +110,20 @@ class Loader:
 
     # -- order -------------------------------------------------------------------------------------
 
+    def follow_schedule(self, schedule) -> None:
+        """From now on position c is `schedule.locate(c)` over this loader's sources (in their
+        declared order): e.g. a blend.MixtureSchedule, whose weights change by phase. Call it before
+        the first batch: running workers keep the order they were started with."""
+        if self._pool is not None:
+            raise RuntimeError("follow_schedule: the loader's workers are reading in the old order; call it "
+                               "before the first batch")
+        if getattr(schedule, "num_sources", len(self._sources)) != len(self._sources):
+            raise ValueError(f"follow_schedule: the schedule is over {schedule.num_sources} sources, this "
+                             f"loader has {len(self._sources)}")
+        self._blend = schedule
+        self._order = SampleOrder(self.seed, self._order.sizes, schedule)
+        self._maker.order = self._order
+
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source index, sample id) of global stream positions; a pure function of (seed, weights)."""
         return self._order.locate(positions)

@@ -13,7 +13,6 @@ import os
 from mspretrain.loader.blend import MixtureSchedule
 from mspretrain.loader.core import Loader
 from mspretrain.loader.manifest import canonical_json
-from mspretrain.loader.order import SampleOrder
 
 
 class MixtureLoader(Loader):
@@ -25,17 +24,15 @@ class MixtureLoader(Loader):
         if len(set(map(str, sources))) != len(sources) or schedule.num_sources != len(sources):
             raise ValueError("MixtureLoader: the sources must be distinct and match the schedule")
         super().__init__({str(s): 1.0 for s in sources}, split, **kwargs)
-        self._blend = schedule
-        self._order = SampleOrder(self.seed, self._order.sizes, schedule)
-        self._maker.order = self._order
+        self.follow_schedule(schedule)
         self.schedule = schedule
-        parts = {"sources": [s.manifest.fingerprint for s in self._sources],
+        parts = {"sources": [s["fingerprint"] for s in self.sources],
                  "phases": [[int(end) for end in schedule.ends], schedule.counts]}
         self.fingerprint = hashlib.sha256(canonical_json({"mixture": parts}).encode()).hexdigest()
 
     def state_dict(self) -> dict:
         state = super().state_dict()
-        state["sources"] = [{"fingerprint": s.manifest.fingerprint, "num_samples": s.num_samples}
-                            for s in self._sources]
+        state["sources"] = [{"fingerprint": s["fingerprint"], "num_samples": s["num_samples"]}
+                            for s in self.sources]
         state["mixture"] = {"ends": [int(e) for e in self.schedule.ends], "counts": self.schedule.counts}
         return state

@@ -21,10 +21,20 @@ checks of its state.json against its contents (`check_state`), whatever `latest`
 garbage, or one step behind a write killed before it moved), and names each one it passed over. A
 checkpoint is never overwritten: a write of a step whose directory exists moves the old one aside.
 
-`on_phase(phase, step)` is called at the two moments that matter for crash safety: `before_rename`
-(temp dir complete, not renamed) and `before_latest` (renamed, latest not yet updated); the trainer
-passes train.hooks' callback (a no-op unless a hooks module replaced it: the kill-and-resume tests
-SIGKILL the writer there).
+model.ckpt is written by `write_model_file`, in ms.save_checkpoint's format byte for byte, from a host
+copy of the tensors (`host_copy`); its digest is taken of the bytes as they are written (no second
+pass over the file). `checkpoint.async` (`BackgroundWriter`): the trainer takes the host copy at the
+step boundary and the whole write (files, fsyncs, digests, rename, `latest`, pruning) runs on a
+background thread while training goes on, one write at a time; a failed write stops the run at the
+next step boundary. MindSpore's own `save_checkpoint(async_save="thread")` was not used: it writes
+only the file (no fsync, no digest, no rename or `latest` after it), keeps an exception in its thread
+(logged, never returned), and is waited for by looking up threads by name.
+
+`on_phase(phase, step)` is called at the moments that matter for crash safety: `model_written` (the
+model file is written and fsynced), `before_rename` (temp dir complete, not renamed) and
+`before_latest` (renamed, latest not yet updated); the trainer passes train.hooks' callback (a no-op
+unless a hooks module replaced it: the kill-and-resume tests SIGKILL, slow down or fail the writer
+there).
 """
 from __future__ import annotations
 
@@ -34,9 +44,13 @@ import os
 import re
 import shutil
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import mindspore as ms
+import numpy as np
 
 from mspretrain.common.files import atomic_write_json, atomic_write_text, fsync_path
 from mspretrain.common.fsmode import use_umask
@@ -52,6 +66,105 @@ _DIGESTS = ".digests-rank_{}.json"     # a sharded write: each rank's digests, m
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written or read; the message names the path."""
+
+
+class HostTensor(NamedTuple):
+    """One state tensor in host memory: what model.ckpt records of it."""
+    name: str
+    dims: list
+    dtype: str          # MindSpore's name, e.g. "Float32", as ms.save_checkpoint records it
+    data: object        # its bytes: a bytes object or a flat numpy array
+
+
+# dtypes whose asnumpy() is the tensor's own bytes (a view of them on the host); others (bfloat16)
+# are read with get_bytes(), as ms.save_checkpoint does
+_NUMPY_DTYPES = {"Float64", "Float32", "Float16", "Int64", "Int32", "Int16", "Int8", "UInt8", "Bool"}
+
+
+def host_copy(params: dict, copy: bool = True, buffers: dict | None = None) -> list[HostTensor]:
+    """The state parameters' values now, in host memory: the same tensors, in the same order, as
+    ms.save_checkpoint of the list would store (pipeline-shared parameters are left out as it does).
+    `copy`: a snapshot, for a background write (the next step changes the parameters in place);
+    without it the arrays may be views of the parameters, valid until the next step. `buffers`
+    (name -> array, filled here): the snapshot goes into the arrays of the previous one, whose write
+    has ended, instead of fresh memory (no page faults on every checkpoint)."""
+    from mindspore import Parameter
+
+    out = []
+    for name, p in params.items():
+        if isinstance(p, Parameter):
+            if p.param_info.is_pipeline_shared_param:
+                continue
+            p.init_data()
+        if str(p.dtype) in _NUMPY_DTYPES:
+            data = np.ascontiguousarray(p.asnumpy()).reshape(-1)
+            if copy:
+                buf = buffers.get(name) if buffers is not None else None
+                if buf is None or buf.shape != data.shape or buf.dtype != data.dtype:
+                    buf = np.empty_like(data)
+                np.copyto(buf, data)
+                data = buf
+                if buffers is not None:
+                    buffers[name] = buf
+        else:
+            data = p.get_bytes()
+        out.append(HostTensor(name, list(p.shape), str(p.dtype), data))
+    return out
+
+
+def _slice_bytes() -> int:
+    from mindspore.train.serialization import SLICE_SIZE      # KiB per record of one tensor
+    return 1024 * SLICE_SIZE
+
+
+def write_model_file(path, tensors: list[HostTensor], slice_bytes: int | None = None) -> dict:
+    """Write model.ckpt in ms.save_checkpoint's format, fsync it, and return its {"sha256", "bytes"}.
+
+    The file is a sequence of serialized `Checkpoint` protobuf records (mindspore/train/checkpoint.proto),
+    one per tensor slice of up to SLICE_SIZE KiB: byte for byte what ms.save_checkpoint writes for the
+    same tensors (tested). Each record's few header bytes are encoded here and the tensor's bytes are
+    written straight from the host copy, without the two copies protobuf would make of them; a helper
+    thread hashes the same bytes while they are written and fsynced (hashlib and file writes release
+    the GIL), so the digest needs no second pass over the file."""
+    step = slice_bytes or _slice_bytes()
+    sha, size = hashlib.sha256(), 0
+    with ThreadPoolExecutor(1, thread_name_prefix="ckpt-digest") as hasher, open(path, "wb") as f:
+        hashed = []
+        for t in tensors:
+            view = memoryview(t.data).cast("B") if isinstance(t.data, np.ndarray) else memoryview(t.data)
+            for i in range(0, len(view), step):
+                content = view[i:i + step]
+                for part in (_record_head(t, len(content)), content):
+                    hashed.append(hasher.submit(sha.update, part))     # in order: one worker
+                    f.write(part)
+                    size += len(part)
+        f.flush()
+        os.fsync(f.fileno())
+        for h in hashed:
+            h.result()
+    return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _record_head(t: HostTensor, content_len: int) -> bytes:
+    """The bytes of Checkpoint{value: [{tag, tensor: {dims, tensor_type, tensor_content}}]} that come
+    before tensor_content (proto2: field 1 of each message is length-delimited, key 0x0a; dims are
+    unpacked varints, key 0x08; tensor_type key 0x12, tensor_content key 0x1a)."""
+    tag, dtype = t.name.encode(), t.dtype.encode()
+    tensor_head = (b"".join(b"\x08" + _varint(d) for d in t.dims) + b"\x12" + _varint(len(dtype)) + dtype
+                   + b"\x1a" + _varint(content_len))
+    tensor_len = len(tensor_head) + content_len
+    value_head = b"\x0a" + _varint(len(tag)) + tag + b"\x12" + _varint(tensor_len)
+    value_len = len(value_head) + tensor_len
+    return b"\x0a" + _varint(value_len) + value_head + tensor_head
 
 
 def step_dir_name(step: int) -> str:
@@ -158,10 +271,11 @@ def remove_stale_temps(run_dir) -> None:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
-def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: int,
+def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_max: int,
                      rank: int | None = None, is_main: bool = True, barrier=None,
                      add_files=None, on_phase=None) -> Path:
-    """Write checkpoint `step` atomically and publish it as latest. `rank` set: per-rank model file
+    """Write checkpoint `step` atomically and publish it as latest. `params`: name -> Parameter, or
+    the `host_copy` of them (a background write). `rank` set: per-rank model file
     (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename.
     `add_files(tmp_dir)`: each rank's extra files (e.g. its parallel strategy), written into the
     temporary directory before the second barrier, so they are published with the checkpoint.
@@ -180,17 +294,17 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         model_dir = tmp / f"rank_{rank}" if rank is not None else tmp
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
-        ms.save_checkpoint([{"name": name, "data": p} for name, p in params.items()], str(model_path))
-        use_umask(model_path, readonly=True)    # save_checkpoint makes it owner-only
-        fsync_path(model_path)
+        tensors = params if isinstance(params, list) else host_copy(params, copy=False)
+        digests = {model_path.relative_to(tmp).as_posix(): write_model_file(model_path, tensors)}
+        use_umask(model_path, readonly=True)
+        if on_phase:
+            on_phase("model_written", step)
         fsync_path(model_dir)
-        written = [model_path]
         if add_files:
             for path in add_files(tmp) or ():
                 fsync_path(path)
                 fsync_path(path.parent)
-                written.append(path)
-        digests = {p.relative_to(tmp).as_posix(): file_digest(p) for p in written}
+                digests[path.relative_to(tmp).as_posix()] = file_digest(path)
         if rank is not None:        # the main rank merges every rank's digests into state.json
             atomic_write_json(tmp / _DIGESTS.format(rank), digests)
         if barrier:
@@ -215,6 +329,51 @@ def write_checkpoint(run_dir, step: int, params: dict, state: dict, keep_max: in
         raise CheckpointError(f"cannot write checkpoint {final}: {e} (earlier checkpoints are untouched)") from e
     prune(run_dir, keep_max)
     return final
+
+
+class BackgroundWriter:
+    """checkpoint.async: runs one checkpoint write at a time on a background thread.
+
+    `start` waits for the write before it (so at most one is in flight, and checkpoints are published
+    in step order); `check` (at every step boundary) and `wait` (at the run's end) raise the
+    CheckpointError of a write that failed, which stops the run. A process killed during a write
+    leaves its temporary directory and the previous `latest`, as a synchronous write would."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._step: int | None = None
+        self.buffers: dict = {}     # host_copy's arrays, reused by the next checkpoint once this one is written
+
+    def start(self, step: int, write) -> None:
+        self.wait()
+        self._step = step
+
+        def run():
+            try:
+                write()
+            except BaseException as e:        # handed to the training thread by check / wait
+                self._error = e
+        self._thread = threading.Thread(target=run, name=f"checkpoint-{step_dir_name(step)}", daemon=True)
+        self._thread.start()
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def check(self) -> None:
+        """Raise now if the write in the background has failed (returns at once otherwise)."""
+        if self._thread is not None and not self._thread.is_alive():
+            self.wait()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            e, self._error = self._error, None
+            detail = str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {e}"
+            raise CheckpointError(f"the background write of checkpoint step {self._step} failed, so the run "
+                                  f"stops: {detail}") from e
 
 
 def _merge_rank_digests(tmp: Path) -> dict:

@@ -11,6 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+import pydantic
 
 from mspretrain.common.config import ConfigError, load  # noqa: F401 (ConfigError re-exported)
 
@@ -135,6 +138,9 @@ class RecomputeConfig:
 class CheckpointConfig:
     every_steps: int = 50
     keep_max: int = 3
+    # copy the state to host memory at the step and write it on a background thread while training
+    # goes on; one write at a time, `latest` moves when it is complete (field async_: a Python keyword)
+    async_: Annotated[bool, pydantic.Field(validation_alias=pydantic.AliasChoices("async", "async_"))] = False
 
 
 @dataclass
@@ -199,7 +205,10 @@ class Config:
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as the keys a user writes (checkpoint.async, not the field's name async_)."""
+        d = dataclasses.asdict(self)
+        d["checkpoint"]["async"] = d["checkpoint"].pop("async_")
+        return d
 
     def hash(self) -> str:
         """Hash of what determines the loss curve; run.dir and logging cadence do not."""

@@ -126,15 +126,29 @@ class Rampup:
             raise ConfigError(f"train.rampup.start ({r.start}) and increment ({r.increment}) must be "
                               f"multiples of the data-parallel size ({dp_size}): every rank takes an equal "
                               f"slice of each batch")
-        if cfg.train.micro_batch_size:
-            raise ConfigError("train.rampup needs train.micro_batch_size 0 (no accumulation): the step graph's "
-                              "micro-batch count is fixed, the ramp changes the batch")
+        k = micro_batches(cfg, dp_size)
+        if k > 1 and (r.start % (dp_size * k) or r.increment % (dp_size * k)):
+            raise ConfigError(f"train.rampup.start ({r.start}) and increment ({r.increment}) must be multiples "
+                              f"of {dp_size * k}: every step runs {k} micro-batches per rank (fixed in the step "
+                              f"graph by train.micro_batch_size or parallel.micro_batch_num at the full batch), "
+                              f"so during the ramp each micro-batch is batch / (data-parallel size {dp_size} x "
+                              f"{k}) samples, smaller than at the full batch")
         self.increments = (g - r.start) // r.increment
 
     def batch_size(self, consumed: int) -> int:
         if consumed >= self.samples:
             return self.final
         return min(self.final, self.start + self.increment * (consumed * self.increments // self.samples))
+
+
+def micro_batches(cfg: Config, dp_size: int) -> int:
+    """Micro-batches per rank per step, as the step graph is built for the full batch (trainer's
+    build_session): the pipeline's micro_batch_num, or the local batch / train.micro_batch_size."""
+    if cfg.parallel.pipeline_stage > 1:
+        return cfg.parallel.micro_batch_num
+    local = cfg.train.global_batch_size // dp_size
+    micro = cfg.train.micro_batch_size or local
+    return max(1, local // micro)
 
 
 def lr_scale(cfg: Config, batch_size: int) -> float:

@@ -28,7 +28,8 @@ def _nothing(*args) -> None:
 class Hooks:
     # (train step, DistInfo, model) -> the object the loop calls instead of the train step
     wrap_step: Callable = field(default=_same_step)
-    # (phase, step): the checkpoint writer reached `phase` ("before_rename", "before_latest")
+    # (phase, step): the checkpoint writer reached `phase` ("model_written", "before_rename",
+    # "before_latest"); with checkpoint.async it is called on the background writer thread
     checkpoint_phase: Callable = field(default=_nothing)
     # (phase, step): a spike rollback decided after `step` reached `phase` ("rollback_start",
     # "rollback_loaded": the checkpoint reloaded and metrics.jsonl cut, the event not yet logged)

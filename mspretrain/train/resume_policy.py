@@ -4,7 +4,9 @@ A checkpoint records the config it was trained with (state.json "config"). On re
 differ are named, old -> new:
   - keys that never change the loss curve (run dir, logging, checkpoint and eval cadence, loader
     workers and prefetch, the peak-TFLOPs figure), the data-parallel size (an elastic resume: the
-    loader continues the same global sample stream) and `train.steps` change freely. Extending a run
+    loader continues the same global sample stream), `train.steps` and `train.global_batch_size` (the
+    final batch: the steps after the checkpoint take that many samples from its cursor on, the same
+    stream; a ramp continues to the new size) change freely, each logged. Extending a run
     (a larger train.steps) continues the learning-rate schedule as if the new train.steps had been
     set from the start: lr_at(step, optim, new train.steps) is a pure function of the step, so the
     warmup is never repeated and the cosine reaches optim.min_lr at the new last step;
@@ -22,8 +24,14 @@ from mspretrain.train.optim import lr_at
 # keys that may differ on resume without --force (prefixes end in ".")
 SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers", "data.prefetch",
         "train.peak_tflops", "train.steps",
+        "train.global_batch_size",   # the stream is a function of the cursor, not of the batch size
         "optim.decay_start_step",    # a WSD decay started from a stable checkpoint (optim.py)
-        "parallel.data_parallel")    # elastic resume: the loader continues the same sample stream
+        "parallel.data_parallel",    # elastic resume: the loader continues the same sample stream
+        # another layout: the checkpoint is transformed onto it (train.reshard); the same model and
+        # stream, only the reduction order differs
+        "parallel.model_parallel", "parallel.pipeline_stage", "parallel.optimizer_shard",
+        "parallel.optimizer_level", "parallel.micro_batch_num", "parallel.stage_offsets",
+        "parallel.sequence_parallel", "parallel.vocab_emb_dp")
 
 
 class ResumeError(RuntimeError):
@@ -86,6 +94,12 @@ def check_resume(state: dict, cfg, loader_fingerprint: str, data_path: str, ckpt
             out(f"[train] train.steps {old_total} -> {cfg.train.steps}: the learning-rate schedule "
                 f"continues as if {cfg.train.steps} steps had been set from the start (lr at step "
                 f"{step + 1}: {lr_at(step + 1, cfg.optim, cfg.train.steps):.4g})")
+        old_batch = (saved or {}).get("train.global_batch_size")
+        if old_batch is not None and old_batch != cfg.train.global_batch_size:
+            cursor = (state.get("loader") or {}).get("cursor")
+            out(f"[train] train.global_batch_size {old_batch} -> {cfg.train.global_batch_size}: the steps "
+                f"after {step} take {cfg.train.global_batch_size} samples each, continuing the same sample "
+                f"stream at sample {cursor}; the learning rate stays a function of the step")
     if problems:
         print("[train] --force: overriding " + "; ".join(problems), file=sys.stderr, flush=True)
 

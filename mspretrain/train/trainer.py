@@ -9,6 +9,7 @@ is a *skipped* step (the scale halves), not a bad one.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -129,11 +130,31 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
         session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
+    load_dir = resharded(state, ckpt_dir, cfg, dist)
     params = session.train_step.state_parameters()
-    ckpt.load_params(ckpt_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
+    ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
     check_optimizer_step(params, state, ckpt_dir)
     loader.load_state_dict(state["loader"], force=force)
     return state
+
+
+def resharded(state: dict, ckpt_dir: Path, cfg: Config, dist) -> Path:
+    """The checkpoint to load on this layout: `ckpt_dir` itself, or its transformation onto this run's
+    (dp, mp, pp, optimizer shard) when they differ and either shards the model (train.reshard)."""
+    from mspretrain.train import distributed, reshard
+    from mspretrain.train.parallel import strategy_path
+
+    if "layout" not in state:       # written before layouts were recorded: resumed as then (same or dp)
+        return ckpt_dir
+    p = reshard.plan(reshard.saved_layout(state), reshard.layout_of(cfg, dist.world_size))
+    if p.kind == "same":
+        return ckpt_dir
+    if dist.is_main:
+        print(f"[train] {p.describe()}", flush=True)
+    if not p.needs_transform:
+        return ckpt_dir
+    return reshard.transform(p, ckpt_dir, Path(cfg.run.dir), dist.rank, strategy_path(cfg, dist).parent,
+                             barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None)
 
 
 def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
@@ -150,8 +171,10 @@ def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
 
 
 def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
-         bad_streak: int, extra: dict | None = None) -> None:
-    from mspretrain.train import distributed, hooks
+         bad_streak: int, extra: dict | None = None, background: ckpt.BackgroundWriter | None = None) -> None:
+    """Checkpoint `step`; with `background` (checkpoint.async) the state is copied to host memory here
+    and written on its thread while training goes on."""
+    from mspretrain.train import distributed, hooks, reshard
     ts = session.train_step
     state = {
         "format_version": STATE_FORMAT_VERSION,
@@ -166,15 +189,23 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "dataset_fingerprint": loader.fingerprint,
         "consumed": loader.consumed(),      # per source: samples and tokens (train.data)
         "world_size": dist.world_size,
+        "layout": reshard.record(reshard.layout_of(cfg, dist.world_size)),   # resume on another: train.reshard
         "bad_streak": bad_streak,
         "last_metrics": record,
         **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/spike.py)
     }
     on_phase = hooks.load().checkpoint_phase
+    if background is not None:
+        background.wait()   # one write in flight; the free space is counted after the previous one
     if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
         from mspretrain.train.diskspace import check_free_space
         check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
-    if dist.sharded:
+    if background is not None:
+        tensors = ckpt.host_copy(ts.state_parameters(), buffers=background.buffers)   # the state at this step
+        state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
+        background.start(step, lambda: ckpt.write_checkpoint(run_dir, step, tensors, state,
+                                                             cfg.checkpoint.keep_max, on_phase=on_phase))
+    elif dist.sharded:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               rank=dist.rank, is_main=dist.is_main,
                               barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist),
@@ -182,6 +213,19 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
     elif dist.is_main:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               on_phase=on_phase)
+
+
+def background_writer(cfg: Config, dist) -> ckpt.BackgroundWriter | None:
+    """The main rank's background writer when checkpoint.async is on. A sharded model's ranks write
+    their parts between barriers (collectives), which must not run beside the training step's own, so
+    there checkpoints stay synchronous (said once)."""
+    if not cfg.checkpoint.async_ or not dist.is_main:
+        return None
+    if dist.sharded:
+        print("[train] checkpoint.async: this model is sharded across ranks, whose checkpoint writes "
+              "synchronise with each other; writing checkpoints synchronously", file=sys.stderr, flush=True)
+        return None
+    return ckpt.BackgroundWriter()
 
 
 def strategy_files(cfg: Config, dist):
@@ -368,9 +412,12 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
+    background = background_writer(cfg, dist)
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
+            if background:
+                background.check()      # a failed background write stops the run here
             limits = guard.arm(session.train_step, step)
             observer.before(step)
             window.before(step)
@@ -420,16 +467,20 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
                     or stop):
                 save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
-                     {"spike": guard.state_dict()})
+                     {"spike": guard.state_dict()}, background)
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",
                       file=sys.stderr, flush=True)
                 return EXIT_BAD_STEPS
     finally:
-        window.close()
-        if writer:
-            writer.close()
+        try:
+            if background:
+                background.wait()       # the run ends (or rolls back) with its last checkpoint complete
+        finally:
+            window.close()
+            if writer:
+                writer.close()
     if writer:
         print(progress.summary(run_dir), flush=True)
     return 0

@@ -126,3 +126,38 @@ def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
     for bad in (STATE_FORMAT_VERSION + 1, "1"):
         with pytest.raises(ResumeError, match="format_version"):
             check_state_version({"format_version": bad}, tmp_path)
+
+
+def test_model_file_is_save_checkpoints_bytes_and_its_digest_is_the_files(tmp_path):
+    """write_model_file encodes the records itself and hashes them as they are written: the file is
+    byte for byte ms.save_checkpoint's (float32, float16, int32 scalar, a tensor split in slices), the
+    digest is the file's, and the host copy is a snapshot (later changes to the parameter do not
+    reach it)."""
+    import hashlib
+
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    rng = np.random.default_rng(0)
+    state = {"w": Parameter(Tensor(rng.standard_normal((300, 7)).astype(np.float32)), name="w"),
+             "h": Parameter(Tensor(rng.standard_normal(5).astype(np.float16)), name="h"),
+             "global_step": Parameter(Tensor(np.array(3, np.int32)), name="global_step")}
+    ms.save_checkpoint([{"name": k, "data": p} for k, p in state.items()], str(tmp_path / "ms.ckpt"))
+    copy = ckpt.host_copy(state)
+    state["w"].set_data(Tensor(np.zeros((300, 7), np.float32)))
+    digest = ckpt.write_model_file(tmp_path / "ours.ckpt", copy)
+    ours = (tmp_path / "ours.ckpt").read_bytes()
+    assert ours == (tmp_path / "ms.ckpt").read_bytes()
+    assert digest == {"sha256": hashlib.sha256(ours).hexdigest(), "bytes": len(ours)}
+    # slices: a tensor larger than a slice is several records of one name, loaded back whole
+    ckpt.write_model_file(tmp_path / "sliced.ckpt", copy, slice_bytes=1000)
+    loaded = ms.load_checkpoint(str(tmp_path / "sliced.ckpt"))
+    assert loaded["w"].asnumpy().tobytes() == copy[0].data.tobytes() and loaded["w"].shape == (300, 7)
+    assert loaded["h"].asnumpy().tobytes() == copy[1].data.tobytes() and int(loaded["global_step"].asnumpy()) == 3
+    assert copy[0].data.any() and not state["w"].asnumpy().any()     # the snapshot kept the old values
+    # a background writer's next snapshot goes into the arrays of the previous one
+    buffers = {}
+    first = ckpt.host_copy(state, buffers=buffers)
+    state["w"].set_data(Tensor(np.ones((300, 7), np.float32)))
+    second = ckpt.host_copy(state, buffers=buffers)
+    assert second[0].data is first[0].data and second[0].data.tolist() == [1.0] * 2100

@@ -5,8 +5,12 @@ rows it took and of every state parameter it left (weights, optimizer moments), 
 TRAIN_TRACE_FAULT="R:N:crash|hang|kill": rank R raises (blocks forever, SIGKILLs its own process) at
 its N-th call of the train step, before running it (calls count on through a spike rollback).
 TRAIN_TEST_CKPT_KILL="<phase>:<step>": the process SIGKILLs itself at `phase` of checkpoint `step`
-(the writer's before_rename | before_latest) or of the spike rollback decided after `step`
-(rollback_start | rollback_loaded, mspretrain/train/spike.py).
+(the writer's model_written | before_rename | before_latest) or of the spike rollback decided after
+`step` (rollback_start | rollback_loaded, mspretrain/train/spike.py).
+TRAIN_TEST_CKPT_SLOW="<phase>:<step>:<seconds>[,...]": the writer sleeps there (inside a background write).
+TRAIN_TEST_CKPT_FAIL="<phase>:<step>": the writer raises OSError there (a disk that fails mid-write).
+TRAIN_TEST_CKPT_LOG=FILE: the writer appends {"phase", "step", "time", "thread"} to FILE at each phase
+(after any sleep).
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ MODULE = "train_test_hooks"
 TRACE_ENV = "TRAIN_TRACE_DIR"
 FAULT_ENV = "TRAIN_TRACE_FAULT"
 KILL_ENV = "TRAIN_TEST_CKPT_KILL"
+SLOW_ENV = "TRAIN_TEST_CKPT_SLOW"
+FAIL_ENV = "TRAIN_TEST_CKPT_FAIL"
+LOG_ENV = "TRAIN_TEST_CKPT_LOG"
 EVAL_KILL_ENV = "TRAIN_TEST_EVAL_KILL"     # N: SIGKILL `train eval` after N result lines and half of one
 
 
@@ -37,15 +44,27 @@ def install(hooks) -> None:
     trace, fault = os.environ.get(TRACE_ENV), os.environ.get(FAULT_ENV)
     if trace or fault:
         hooks.wrap_step = lambda step, dist, model: TracedStep(step, dist, model, trace, fault)
-    if os.environ.get(KILL_ENV):
-        hooks.checkpoint_phase = kill_at
-        hooks.spike_phase = kill_at
+    if any(os.environ.get(k) for k in (KILL_ENV, SLOW_ENV, FAIL_ENV, LOG_ENV)):
+        hooks.checkpoint_phase = at_phase
+        hooks.spike_phase = at_phase
     if os.environ.get(EVAL_KILL_ENV):
         hooks.eval_record = kill_eval_after
 
 
-def kill_at(phase: str, step: int) -> None:
-    if os.environ.get(KILL_ENV, "") == f"{phase}:{step}":
+def at_phase(phase: str, step: int) -> None:
+    here = f"{phase}:{step}"
+    for item in filter(None, os.environ.get(SLOW_ENV, "").split(",")):
+        where, _, seconds = item.rpartition(":")
+        if where == here:
+            time.sleep(float(seconds))
+    if log := os.environ.get(LOG_ENV):
+        import threading
+        with open(log, "a") as f:
+            f.write(json.dumps({"phase": phase, "step": step, "time": time.time(),
+                                "thread": threading.current_thread().name}) + "\n")
+    if os.environ.get(FAIL_ENV, "") == here:
+        raise OSError(f"{FAIL_ENV}: injected write failure at {here}")
+    if os.environ.get(KILL_ENV, "") == here:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
