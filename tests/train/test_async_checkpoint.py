@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train.cli import EXIT_ERROR
+from mspretrain.common.console import FAILED as EXIT_ERROR
 from train_test_hooks import FAIL_ENV, LOG_ENV, SLOW_ENV, env as hook_env
 from trainer_harness import REPO, exact_view, kill_group, last_step, launch_cmd, records, run
 
