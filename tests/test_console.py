@@ -35,7 +35,11 @@ def _interrupt(argv: list[str], delay: float, group: bool, cwd: Path) -> tuple[i
         time.sleep(delay)
         if proc.poll() is not None:
             return None, ""
-        (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+        try:
+            (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+        except ProcessLookupError:      # it ended between the poll and the signal
+            proc.communicate()
+            return None, ""
         _, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -118,3 +122,26 @@ def test_ctrl_c_while_mindspore_imports_is_one_line(tmp_path):
     assert _check("train", code, err, "train launch at 1.0 s"), err
     assert err.strip() == "train launch: interrupted"
     assert not (tmp_path / "run").exists()
+
+
+def test_an_object_left_half_built_by_ctrl_c_adds_nothing_to_the_line():
+    """A Ctrl-C inside a library's constructor (matplotlib's pyparsing, mid-import) leaves an object
+    whose __del__ fails: the command still ends with its one line, not "Exception ignored in ..."."""
+    code = "\n".join([
+        "import os, signal, sys",
+        "from mspretrain.common.console import run",
+        "class Half:",
+        "    def __init__(self):",
+        "        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C while it is being built",
+        "        self.expr = 1",
+        "    def __del__(self):",
+        "        self.expr                              # never set: AttributeError",
+        "def command():",
+        "    Half()",
+        "    return 0",
+        "sys.exit(run('demo', lambda: command, exiting=True))",
+    ])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "demo: interrupted", r.stderr

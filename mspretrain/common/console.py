@@ -55,7 +55,8 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
     try:
         command = load()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        quiet = exiting and previous is signal.default_int_handler
+        signal.signal(signal.SIGINT, _raise_quietly if quiet else previous)
     late: list = []
     code, left = None, previous
     try:
@@ -82,6 +83,14 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
         else:
             _end_at_once_on_interrupt(prog, quiet=code == INTERRUPTED or code is None)
     return code
+
+
+def _raise_quietly(signum, frame):
+    """Ctrl-C while a console command runs: a KeyboardInterrupt, as usual. The process is then on
+    its way out, and what the interrupt left half-built (a library's object, mid-import) can fail in
+    its __del__: those secondary errors are not printed around the command's own line."""
+    sys.unraisablehook = lambda unraisable: None
+    raise KeyboardInterrupt
 
 
 def _end_at_once_on_interrupt(prog: str, quiet: bool) -> None:

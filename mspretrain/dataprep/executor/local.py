@@ -66,6 +66,7 @@ class WorkerPool:
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
+        _start_quiet_resource_tracker()
         ready = ctx.Barrier(self.workers)
         # blocked again: starting multiprocessing's resource tracker (for the barrier's semaphores,
         # in the first pool of a process) unblocks SIGINT in this thread, and the workers spawned
@@ -151,6 +152,23 @@ def _sigint_blocked():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _start_quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker (it unlinks the barrier's semaphores if this process dies)
+    started without its warnings: a Ctrl-C that lands while an exit handler unlinks a semaphore
+    leaves the name registered, and the tracker would then print "resource_tracker: ... No such
+    file or directory" under the command's one line, about a semaphore that is already gone."""
+    from multiprocessing import resource_tracker
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "ignore:resource_tracker:UserWarning"    # read by the tracker
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:
