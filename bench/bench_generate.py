@@ -45,20 +45,6 @@ sys.path.insert(0, str(REPO / "tests" / "train"))
 sys.path.insert(0, str(REPO))
 TARGET = 0.5
 TASK_TARGET = 1.0
-LM_EVAL_TASK = """task: bench_task
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {file}
-test_split: test
-output_type: multiple_choice
-doc_to_text: context
-doc_to_choice: choices
-doc_to_target: gold
-target_delimiter: ""
-metric_list:
-  - metric: acc
-"""
 EOS_ID = 2          # the exported tokenizer keeps unk 0, bos 1, eos 2, pad 3 (docs/export.md)
 
 
@@ -184,11 +170,10 @@ class OursTasks:
 
 class TheirsTasks:
     def __init__(self, hf_dir: Path, task_file: Path, batch: int, tmp: Path):
+        from hf_helpers import lm_eval_env, write_lm_eval_task
         include = tmp / "lm_eval_tasks"
-        include.mkdir(exist_ok=True)
-        (include / "bench_task.yaml").write_text(LM_EVAL_TASK.format(file=task_file))
-        env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home"),
-               "TOKENIZERS_PARALLELISM": "false"}
+        write_lm_eval_task(include, "bench_task", task_file)
+        env = lm_eval_env(tmp)
         self.log = open(tmp / "lm_eval.log", "w")
         self.p = subprocess.Popen([sys.executable, __file__, "--lm-eval-worker", str(hf_dir), str(include),
                                    str(batch)], text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

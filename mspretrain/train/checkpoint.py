@@ -357,9 +357,6 @@ class BackgroundWriter:
         self._thread = threading.Thread(target=run, name=f"checkpoint-{step_dir_name(step)}", daemon=True)
         self._thread.start()
 
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def check(self) -> None:
         """Raise now if the write in the background has failed (returns at once otherwise)."""
         if self._thread is not None and not self._thread.is_alive():

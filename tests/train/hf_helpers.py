@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,3 +51,23 @@ def jsonl(path: Path) -> list[dict]:
 def import_cmd(run_dir: Path, data: Path, hf_dir: Path, *sets: str) -> list[str]:
     cmd = train_cmd("import", run_dir, data, *sets)
     return cmd[:4] + ["--from", str(hf_dir)] + cmd[4:]
+
+
+def write_lm_eval_task(include: Path, name: str, data: Path, metrics: tuple = ("acc",)) -> Path:
+    """An lm-evaluation-harness task named `name` over our task jsonl `data` ({"context", "choices",
+    "gold"} lines), written into the --include_path folder `include`: a multiple-choice task whose
+    choices follow the context directly, as `train eval --tasks` scores them."""
+    include.mkdir(parents=True, exist_ok=True)
+    path = include / f"{name}.yaml"
+    path.write_text("\n".join([
+        f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:", f"    test: {data}",
+        "test_split: test", "output_type: multiple_choice", "doc_to_text: context",
+        "doc_to_choice: choices", "doc_to_target: gold", 'target_delimiter: ""', "metric_list:",
+        *(f"  - metric: {m}" for m in metrics)]) + "\n")
+    return path
+
+
+def lm_eval_env(tmp: Path) -> dict:
+    """The environment lm-eval runs in here: offline (the task is a local file), its own HF home."""
+    return {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home"),
+            "TOKENIZERS_PARALLELISM": "false"}

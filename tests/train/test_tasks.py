@@ -5,14 +5,13 @@ from __future__ import annotations
 import glob
 import gzip
 import json
-import os
 import random
 import re
 import sys
 
 import pytest
 
-from hf_helpers import CORPUS, cli, jsonl
+from hf_helpers import CORPUS, cli, jsonl, lm_eval_env, write_lm_eval_task
 from trainer_harness import REPO, run
 
 
@@ -105,22 +104,6 @@ def test_bad_task_file_is_one_line(spm_run, tmp_path):
     assert "Traceback" not in p.stderr
 
 
-LM_EVAL_TASK = """task: {name}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {file}
-test_split: test
-output_type: multiple_choice
-doc_to_text: context
-doc_to_choice: choices
-doc_to_target: gold
-target_delimiter: ""
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-  - metric: acc_bytes
-"""
 
 
 @pytest.mark.slow
@@ -132,12 +115,10 @@ def test_equals_lm_evaluation_harness(spm_run, tasks, tmp_path):
     p = cli("eval", spm_run, "--tasks", tasks / "en.jsonl", tasks / "zh.jsonl")
     assert p.returncode == 0, p.stderr[-3000:]
     include = tmp_path / "lm_eval_tasks"
-    include.mkdir()
     for task in ("en", "zh"):
-        (include / f"{task}.yaml").write_text(LM_EVAL_TASK.format(name=f"mspretrain_{task}",
-                                                                  file=tasks / f"{task}.jsonl"))
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"),
-           "TOKENIZERS_PARALLELISM": "false"}
+        write_lm_eval_task(include, f"mspretrain_{task}", tasks / f"{task}.jsonl",
+                           ("acc", "acc_norm", "acc_bytes"))
+    env = lm_eval_env(tmp_path)
     out = tmp_path / "lm_eval_out"
     p = run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={export},dtype=float32",
              "--include_path", str(include), "--tasks", "mspretrain_en,mspretrain_zh", "--device", "cpu",
