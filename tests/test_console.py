@@ -145,3 +145,22 @@ def test_an_object_left_half_built_by_ctrl_c_adds_nothing_to_the_line():
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "demo: interrupted", r.stderr
+
+
+def test_a_ctrl_c_a_library_turned_into_its_own_error_is_still_one_line():
+    """A KeyboardInterrupt inside `__set_name__` (matplotlib's import) comes out as a RuntimeError
+    chained to it: the command still ends with its one line and 130."""
+    code = "\n".join([
+        "import sys",
+        "from mspretrain.common.console import run",
+        "def command():",
+        "    try:",
+        "        raise KeyboardInterrupt",
+        "    except KeyboardInterrupt as e:",
+        "        raise RuntimeError('Error calling __set_name__') from e",
+        "sys.exit(run('demo', lambda: command, exiting=True))",
+    ])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "demo: interrupted", r.stderr

@@ -66,6 +66,9 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
             code = command()
         except KeyboardInterrupt:
             pass
+        except Exception as e:      # a Ctrl-C that a library turned into its own error (an import
+            if not _from_ctrl_c(e):     # in __set_name__ gives RuntimeError, numpy an ImportError)
+                raise
         finally:    # the command is over: a Ctrl-C from here on cannot raise in the middle of this
             left = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, lambda signum, frame: late.append(signum))
@@ -83,6 +86,17 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
         else:
             _end_at_once_on_interrupt(prog, quiet=code == INTERRUPTED or code is None)
     return code
+
+
+def _from_ctrl_c(e: BaseException) -> bool:
+    """`e` was raised while handling a KeyboardInterrupt, or because of one."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _raise_quietly(signum, frame):
