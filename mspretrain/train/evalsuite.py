@@ -250,8 +250,9 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
 
 
 def _log_probs_and_hits(model):
-    """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is the top-1
-    prediction bool [B, S]), from one forward."""
+    """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is a top-1
+    prediction bool [B, S]: its logit equals the largest, ties included as in val_acc,
+    train.model.CausalLMLoss), from one forward."""
     import mindspore.common.dtype as mstype
     from mindspore import nn, ops
 
@@ -259,13 +260,12 @@ def _log_probs_and_hits(model):
         def __init__(self, model):
             super().__init__()
             self.model = model
-            self.argmax = ops.Argmax(axis=-1, output_type=mstype.int32)
 
         def construct(self, input_ids):
             logits = self.model(input_ids[:, :-1]).astype(mstype.float32)
             labels = input_ids[:, 1:]
             picked = ops.gather_elements(logits, 2, labels.expand_dims(-1)).squeeze(-1)
-            return picked - ops.logsumexp(logits, -1), self.argmax(logits) == labels
+            return picked - ops.logsumexp(logits, -1), picked >= logits.max(-1)
 
     return LogProbsAndHits(model)
 
@@ -379,9 +379,7 @@ def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
     if every and step % every:
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, prompts=""))
     s = run_suite(model, cfg, run_dir, f"step_{step:08d}")
-    rec = {}
-    if s.get("acc") is not None:
-        rec["val_acc"] = s["acc"]
+    rec = {}        # val_acc comes with val_loss (train.evaluate.validation_loss), of the same batches
     if s.get("bits_per_byte") is not None:
         rec["val_bits_per_byte"] = s["bits_per_byte"]
     if len(s["per_source"]) > 1:
