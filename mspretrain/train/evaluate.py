@@ -76,7 +76,7 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
                             eos if cfg.train.eod_mask_loss else -1, hits=True)
     weights = {p.name: p for p in loss_net.get_parameters()}
-    ckpt.load_params(ckpt_dir, weights, allow_extra=True)
+    ckpt.load_params(one_device(ckpt_dir), weights, allow_extra=True, verify=False)
     extras: dict = {}
     loss = validation_loss(loss_net, cfg, seq, extras=extras)
     step = ckpt.read_state(ckpt_dir).get("step")
@@ -88,6 +88,17 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     summary = run_suite(model, cfg, cfg.run.dir, tag)
     print("\n".join(format_summary(summary)))
     return 0
+
+
+def one_device(ckpt_dir: Path) -> Path:
+    """The directory of `ckpt_dir`'s full model.ckpt, its files' digests checked first: itself, or for
+    a sharded checkpoint (rank_R/, Ascend model/pipeline parallel or optimizer sharding) its slices
+    merged onto one device (train.reshard.merged_to_one_device, cached in CKPT/merged/)."""
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.reshard import merged_to_one_device
+
+    ckpt.verify_files(ckpt_dir, ckpt.read_state(ckpt_dir))
+    return merged_to_one_device(ckpt_dir)
 
 
 def check_fits_checkpoint(ckpt_dir: Path, cfg: Config) -> None:

@@ -424,6 +424,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
+    from mspretrain.train import evalsuite
+    if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
+        print(notice, flush=True)
     background = background_writer(cfg, dist)
     batches = iter(loader)
     try:
@@ -465,12 +468,15 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     print(progress.line(record), flush=True)
                 if notice := observer.first_peak_notice(record):
                     print(notice, flush=True)
+            suite_after_save = None     # a sharded run's eval record, written with the suite after the save
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
-                if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # mspretrain/train/evalsuite.py
-                    from mspretrain.train.evalsuite import in_loop
-                    rec.update(in_loop(session.model, cfg, run_dir, step))
-                if writer:
+                suite = evalsuite.in_loop_mode(cfg, dist.sharded, dist.is_main, step)
+                if suite == "live":
+                    rec.update(evalsuite.in_loop(session.model, cfg, run_dir, step))
+                if suite == "checkpoint":
+                    suite_after_save = rec
+                elif writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
             if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
@@ -480,6 +486,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     or stop):
                 save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
                      {"spike": guard.state_dict()}, background)
+            if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
+                ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
+                suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
+                writer.write(suite_after_save)
+                print(metrics.console_line(suite_after_save, cfg.train.steps), flush=True)
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",
