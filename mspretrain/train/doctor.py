@@ -644,12 +644,12 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     from mspretrain.train.evaluate import validation_loss
     from mspretrain.train.memory import dataset_shape
     from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.reshard import merged_to_one_device
     from mspretrain.train.step import apply_precision
 
     cfg = load_config(config, sets)
     source, out = Path(ckpt_dir), Path(out)
-    if not (source / ckpt.MODEL_FILE).is_file():
-        source = merge_sharded(source, out)
+    source = merged_to_one_device(source, out / "merged")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     seq, vocab = dataset_shape(cfg)
@@ -660,26 +660,6 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
                             eos if cfg.train.eod_mask_loss else -1)
     ckpt.load_params(source, {p.name: p for p in loss_net.get_parameters()}, allow_extra=True, verify=False)
     return validation_loss(loss_net, cfg, seq)
-
-
-def merge_sharded(ckpt_dir: Path, out: Path) -> Path:
-    """A sharded checkpoint (CKPT/rank_R/model.ckpt + CKPT/strategy/rank_R.ckpt) as one full model.ckpt
-    under `out`/full: the strategies merged across pipeline stages, then transformed to no sharding."""
-    import mindspore as ms
-
-    from mspretrain.train.checkpoint import MODEL_FILE
-
-    out.mkdir(parents=True, exist_ok=True)
-    strategy = out / "merged_strategy.ckpt"
-    ms.parallel.merge_pipeline_strategys(str(ckpt_dir / "strategy"), str(strategy))
-    ms.parallel.transform_checkpoints(str(ckpt_dir), str(out / "merged"), "model", str(strategy), None)
-    merged = sorted((out / "merged" / "rank_0").glob("*.ckpt"))
-    if not merged:
-        raise RuntimeError(f"transform_checkpoints wrote nothing under {out / 'merged' / 'rank_0'}")
-    full = out / "full"
-    full.mkdir(exist_ok=True)
-    shutil.copyfile(merged[-1], full / MODEL_FILE)
-    return full
 
 
 def main(cfg, config: str | None, sets: list[str], nproc: int, out: str | None) -> int:
