@@ -24,6 +24,15 @@ the loader opened and its first batch, the session, the compile step, the later 
 step's, each in its own process, this process's RSS (VmRSS, VmHWM) after each; the launch once more with
 the loader in-process (data.num_workers=0).
 
+    .venv/bin/python bench/bench_train.py --in-process [--pairs 8] (+ the model flags above)
+
+Step time without the noise of separate processes: the bare step and `train launch`'s own step
+(trainer.build_session's cell: grad norm, clipping, the skip test, bias-corrected AdamW; no loader, no
+host bookkeeping) built in one process (both graphs at once: about twice one step's RSS), stepped in
+pairs, the order swapped every pair; prints the median of the per-pair time ratios (the tokens/s
+ratio) with its quartiles. Peak RSS ratios come from the default mode (one process per run): here the
+second graph reuses memory the first one's build freed.
+
     .venv/bin/python bench/bench_train.py --document-mask on,off [--doc-length 64] [--repeat 2]
 
 Packed documents: the same model trained on a dataset whose samples hold documents of about
@@ -345,6 +354,9 @@ def main() -> int:
                     help="on | off | on,off: packed-document masking per run (replaces the recompute runs)")
     ap.add_argument("--doc-length", type=int, default=64, help="mean document length with --document-mask")
     ap.add_argument("--mask-reps", type=int, default=5, help="alternating in-process timings per variant")
+    ap.add_argument("--in-process", action="store_true",
+                    help="bare step and launch step in one process, stepped alternately (--pairs)")
+    ap.add_argument("--pairs", type=int, default=8, help="step pairs with --in-process")
     ap.add_argument("--memory-phases", action="store_true",
                     help="RSS phase by phase: train launch (loader in a worker, and in-process) vs the bare step")
     args = ap.parse_args()
@@ -369,6 +381,8 @@ def main() -> int:
         return document_mask_runs(args, peak)
     if args.memory_phases:
         return memory_phases(args)
+    if args.in_process:
+        return in_process_steps(args)
     ms_per_step = {}
     launch_tps, ref_tps, launch_rss, ref_rss, bare_tps, bare_rss = [], [], [], [], [], []
     for mode in args.recompute.split(","):
@@ -418,6 +432,70 @@ def main() -> int:
     if "none" in ms_per_step and "full" in ms_per_step:
         print(f"recompute full / none step time: {ms_per_step['full'] / ms_per_step['none']:.2f}x "
               f"(the forward runs again in backward)")
+    return 0
+
+
+def in_process_steps(args) -> int:
+    """`--in-process`: the bare step against `train launch`'s step, in one process, alternating."""
+    import os
+
+    import mindspore as ms
+    from mindspore import Tensor, nn
+
+    from mspretrain.train import distributed, parallel
+    from mspretrain.train.config import load_config
+    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.trainer import build_session
+
+    load0 = os.getloadavg()
+    sets = [f"model.hidden_size={args.hidden}", f"model.num_layers={args.layers}", f"model.num_heads={args.heads}",
+            "model.num_kv_heads=0", f"model.ffn_size={args.ffn}", f"model.vocab_size={args.vocab}",
+            f"train.global_batch_size={args.batch}", f"precision.dtype={args.dtype}", "optim.clip_norm=1.0",
+            *NO_DOCUMENT_MASK]
+    cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
+    dist = distributed.setup(cfg, parallel.validate)        # GRAPH_MODE on CPU, one process
+    ms.set_seed(0)
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, args.vocab, (args.batch, args.seq + 1), dtype=np.int32) for _ in range(3)]
+
+    def bare_step():
+        model = Llama(ModelArgs(vocab_size=args.vocab, seq_length=args.seq, hidden_size=args.hidden,
+                                num_layers=args.layers, num_heads=args.heads, ffn_size=args.ffn), seed=0)
+        net = CausalLMLoss(model, args.vocab)
+        cell = nn.TrainOneStepCell(net, nn.AdamWeightDecay(net.trainable_params(), 1e-3, weight_decay=0.1))
+        cell.set_train(True)
+        return lambda b: cell(Tensor(b)).asnumpy()
+
+    def launch_step():
+        session = build_session(cfg, args.vocab, args.seq, dist)
+        return lambda b: session.train_step(b, 1e-4)
+
+    steps, added = {}, {}
+    for name, build in (("bare", bare_step), ("launch", launch_step)):
+        before = _rss_mb()[0]
+        steps[name] = build()
+        steps[name](batches[0])                 # compile
+        steps[name](batches[1])
+        added[name] = _rss_mb()[0] - before
+    times = {"bare": [], "launch": []}
+    ratios = []
+    for i in range(args.pairs):
+        got = {}
+        for name in (("launch", "bare") if i % 2 == 0 else ("bare", "launch")):
+            got[name] = _timed(lambda: steps[name](batches[i % len(batches)]))
+            times[name].append(got[name])
+        ratios.append(got["bare"] / got["launch"])
+    q1, med, q3 = _quartiles(ratios)
+    load1 = os.getloadavg()
+    print(f"one process, {args.pairs} alternating step pairs, load average {load0[0]:.2f} at the start, "
+          f"{load1[0]:.2f} at the end ({os.cpu_count()} CPUs)")
+    print(f"  median step: bare {np.median(times['bare']) * 1000:.0f} ms, "
+          f"launch {np.median(times['launch']) * 1000:.0f} ms")
+    print(f"train launch step / bare step: tokens/s {med:.3f}x (median of per-pair ratios; quartiles {q1:.3f}.."
+          f"{q3:.3f}; target >= 0.95: {'met' if med >= 0.95 else 'NOT met'})")
+    print(f"  RSS added by building and compiling each graph, bare first: bare {added['bare']:.0f} MiB, launch "
+          f"{added['launch']:.0f} MiB (the second reuses memory the first freed: peak RSS ratios come from the "
+          f"default mode, one process per run)")
     return 0
 
 
