@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_memory.py [--sizes 256,512,1024] [--batches 1,4] [--steps 2]
         [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
-Every measurement is a fresh subprocess that builds mspretrain/train/model.py's Llama with mspretrain/train/step.py's
+Every measurement is a fresh subprocess that builds mspretrain/train/models/llama/model.py's Llama with mspretrain/train/step.py's
 TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic loss scaling) and runs GRAPH_MODE
 steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
@@ -61,7 +61,7 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     import mindspore as ms
 
     from mspretrain.train.config import load_config
-    from mspretrain.train.model import CausalLMLoss, Llama, count_params, model_args
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, count_params, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import apply_precision, build_train_step
 

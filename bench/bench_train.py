@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (mspretrain/train/model.py's Llama and CausalLMLoss,
+The reference, run in the same invocation on the same model (mspretrain/train/models/llama/model.py's Llama and CausalLMLoss,
 same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
 `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
@@ -153,12 +153,12 @@ def reference_run(args, bare: bool = False) -> tuple[float, float] | None:
 
 
 def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, bare=0) -> None:
-    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/model.py's Llama;
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/models/llama/model.py's Llama;
     `bare`: the plain nn.TrainOneStepCell + AdamWeightDecay (no clipping, no norm), the held-out baseline."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -241,7 +241,7 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -425,7 +425,7 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -580,7 +580,7 @@ def _variant(args, name: str):
 
     from mspretrain.train import spike
     from mspretrain.train.config import load_config
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs, count_params
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs, count_params
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
 

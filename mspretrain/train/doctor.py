@@ -602,7 +602,7 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     from mspretrain.train.config import load_config
     from mspretrain.train.evaluate import validation_loss
     from mspretrain.train.memory import dataset_shape
-    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
     from mspretrain.train.step import apply_precision
 
     cfg = load_config(config, sets)
@@ -664,7 +664,7 @@ def kernel_check() -> str:
     from mindspore import Tensor
     from mindspore.common import dtype as mstype
 
-    from mspretrain.train.model import Llama, ModelArgs
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("Ascend")

@@ -47,7 +47,7 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     import mindspore as ms
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
     from mspretrain.train.step import apply_precision, check_precision
 
     check_precision(cfg)

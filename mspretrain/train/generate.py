@@ -41,7 +41,7 @@ from mindspore.common import dtype as mstype
 from mindspore.ops.auto_generate.gen_ops_prim import SiLU   # not re-exported by mindspore.ops in 2.10
 
 from mspretrain.common.jsonl import read_json_lines
-from mspretrain.train.model import ModelArgs, rotary_tables
+from mspretrain.train.models.llama.model import ModelArgs, rotary_tables
 
 
 class InputError(ValueError):

@@ -2,7 +2,7 @@
 tokenizer files, generation_config.json) and `train import` (a Llama checkpoint -> step 0 of a new run).
 
 The layouts already agree, so the conversion is a renaming, with no permutation:
-- rotary: mspretrain/train/model.py rotates halves of the head dim (x1 = first half, x2 = second half, angles
+- rotary: mspretrain/train/models/llama/model.py rotates halves of the head dim (x1 = first half, x2 = second half, angles
   repeated over both halves), which is Hugging Face Llama's `rotate_half`, so q/k weights are copied
   as they are (a checkpoint with interleaved pairs would need its rows permuted; ours has none);
 - grouped KV heads: query head h uses KV head h // (num_heads / num_kv_heads) in both;
@@ -36,7 +36,7 @@ class HFError(RuntimeError):
 # ---------------------------------------------------------------- names
 
 def hf_name(name: str) -> str:
-    """Llama-relative weight name (mspretrain/train/model.py) -> Hugging Face LlamaForCausalLM name."""
+    """Llama-relative weight name (mspretrain/train/models/llama/model.py) -> Hugging Face LlamaForCausalLM name."""
     parts = name.split(".")
     if name == "tok_embeddings.embedding_table":
         return "model.embed_tokens.weight"

@@ -16,7 +16,7 @@ gradients, the zeros that reset the accumulators).
 
 Two memory regimes (`reuses_memory`):
 - Ascend/GPU: buffers are reused once their last reader ran. Activations are counted tensor by tensor
-  for mspretrain/train/model.py's layer (what backward keeps): the layer input, the two RMSNorms (fp32 normalised
+  for mspretrain/train/models/llama/model.py's layer (what backward keeps): the layer input, the two RMSNorms (fp32 normalised
   value + output), q, k, v (grouped KV heads tiled to all heads), softmax probabilities [heads, S, S]
   (fp32 and, in 16-bit, their cast) or flash attention's log-sum-exp, the attention output, the
   residual, and the SwiGLU's four [S, ffn] tensors; plus the loss path (logits, exp(logits - max) and
@@ -171,7 +171,7 @@ def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> fl
 
 
 def _layer_all_intermediates(cfg, seq: int, micro: int) -> float:
-    """CPU: every intermediate of mspretrain/train/model.py's layer, forward and backward, counted by hand in
+    """CPU: every intermediate of mspretrain/train/models/llama/model.py's layer, forward and backward, counted by hand in
     T = [tokens, hidden], F = [tokens, ffn] (b bytes) and A = fp32 [heads, S, S] per sample.
     Forward 28T + 4F + 4A: two RMSNorms 3T each (square, normalised, weighted); q, k, v and their
     transposes 6T; rotary on q and k 5T each (halves, four products, sub + add, concat); scores,

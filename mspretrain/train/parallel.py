@@ -251,7 +251,7 @@ def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
 
 
 def uses_flash_attention(cfg) -> bool:
-    """The model's rule (train.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
+    """The model's rule (train.models.llama.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
     return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
 
 
@@ -609,7 +609,7 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
 
 
 def lazy_inline_loss(cfg) -> bool:
-    """The train loss cell as one reused sub-graph (train.model.ReusedCausalLMLoss, mindspore.lazy_inline,
+    """The train loss cell as one reused sub-graph (train.models.llama.model.ReusedCausalLMLoss, mindspore.lazy_inline,
     on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
     MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
     so it is never on elsewhere."""

@@ -157,7 +157,7 @@ def merge_sharded(ckpt_dir: Path) -> Path:
 
 
 def model_args_of_run(run_dir, cfg: Config | None = None):
-    from mspretrain.train.model import model_args
+    from mspretrain.train.models.llama.model import model_args
 
     cfg = cfg or run_config(run_dir)
     ds = read_run(run_dir)["dataset"]
@@ -166,7 +166,7 @@ def model_args_of_run(run_dir, cfg: Config | None = None):
 
 def load_run_model(run_dir, step: int | None = None):
     """(Llama in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     cfg = run_config(run_dir)
     ckpt_dir = checkpoint_dir(run_dir, step)

@@ -6,7 +6,7 @@ the first is predicted, so a document of n tokens gets n - 1 log-probabilities (
 perplexity exp(-mean). A document longer than the model's context is scored in consecutive windows of
 seq_length predictions, each window restarting its context at its first token.
 
-The log-probabilities come from mspretrain/train/model.py's own forward (`Llama`, fp32, GRAPH_MODE), rows
+The log-probabilities come from mspretrain/train/models/llama/model.py's own forward (`Llama`, fp32, GRAPH_MODE), rows
 right-padded to seq_length (causal attention: padding never changes earlier positions), built as the
 run trained it: with `model.document_mask` / `model.reset_position_ids` on, an EOS inside a line ends a
 document as in a packed training sample, so the tokens after it attend only to their own document
@@ -76,7 +76,7 @@ def perplexity(logprobs: np.ndarray) -> float | None:
 def training_args(rm):
     """The run's ModelArgs with its document masking and position reset (they need the EOS id):
     what the model saw in training."""
-    from mspretrain.train.model import model_args
+    from mspretrain.train.models.llama.model import model_args
     from mspretrain.train.runinfo import read_run, run_config
 
     ds = read_run(rm.run_dir)["dataset"]
@@ -87,7 +87,7 @@ def training_args(rm):
 
 def main(run_dir, input_path: str, out_path: str, step: int | None = None, batch_size: int = 8) -> int:
     from mspretrain.train.generate import InputError, RunModel, load_prompts, set_graph_mode
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.runinfo import set_weights
 
     set_graph_mode()

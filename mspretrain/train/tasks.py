@@ -166,7 +166,7 @@ def eval_checkpoint(run_dir, step: int | None, task_files: list[str], few_shot: 
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.evalsuite import ResultsFile
     from mspretrain.train.generate import RunModel
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.runinfo import set_weights
     from mspretrain.train.score import training_args
 

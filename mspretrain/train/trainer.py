@@ -32,8 +32,8 @@ STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newe
 @dataclass
 class Session:
     """Everything built for one process: model, loss, optimizer and the train step."""
-    args: object                # train.model.ModelArgs
-    model: object               # train.model.Llama (fp32 master weights)
+    args: object                # train.models.llama.model.ModelArgs
+    model: object               # train.models.llama.model.Llama (fp32 master weights)
     loss_net: object            # CausalLMLoss over the mixed-precision cell
     optimizer: object
     train_step: object          # train.step.TrainStep (after parallelize)
@@ -44,7 +44,7 @@ class Session:
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from mspretrain.train import hooks, parallel
-    from mspretrain.train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute
     from mspretrain.train.step import apply_precision, build_train_step

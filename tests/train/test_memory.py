@@ -232,12 +232,12 @@ def test_cpu_keeps_every_buffer_of_the_graph():
 
 
 def test_parameter_count_is_the_real_networks():
-    """count_params against the parameters of the real train.model.Llama (and its per-layer split
+    """count_params against the parameters of the real train.models.llama.model.Llama (and its per-layer split
     against the real layer's matrices and norm vectors), untied and tied, with grouped KV heads."""
     import numpy as np
 
     from mspretrain.train.memory import layer_params
-    from mspretrain.train.model import Llama, model_args
+    from mspretrain.train.models.llama.model import Llama, model_args
 
     for sets in ([], ["model.tie_embeddings=true"], ["model.num_kv_heads=2", "model.ffn_size=96"]):
         cfg = load_config(None, ["model.hidden_size=64", "model.num_layers=3", "model.num_heads=4", *sets])
@@ -286,7 +286,7 @@ def test_document_term_is_the_tensors_the_model_builds_for_its_layers(graph_mode
     from mindspore import Tensor
 
     from mspretrain.train.memory import document_activation_bytes, estimate
-    from mspretrain.train.model import Llama, model_args
+    from mspretrain.train.models.llama.model import Llama, model_args
 
     seq, micro = 32, 3
     cfg = load_config(None, ["device=Ascend", f"precision.dtype={dtype}", "model.hidden_size=64",
