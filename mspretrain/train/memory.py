@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from mspretrain.train.batching import micro_batch, micro_batches
 from mspretrain.train.config import ConfigError
 from mspretrain.train.parallel import ffn_size, kv_heads, stage_layers
 from mspretrain.train.recompute import recompute_plan
@@ -232,12 +233,6 @@ def document_activation_bytes(cfg, seq: int, micro: int) -> float:
     return total
 
 
-def micro_batch(cfg) -> int:
-    p, t = cfg.parallel, cfg.train
-    local = t.micro_batch_size or t.global_batch_size // p.data_parallel
-    return max(1, local // (p.micro_batch_num if p.pipeline_stage > 1 else 1))
-
-
 # ---------------------------------------------------------------- the estimate
 
 def estimate(cfg, seq_length: int, vocab_size: int) -> Estimate:
@@ -266,7 +261,7 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
     weights = n * per.weights / (dp if shard["weights"] else 1)
     grads = n * per.grads / (dp if shard["grads"] else 1)
     optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
-    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_steps(cfg) > 1 else 0.0
+    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_batches(cfg) > 1 else 0.0
     step_temps = n * _step_temp_bytes(cfg) / (dp if shard["grads"] else 1)
     mb = micro_batch(cfg)
     m = p.micro_batch_num if p.pipeline_stage > 1 else 1
@@ -284,15 +279,6 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
                     document_activations=documents)
 
 
-def micro_steps(cfg) -> int:
-    """Micro-batches per optimizer step and rank: the pipeline's, or local batch / micro_batch_size."""
-    p, t = cfg.parallel, cfg.train
-    if p.pipeline_stage > 1:
-        return p.micro_batch_num
-    local = t.global_batch_size // p.data_parallel
-    return max(1, local // (t.micro_batch_size or local))
-
-
 def _step_temp_bytes(cfg) -> int:
     """Bytes per parameter of the update's own buffers (mspretrain/train/step.py): the unscaled fp32 gradients are
     all live when the global norm is known (clipping needs it), the clipped ones replace them one by
@@ -300,7 +286,7 @@ def _step_temp_bytes(cfg) -> int:
     unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
     if reuses_memory(cfg):
         return 4
-    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_steps(cfg) > 1 else 0)
+    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_batches(cfg) > 1 else 0)
 
 
 def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:

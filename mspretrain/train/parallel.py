@@ -32,6 +32,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mspretrain.train.batching import forward_batch, micro_batch
 from mspretrain.train.config import ConfigError
 from mspretrain.train.distributed import all_reduce_sum, all_reduce_weighted_mean, layout
 
@@ -151,10 +152,7 @@ def _validate_varlen(cfg, dp: int, seq_length: int | None) -> None:
     times min(model.max_documents, seq_length) entries (unused slots are padded, so they count)."""
     if not uses_varlen_attention(cfg):
         return
-    p, t = cfg.parallel, cfg.train
-    micro = t.micro_batch_size or max(1, t.global_batch_size // dp)
-    if p.pipeline_stage > 1:
-        micro = max(1, micro // p.micro_batch_num)
+    micro = micro_batch(cfg, dp)
     per_sample = min(cfg.model.max_documents, seq_length or cfg.model.max_documents)
     if micro * per_sample > VARLEN_MAX_SEQUENCES:
         raise ConfigError(
@@ -563,8 +561,7 @@ def eval_batch_size(cfg) -> int:
     with several ranks every rank feeds this whole batch (dataset strategy full_batch) and the compiled
     graph splits it by data_parallel; on CPU/GPU each rank evaluates all of it (the same number on every
     rank). Never the per-rank share alone, which full_batch would split by data_parallel again."""
-    t, dp = cfg.train, cfg.parallel.data_parallel
-    return (t.micro_batch_size or t.global_batch_size // dp) * dp
+    return forward_batch(cfg) * cfg.parallel.data_parallel
 
 
 def model_vocab(model) -> int | None:

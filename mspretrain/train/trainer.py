@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train import console, data_check, metrics, resume_policy
+from mspretrain.train import batching, console, data_check, metrics, resume_policy
 from mspretrain.train.config import Config, ConfigError
 from mspretrain.train.optim import check_schedule, lr_at
 
@@ -53,8 +53,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     if args.vocab_size < vocab_size:
         raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
                           f"vocabulary ({vocab_size})")
-    local = cfg.train.global_batch_size // dist.dp_size
-    micro = cfg.train.micro_batch_size or local
+    local, micro = batching.local_batch(cfg, dist.dp_size), batching.forward_batch(cfg, dist.dp_size)
     if local % micro:
         raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
     model = Llama(args, cfg.seed)
@@ -67,7 +66,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
     pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
     if pipeline is None:
-        step = build_train_step(train_loss, optimizer, local // micro, cfg)
+        step = build_train_step(train_loss, optimizer, batching.micro_batches(cfg, dist.dp_size), cfg)
     else:       # Ascend pipeline stages: its micro-batches are the accumulation
         step = build_train_step(train_loss, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
                                 splits_batch=True)
@@ -129,7 +128,7 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
                                    ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
-        session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
+        session.train_step.compile((batching.local_batch(cfg, dist.dp_size), loader.seq_length + 1))
     load_dir = resharded(state, ckpt_dir, cfg, dist)
     params = session.train_step.state_parameters()
     ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
