@@ -20,7 +20,7 @@ fitted to these measurements: the estimate is train.memory's count from the code
 
 --document-mask: the step-phase growth with packed-document masking (block-causal mask, position reset,
 EOD loss mask) on minus off, same model and batch, at each size and batch, against the planner's
-document term (train.memory.document_activation_bytes); samples hold documents of ~64 tokens.
+document term (train.models.llama.memory.document_activation_bytes); samples hold documents of ~64 tokens.
 
 --accumulate K: the step-phase growth of one step over a batch of K * (largest --batches) samples,
 for the whole batch at once (K = 1), K micro-batches in a graph while-loop (train.accumulate=loop) and
@@ -210,7 +210,7 @@ def main() -> None:
 def document_mask_runs(opts) -> None:
     """Step-phase growth with the packed-document features on minus off, against the planner's term."""
     from mspretrain.train.config import load_config
-    from mspretrain.train.memory import document_activation_bytes
+    from mspretrain.train.models.llama.memory import document_activation_bytes
 
     print(f"seq {SEQ}, layers {LAYERS}, vocab {VOCAB}, {opts.dtype}; step-phase growth on - off (MB = 1e6 bytes)")
     print(f"{'hidden':>6} {'batch':>5} | {'off':>6} {'on':>6} {'on-off':>7} | {'estimate':>8} {'err':>7}")

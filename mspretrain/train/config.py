@@ -16,6 +16,7 @@ from typing import Annotated
 import pydantic
 
 from mspretrain.common.config import ConfigError, load  # noqa: F401 (ConfigError re-exported)
+from mspretrain.train.models import spec as model_spec
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
+    family: str = "llama"           # the model family (mspretrain/train/models/: llama)
     vocab_size: int = 0             # 0: take it from the dataset's tokenizer
     hidden_size: int = 64
     num_layers: int = 2
@@ -208,6 +210,10 @@ class Config:
         """The config as the keys a user writes (checkpoint.async, not the field's name async_)."""
         d = dataclasses.asdict(self)
         d["checkpoint"]["async"] = d["checkpoint"].pop("async_")
+        # Llama is every run's family from before the key existed: left out, so that a Llama run's
+        # config hash, checkpoint and run.json are the bytes they were, and older checkpoints resume
+        if d["model"]["family"] == "llama":
+            d["model"].pop("family")
         return d
 
     def hash(self) -> str:
@@ -251,6 +257,9 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"device: {cfg.device!r} is not one of {', '.join(DEVICES)}"
                           + (f" (did you mean {near[0]!r}?)" if near else ""))
     m = cfg.model
+    if not model_spec.known(m.family):
+        raise ConfigError(f"model.family: {m.family!r} is not a registered model family "
+                          f"(mspretrain/train/models/; docs/extending.md)")
     rules = [("model.hidden_size", m.hidden_size >= 1, ">= 1"),
              ("model.num_layers", m.num_layers >= 1, ">= 1"),
              ("model.num_heads", m.num_heads >= 1, ">= 1"),

@@ -47,7 +47,8 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     import mindspore as ms
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.models import spec as model_spec
+    from mspretrain.train.models.llama.model import CausalLMLoss
     from mspretrain.train.step import apply_precision, check_precision
 
     check_precision(cfg)
@@ -63,7 +64,9 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
         vocab, seq, eos = ld.vocab_size, ld.seq_length, ld.tokenizer.eos_id
     # the same document masking and EOD loss mask as training, so the numbers compare
-    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos), cfg.seed)
+    family = model_spec.of(cfg)
+    model = family.build_model(family.model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos),
+                               cfg.seed)
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
                             eos if cfg.train.eod_mask_loss else -1)
     weights = {p.name: p for p in loss_net.get_parameters()}

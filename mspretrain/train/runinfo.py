@@ -156,22 +156,25 @@ def merge_sharded(ckpt_dir: Path) -> Path:
     return done[0]
 
 
-def model_args_of_run(run_dir, cfg: Config | None = None):
-    from mspretrain.train.models.llama.model import model_args
+def model_args_of_run(run_dir, cfg: Config | None = None, eos_id: int | None = None):
+    """The run's model arguments, fp32 on CPU; `eos_id`: with its document masking and position reset
+    (None: without)."""
+    from mspretrain.train.models import spec as model_spec
 
     cfg = cfg or run_config(run_dir)
     ds = read_run(run_dir)["dataset"]
-    return model_args(cfg.model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU", "fp32")
+    return model_spec.of(cfg).model_args(cfg.model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU",
+                                         "fp32", eos_id)
 
 
 def load_run_model(run_dir, step: int | None = None):
-    """(Llama in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
-    from mspretrain.train.models.llama.model import Llama
+    """(the run's model in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
+    from mspretrain.train.models import spec as model_spec
 
     cfg = run_config(run_dir)
     ckpt_dir = checkpoint_dir(run_dir, step)
     args = model_args_of_run(run_dir, cfg)
-    model = Llama(args, cfg.seed)
+    model = model_spec.of(cfg).build_model(args, cfg.seed)
     set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
     return model, cfg, ckpt_dir
 

@@ -21,7 +21,7 @@ def model_and_weights(tied: bool, kv_heads: int):
 @pytest.mark.parametrize("tied,kv_heads", [(False, 2), (True, 1)])
 def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_heads):
     from mindspore import Tensor, mutable
-    from mspretrain.train.generate import DecodeStep, Prefill, Weights
+    from mspretrain.train.models.llama.decode import DecodeStep, Prefill, Weights
 
     args, model, w = model_and_weights(tied, kv_heads)
     tokens = np.random.default_rng(1).integers(0, args.vocab_size, (2, 16)).astype(np.int32)

@@ -10,8 +10,8 @@ import pytest
 
 from mspretrain.train.config import ConfigError, load_config
 from mspretrain.train.distributed import layout
-from mspretrain.train.parallel import (COLUMN, ROW, annotate, format_plan, make_plan, print_plan, stage_layers,
-                            validate)
+from mspretrain.train.models.llama.parallel import COLUMN, ROW
+from mspretrain.train.parallel import annotate, format_plan, make_plan, print_plan, stage_layers, validate
 
 
 def ascend(**parallel):
