@@ -17,14 +17,11 @@ import numpy as np
 
 from mspretrain.common.files import atomic_path
 from mspretrain.train.config import Config, ConfigError
+from mspretrain.train.models.spec import HFError
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 EXPORT_DTYPES = ("fp32", "bf16", "fp16")
-
-
-class HFError(RuntimeError):
-    """A Hugging Face directory that cannot be converted; the message names the file and key."""
 
 
 def hf_mapping(cfg):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from mspretrain.train.batching import micro_batch, micro_batches
 from mspretrain.train.config import ConfigError
 from mspretrain.train.models import spec as model_spec
+from mspretrain.train.models.spec import reuses_memory
 from mspretrain.train.parallel import stage_layers
 from mspretrain.train.recompute import recompute_plan
 
@@ -100,14 +101,6 @@ class Estimate:
 
 
 # ---------------------------------------------------------------- activations
-
-def reuses_memory(cfg) -> bool:
-    """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
-    what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
-    output buffer for the graph's lifetime (measured in bench_memory.py: a forward-only graph grows by
-    the sum of all its intermediates; a while-loop body's exist once; recompute lowers nothing)."""
-    return cfg.device != "CPU"
-
 
 # ---------------------------------------------------------------- the estimate
 

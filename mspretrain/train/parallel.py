@@ -26,18 +26,9 @@ from mspretrain.train.batching import forward_batch
 from mspretrain.train.config import ConfigError
 from mspretrain.train.distributed import all_reduce_sum, all_reduce_weighted_mean, layout
 from mspretrain.train.models import spec as model_spec
+from mspretrain.train.models.spec import OpShard
 
 OPTIMIZER_LEVELS = ("level1", "level2", "level3")
-
-
-@dataclass(frozen=True)
-class OpShard:
-    """One operator's strategy: `in_strategy` is one tuple per input, as `Primitive.shard` takes it."""
-    module: str                 # cell path in the model, e.g. "layers.3.attention.wq" ("" = the model)
-    prim: str                   # the primitive's attribute name in that cell, e.g. "matmul"
-    kind: str                   # the primitive's name, checked when applied: MatMul, Gather, BatchMatMul
-    in_strategy: tuple
-    out_strategy: tuple | None = None
 
 
 @dataclass(frozen=True)

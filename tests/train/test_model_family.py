@@ -49,7 +49,7 @@ def _cfg(*sets: str):
 
 def test_an_unknown_family_is_a_config_error_and_llama_is_built_in():
     with pytest.raises(ConfigError, match="model.family: 'nope' is not a registered model family"):
-        load_config(TINY, ["model.family=nope"])
+        spec.of(load_config(TINY, ["model.family=nope"]))
     assert spec.get("llama").name == "llama" and spec.known("llama") and not spec.known("nope")
     # Llama, the family of every run before the key, is left out of the config record (same bytes)
     assert "family" not in load_config(TINY, []).to_dict()["model"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mspretrain.train.hf import HFError
+from mspretrain.train.models.spec import HFError
 
 
 def hf_name(name: str) -> str:

@@ -7,11 +7,11 @@ log-sum-exp, the attention output, the residual, and the SwiGLU's four [S, ffn] 
 path (logits, exp(logits - max) and the backward working set of three fp32 [B*S, V] gradients).
 Recompute drops what its cells hold (full: all but the layer input). Model parallel divides the
 per-head and per-ffn tensors; sequence parallel also the per-token ones. On CPU (no buffer reuse,
-train.memory.reuses_memory) every forward and backward intermediate is counted instead.
+spec.reuses_memory) every forward and backward intermediate is counted instead.
 """
 from __future__ import annotations
 
-from mspretrain.train.memory import reuses_memory
+from mspretrain.train.models.spec import reuses_memory
 from mspretrain.train.models.llama.parallel import ffn_size, kv_heads
 
 

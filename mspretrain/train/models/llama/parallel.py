@@ -21,7 +21,7 @@ import math
 
 from mspretrain.train.batching import micro_batch
 from mspretrain.train.config import ConfigError
-from mspretrain.train.parallel import OpShard
+from mspretrain.train.models.spec import OpShard
 
 COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
 ROW = ("attention.wo", "mlp.w2")
