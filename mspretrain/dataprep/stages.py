@@ -172,7 +172,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     t0 = time.process_time()
     rows = {name: [] for name in DOCS_SCHEMA.names}
     filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
-    kept_texts = []
+    kept_docs = kept_bytes = 0
     stats = {"languages": {}, "pii": {}, "pii_languages": {}, "pii_docs": 0, "decontam": [],
              "decontam_cut": 0}
     decontam = pipeline.step("decontaminate")
@@ -195,7 +195,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
             filters[reason][1] += nbytes
             clean = ""
         else:
-            kept_texts.append(clean)
+            kept_docs, kept_bytes = kept_docs + 1, kept_bytes + nbytes
             sig_dtype = str(result.sig.dtype)
         for name, value in (("doc_id", doc_id), ("source", doc.source), ("reason", reason),
                             ("bytes_in", utf8_len(text)), ("bytes_clean", nbytes),
@@ -216,7 +216,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
         "index": task.index, "pid": os.getpid(), "cpu_s": round(time.process_time() - t0, 4),
         "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
         "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
-        "docs_out": len(kept_texts), "bytes_out": sum(map(utf8_len, kept_texts)),
+        "docs_out": kept_docs, "bytes_out": kept_bytes,
         "bad": aggregate_bad(task.bad), "files_done": task.files_done,
         "sig_dtype": sig_dtype, **stats,
     }

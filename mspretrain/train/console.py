@@ -66,7 +66,8 @@ class Progress:
         if vals:
             best = min(vals, key=lambda r: r["val_loss"])
             lines.append(f"[train] val loss: final {vals[-1]['val_loss']:.4f} (step {vals[-1]['step']}), "
-                         f"best {best['val_loss']:.4f} (step {best['step']})")
+                         f"best {best['val_loss']:.4f} (step {best['step']})"
+                         + (f"; val acc final {vals[-1]['val_acc']:.4f}" if "val_acc" in vals[-1] else ""))
         latest = ckpt.latest_checkpoint(run_dir)
         lines.append(f"[train] checkpoints: {ckpt.checkpoints_root(run_dir)} (latest: "
                      f"{latest.name if latest else 'none'}); metrics: {path}")

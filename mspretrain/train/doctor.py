@@ -21,6 +21,11 @@ on the dataset of the config:
                       loss, grad norm, val loss and every rank's state bit for bit equal to the dp=N rung's
   resume sharded      the same on the optimizer-sharded layout (Ascend): compile, then load each rank's
                       slices of the dp+opt-shard rung's step-2 checkpoint
+  resume dp=N on 1    the dp=N rung's step-2 checkpoint resumed on another layout (one device): step 3
+                      and the validation within TOLERANCE of the dp=N rung's (reduction order only; the
+                      same samples, the same weights and moments)
+  resume mp=2 as dp   the mp=2 rung's step-2 checkpoint, its slices merged and resumed data parallel
+                      (Ascend: `train/reshard.py`), likewise against the mp=2 rung
 
 Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
 reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
@@ -260,6 +265,7 @@ class Rung:
     tolerance: float = TOLERANCE
     parallel: tuple = (1, 1, 1, False)  # (dp, mp, pp, optimizer sharding): its replica groups
     resume_of: str | None = None      # rerun of that rung from its step-(STEPS - 1) checkpoint
+    relayout: bool = False            # resumed on another layout than resume_of's: within tolerance
     merged_val: bool = False          # val loss from its step-STEPS checkpoint merged, on one device (pp)
     reference: str | None = None      # the rung it is compared with (None: the first one)
     is_reference: bool = False        # a reference itself: compared with nothing
@@ -325,6 +331,13 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         Rung("resume sharded", nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
              ascend_only=True, resume_of=opt_shard, parallel=(nproc, 1, 1, True),
              why="compile, then load sliced tensors: semi-auto parallel"),
+        # another layout at --resume (issue 22): the data-parallel change runs anywhere, the resharding of
+        # model-parallel slices only where they exist
+        Rung(f"resume dp={nproc} on 1", 1, ("parallel.data_parallel=1", *FP32), resume_of=f"dp={nproc}",
+             relayout=True),
+        Rung("resume mp=2 as dp", nproc, (f"parallel.data_parallel={nproc}", *FP32), ascend_only=True,
+             resume_of="mp=2", relayout=True, parallel=dp,
+             why="mp slices merged and split again at --resume (train/reshard.py)"),
     ]
 
 
@@ -455,6 +468,8 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     rung.compared = describe_groups(groups, {c for recs in ranks.values() for rec in recs for c in rec["state"]})
     evals = [r for r in _metrics(run_dir) if r.get("eval")]
     rung.val_loss = evals[-1]["val_loss"] if evals else None
+    if rung.resume_of and rung.relayout:
+        return _check_relayout(rung, run_dir, by_name[rung.resume_of], work)
     if rung.resume_of:
         source = by_name[rung.resume_of]
         mine = [r for r in _metrics(run_dir)]
@@ -482,6 +497,30 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
             if abs(a - b) > rung.tolerance * abs(b):
                 rung.detail = (f"step {step} {what} {a!r} vs {reference.name} {b!r}: relative difference "
                                f"{abs(a - b) / abs(b):.2e} > {rung.tolerance:.0e}")
+                return False
+    return True
+
+
+def _check_relayout(rung: Rung, run_dir: Path, source: Rung, work: Path) -> bool:
+    """A rung resumed on another layout from `source`'s step-(STEPS - 1) checkpoint: its step STEPS and
+    validation within the rung's tolerance of the source's (another layout sums in another order; a
+    sample skipped or repeated, or a moment lost, moves the loss far more)."""
+    if source.status != "ok":
+        rung.detail = f"its source {source.name!r} did not run ({source.status})"
+        return False
+    theirs = {(r["step"], bool(r.get("eval"))): r for r in _metrics(_run_dir(work, source))}
+    mine = _metrics(run_dir)
+    if [(r["step"], bool(r.get("eval"))) for r in mine] != [(STEPS, False), (STEPS, True)]:
+        rung.detail = f"ran {[(r['step'], bool(r.get('eval'))) for r in mine]}, not step {STEPS} and its eval"
+        return False
+    for r in mine:
+        ref = theirs.get((r["step"], bool(r.get("eval"))), {})
+        for key in ("val_loss",) if r.get("eval") else ("loss", "grad_norm"):
+            a, b = r.get(key), ref.get(key)
+            if a is None or b is None or abs(a - b) > rung.tolerance * abs(b):
+                rung.detail = (f"resumed step {STEPS} {key} {a!r} vs {source.name} {b!r}"
+                               + (f": relative difference {abs(a - b) / abs(b):.2e} > {rung.tolerance:.0e}"
+                                  if a is not None and b is not None else ""))
                 return False
     return True
 
@@ -514,6 +553,8 @@ def format_table(rungs: list[Rung], reference: Rung | None) -> str:
             note = r.detail
         elif r.kernel:
             note = r.detail
+        elif r.resume_of and r.relayout:
+            note = f"step {STEPS} + eval within tol {r.tolerance:.0e} of the {r.resume_of} rung (another layout)"
         elif r.resume_of:
             note = f"step {STEPS} + eval + every rank's state bitwise = {r.resume_of} rung"
         elif r is reference or r.is_reference:
@@ -604,12 +645,12 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     from mspretrain.train.memory import dataset_shape
     from mspretrain.train.models import spec as model_spec
     from mspretrain.train.models.llama.model import CausalLMLoss
+    from mspretrain.train.reshard import merged_to_one_device
     from mspretrain.train.step import apply_precision
 
     cfg = load_config(config, sets)
     source, out = Path(ckpt_dir), Path(out)
-    if not (source / ckpt.MODEL_FILE).is_file():
-        source = merge_sharded(source, out)
+    source = merged_to_one_device(source, out / "merged")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device(cfg.device)
     seq, vocab = dataset_shape(cfg)
@@ -622,26 +663,6 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
                             eos if cfg.train.eod_mask_loss else -1)
     ckpt.load_params(source, {p.name: p for p in loss_net.get_parameters()}, allow_extra=True, verify=False)
     return validation_loss(loss_net, cfg, seq)
-
-
-def merge_sharded(ckpt_dir: Path, out: Path) -> Path:
-    """A sharded checkpoint (CKPT/rank_R/model.ckpt + CKPT/strategy/rank_R.ckpt) as one full model.ckpt
-    under `out`/full: the strategies merged across pipeline stages, then transformed to no sharding."""
-    import mindspore as ms
-
-    from mspretrain.train.checkpoint import MODEL_FILE
-
-    out.mkdir(parents=True, exist_ok=True)
-    strategy = out / "merged_strategy.ckpt"
-    ms.parallel.merge_pipeline_strategys(str(ckpt_dir / "strategy"), str(strategy))
-    ms.parallel.transform_checkpoints(str(ckpt_dir), str(out / "merged"), "model", str(strategy), None)
-    merged = sorted((out / "merged" / "rank_0").glob("*.ckpt"))
-    if not merged:
-        raise RuntimeError(f"transform_checkpoints wrote nothing under {out / 'merged' / 'rank_0'}")
-    full = out / "full"
-    full.mkdir(exist_ok=True)
-    shutil.copyfile(merged[-1], full / MODEL_FILE)
-    return full
 
 
 def main(cfg, config: str | None, sets: list[str], nproc: int, out: str | None) -> int:

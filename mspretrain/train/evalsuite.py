@@ -250,8 +250,9 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
 
 
 def _log_probs_and_hits(model):
-    """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is the top-1
-    prediction bool [B, S]), from one forward."""
+    """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is a top-1
+    prediction bool [B, S]: its logit equals the largest, ties included as in val_acc,
+    train.models.llama.model.CausalLMLoss), from one forward."""
     import mindspore.common.dtype as mstype
     from mindspore import nn, ops
 
@@ -259,13 +260,12 @@ def _log_probs_and_hits(model):
         def __init__(self, model):
             super().__init__()
             self.model = model
-            self.argmax = ops.Argmax(axis=-1, output_type=mstype.int32)
 
         def construct(self, input_ids):
             logits = self.model(input_ids[:, :-1]).astype(mstype.float32)
             labels = input_ids[:, 1:]
             picked = ops.gather_elements(logits, 2, labels.expand_dims(-1)).squeeze(-1)
-            return picked - ops.logsumexp(logits, -1), self.argmax(logits) == labels
+            return picked - ops.logsumexp(logits, -1), picked >= logits.max(-1)
 
     return LogProbsAndHits(model)
 
@@ -339,7 +339,7 @@ def generation_eval(model, cfg: Config, run_dir, tag: str) -> dict:
     try:
         todo = [i for i in range(len(ids)) if i not in results.records]
         if todo:
-            gen = Generator(model.args, weights, m.tokenizer.eos_id, m.tokenizer.pad_id, B)
+            gen = Generator(model.args, weights, m.tokenizer.eos_id, m.tokenizer.pad_id, B, family=cfg.model.family)
             for start in range(0, len(todo), B):
                 chunk = todo[start:start + B]
                 for i, new in zip(chunk, gen.generate([ids[i] for i in chunk],
@@ -370,6 +370,50 @@ def format_summary(s: dict) -> list[str]:
     return lines
 
 
+def in_loop_mode(cfg: Config, sharded: bool, is_main: bool, step: int) -> str | None:
+    """How the trainer's eval at `step` runs the suite (eval.suite_in_loop, on the main rank):
+    "live" on the model in memory; "checkpoint" for a sharded run, whose ranks hold slices of the
+    weights: on the step's checkpoint merged onto one device, after it is written
+    (`in_loop_from_checkpoint`), so only at eval steps that are checkpoint steps (or the last step);
+    None: not at this step."""
+    if not (cfg.eval.suite_in_loop and is_main and cfg.eval.every_steps and step % cfg.eval.every_steps == 0):
+        return None
+    if not sharded:
+        return "live"
+    saved = step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps
+    return "checkpoint" if saved else None
+
+
+def sharded_suite_notice(cfg: Config, sharded: bool) -> str | None:
+    """Said once at the start of a sharded run whose eval steps are not all checkpoint steps."""
+    e, c = cfg.eval, cfg.checkpoint
+    if not (sharded and e.suite_in_loop and e.every_steps) or e.every_steps % c.every_steps == 0:
+        return None
+    return (f"[train] eval.suite_in_loop on a sharded model runs on the step's checkpoint merged onto one "
+            f"device: at the eval steps (every {e.every_steps}) that are checkpoint steps (every "
+            f"{c.every_steps}) and at the last step; the other evals log val_loss and val_acc only")
+
+
+_ONE_DEVICE: dict = {}      # the stand-alone model of `in_loop_from_checkpoint`: built and compiled once
+
+
+def in_loop_from_checkpoint(args, cfg: Config, run_dir, ckpt_dir, step: int) -> dict:
+    """`in_loop` for a sharded run: its checkpoint of `step` merged onto one device
+    (train.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone model of
+    the run's `args` and precision, one per process whose weights each call replaces (one compile).
+    It holds a full copy of the weights on the main rank's device beside the training state."""
+    from mspretrain.train.models import spec as model_spec
+    from mspretrain.train.runinfo import model_weights, set_weights
+    from mspretrain.train.step import apply_precision
+
+    model = _ONE_DEVICE.get("model")
+    if model is None:
+        model = _ONE_DEVICE["model"] = model_spec.of(cfg).build_model(args, cfg.seed)
+        apply_precision(model, cfg.precision)       # cast as the training model is
+    set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
+    return in_loop(model, cfg, run_dir, step)
+
+
 def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
     """The suite for the trainer's periodic eval: the metrics record's extra fields. The generation
     metrics run only at multiples of eval.suite_every_steps (when set)."""
@@ -379,9 +423,7 @@ def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
     if every and step % every:
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, prompts=""))
     s = run_suite(model, cfg, run_dir, f"step_{step:08d}")
-    rec = {}
-    if s.get("acc") is not None:
-        rec["val_acc"] = s["acc"]
+    rec = {}        # val_acc comes with val_loss (train.evaluate.validation_loss), of the same batches
     if s.get("bits_per_byte") is not None:
         rec["val_bits_per_byte"] = s["bits_per_byte"]
     if len(s["per_source"]) > 1:

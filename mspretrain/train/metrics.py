@@ -84,8 +84,9 @@ def train_losses(path) -> dict[int, float]:
 def console_line(rec: dict, total_steps: int) -> str:
     if rec.get("eval"):
         z = f"  val_z_loss {rec['val_z_loss']:.2e}" if rec.get("val_z_loss") is not None else ""
+        acc = f"  val_acc {rec['val_acc']:.4f}" if rec.get("val_acc") is not None else ""
         return (f"step {rec['step']:>6}/{total_steps}  val_loss {rec['val_loss']:.4f}  "
-                f"val_ppl {rec['val_ppl']:.2f}{z}")
+                f"val_ppl {rec['val_ppl']:.2f}{acc}{z}")
     flags = " overflow(skipped)" if rec["overflow"] else ""
     if rec.get("skipped") and not rec["overflow"]:          # train.spike (mspretrain/train/spike.py)
         flags = f" {rec.get('skip_reason', 'spike')}(skipped)"

@@ -178,7 +178,10 @@ def _loss_ops(dp: int, mp: int) -> list:
             OpShard("loss", "keep", "NotEqual", ((dp, 1), ())), OpShard("loss", "cast_keep", "Cast", ((dp, 1),)),
             OpShard("loss", "masked", "Mul", ((dp,), (dp,))), OpShard("loss", "sum_masked", "ReduceSum", ((dp,),)),
             OpShard("loss", "count_kept", "ReduceSum", ((dp,),)),
-            OpShard("loss", "at_least_one", "Maximum", ((), ())), OpShard("loss", "divide", "RealDiv", ((), ()))]
+            OpShard("loss", "at_least_one", "Maximum", ((), ())), OpShard("loss", "divide", "RealDiv", ((), ())),
+            # validation's next-token accuracy (hits=True): from `picked`, already reduced over V
+            OpShard("loss", "is_top", "GreaterEqual", ((dp,), ())), OpShard("loss", "cast_hit", "Cast", ((dp,),)),
+            OpShard("loss", "hit_kept", "Mul", ((dp,), (dp,))), OpShard("loss", "sum_hits", "ReduceSum", ((dp,),))]
 
 
 # ---------------------------------------------------------------- printing (`train plan`)

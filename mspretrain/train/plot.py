@@ -1,7 +1,8 @@
 """`train plot RUN [RUN ...] --out FILE.png` (and `train compare A B --plot FILE.png`): the curves of
 one or several runs, overlaid, against the step.
 
-Panels: loss and val loss, learning rate, gradient norm, loss scale, tokens/s. Read from each run's
+Panels: loss and val loss, learning rate, gradient norm, loss scale, tokens/s, peak memory, update
+ratio, val next-token accuracy. Read from each run's
 metrics.jsonl; a run that lacks a metric (no validation, say) leaves its panel empty for that run.
 `--config F.yaml [--set ...]` adds the configured learning-rate schedule (optim.schedule over
 train.steps, a pure function of the step: mspretrain/train/optim.py) to the lr panel, with or without
@@ -19,6 +20,9 @@ PANELS = (("loss", "loss"), ("lr", "learning rate"), ("grad_norm", "gradient nor
           ("loss_scale", "loss scale"), ("tokens_per_s", "tokens/s"))
 # long runs (mspretrain/train/observe.py): peak memory every step, update ratio every detail step
 PANELS += (("peak_memory_mb", "peak memory MiB"), ("update_ratio", "update RMS / weight RMS"))
+# validation records (eval: true): the next-token accuracy beside the val loss of the first panel
+PANELS += (("val_acc", "next-token accuracy (val)"),)
+EVAL_KEYS = {"val_acc"}
 
 
 def run_records(run) -> list[dict]:
@@ -43,9 +47,11 @@ def plot_runs(runs: list[str], out: str, schedule_cfg=None) -> Path:
         steps = [r for r in recs if not r.get("eval")]
         evals = [r for r in recs if r.get("eval") and "val_loss" in r]
         for ax, (key, _) in zip(axes, PANELS):
-            pts = [(r["step"], r[key]) for r in steps if isinstance(r.get(key), (int, float))]
+            pts = [(r["step"], r[key]) for r in (evals if key in EVAL_KEYS else steps)
+                   if isinstance(r.get(key), (int, float))]
             if pts:
-                ax.plot(*zip(*pts), color=colour, label=name if key == "loss" else None, lw=1.2)
+                style = dict(ls="--", marker="o", ms=3) if key in EVAL_KEYS else {}
+                ax.plot(*zip(*pts), color=colour, label=name if key == "loss" else None, lw=1.2, **style)
         if evals:
             axes[0].plot([r["step"] for r in evals], [r["val_loss"] for r in evals], color=colour,
                          ls="--", marker="o", ms=3, label=f"{name} (val)")

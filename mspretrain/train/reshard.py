@@ -147,17 +147,18 @@ def strategy_file(strategy_dir: Path, pipeline: bool, merged: Path) -> Path:
     return files[0]
 
 
-def transform(p: Plan, ckpt_dir: Path, run_dir: Path, rank: int, this_strategy_dir: Path,
-              barrier=None) -> Path:
-    """Build this rank's checkpoint for the new layout: RUN/resharded/STEP/rank_R/model.ckpt; returns
-    RUN/resharded/STEP (load it with rank=R, or without a rank when the new layout is unsharded).
-    The main rank merges the strategies (between `barrier()` calls); each rank then transforms only
-    the source ranks its slices come from."""
+def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_strategy_dir: Path | None,
+              barrier=None, out: Path | None = None) -> Path:
+    """Build this rank's checkpoint for the new layout: RUN/resharded/STEP/rank_R/model.ckpt (or under
+    `out`); returns RUN/resharded/STEP (load it with rank=R, or without a rank when the new layout is
+    unsharded). The main rank merges the strategies (between `barrier()` calls); each rank then
+    transforms only the source ranks its slices come from."""
     from mindspore.parallel import rank_list_for_transform, transform_checkpoint_by_rank
 
     from mspretrain.train.checkpoint import MODEL_FILE
 
-    ckpt_dir, out = Path(ckpt_dir), Path(run_dir) / "resharded" / Path(ckpt_dir).name
+    ckpt_dir = Path(ckpt_dir)
+    out = Path(out) if out is not None else Path(run_dir) / "resharded" / ckpt_dir.name
     merged = out / "strategy"
 
     def strategies():
@@ -185,4 +186,66 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path, rank: int, this_strategy_d
         transform_checkpoint_by_rank(target_rank, files, str(dest), src_s, dst_s)
     if barrier:
         barrier()
+    return out
+
+
+# ---------------------------------------------------------------- one device (eval, export, doctor)
+
+ONE_DEVICE = Layout(dp=1)
+MERGED_DIR = "merged"       # CKPT/merged/model.ckpt: a sharded checkpoint's full tensors, kept with it
+
+
+def is_sharded_checkpoint(ckpt_dir) -> bool:
+    """Per-rank files (CKPT/rank_R/model.ckpt) and no full model.ckpt."""
+    from mspretrain.train.checkpoint import MODEL_FILE
+    ckpt_dir = Path(ckpt_dir)
+    return not (ckpt_dir / MODEL_FILE).is_file() and (ckpt_dir / "rank_0" / MODEL_FILE).is_file()
+
+
+def merge_plan(state: dict, strategy_dir: Path) -> Plan:
+    """The transformation of a sharded checkpoint onto one device: its recorded layout, or (a checkpoint
+    written before layouts were recorded) pipeline stages whenever its ranks' strategy files differ
+    (without stages every rank compiles the same strategy; with them each file holds its stage)."""
+    from mspretrain.train.checkpoint import CheckpointError
+
+    if isinstance(state.get("layout"), dict):
+        src = saved_layout(state)
+    else:
+        files = sorted(Path(strategy_dir).glob("rank_*.ckpt"))
+        staged = len({f.read_bytes() for f in files}) > 1
+        src = Layout(dp=1, pp=2) if staged else Layout(dp=1, mp=2)   # for a merge only stages matter
+    p = plan(src, ONE_DEVICE)
+    if p.kind != "merge":
+        raise CheckpointError(f"{strategy_dir.parent}: per-rank files, but its layout ({src.describe()}) "
+                              f"shards nothing; there is nothing to merge")
+    return p
+
+
+def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
+    """The directory whose model.ckpt holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has
+    one, else its ranks' slices joined with MindSpore's checkpoint transformation (the strategy files
+    CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into `out` (default CKPT/merged/), built
+    once: a directory appears complete or not at all. For `train eval` (loss, tasks, the in-loop suite
+    of a sharded run), export/generate/score (runinfo.model_weights) and the doctor's pp rung."""
+    import shutil
+
+    from mspretrain.train.checkpoint import CheckpointError, MODEL_FILE, read_state
+
+    ckpt_dir = Path(ckpt_dir)
+    if (ckpt_dir / MODEL_FILE).is_file():
+        return ckpt_dir
+    if not is_sharded_checkpoint(ckpt_dir):
+        raise CheckpointError(f"{ckpt_dir}: neither {MODEL_FILE} nor rank_0/{MODEL_FILE}")
+    out = Path(out) if out is not None else ckpt_dir / MERGED_DIR
+    if (out / MODEL_FILE).is_file():
+        return out
+    p = merge_plan(read_state(ckpt_dir), ckpt_dir / "strategy")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    transform(p, ckpt_dir, None, 0, None, out=partial)
+    if not (partial / MODEL_FILE).is_file():
+        raise CheckpointError(f"{ckpt_dir}: merging the shards wrote nothing into {partial}")
+    if out.exists():        # an incomplete or older cache (rank_0/*.ckpt): ours to replace
+        shutil.rmtree(out)
+    partial.rename(out)
     return out

@@ -111,10 +111,10 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
         ckpt.verify_files(ckpt_dir, ckpt.read_state(ckpt_dir))
     path = ckpt_dir / "model.ckpt"
     if not path.is_file():
-        if (ckpt_dir / "rank_0").is_dir():
-            path = merge_sharded(ckpt_dir)
-        else:
+        from mspretrain.train.reshard import is_sharded_checkpoint, merged_to_one_device
+        if not is_sharded_checkpoint(ckpt_dir):
             raise RunInfoError(f"{path} not found")
+        path = merged_to_one_device(ckpt_dir) / "model.ckpt"
     out = {}
     for key, value in ckpt.load_file(path).items():
         if key.startswith(_OPTIMIZER_PREFIXES):
@@ -125,33 +125,6 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
     if not out:
         raise RunInfoError(f"{path}: no model weights found (keys: {sorted(out)[:5]})")
     return out
-
-
-def merge_sharded(ckpt_dir: Path) -> Path:
-    """Merge rank_R/model.ckpt slices into one full checkpoint with MindSpore's checkpoint
-    transformation and the strategy files saved beside them (Ascend runs with model/pipeline
-    parallelism or optimizer sharding). Returns the merged file, cached in CKPT/merged/."""
-    import mindspore as ms
-
-    merged_dir = ckpt_dir / "merged"
-    done = sorted(merged_dir.glob("rank_0/*.ckpt")) if merged_dir.is_dir() else []
-    if done:
-        return done[0]
-    strategies = sorted((ckpt_dir / "strategy").glob("rank_*.ckpt"))
-    if not strategies:
-        raise RunInfoError(f"{ckpt_dir}: sharded checkpoint without strategy/rank_*.ckpt; cannot merge")
-    strategy = ckpt_dir / "merged_strategy.ckpt"
-    if len(strategies) > 1:
-        ms.parallel.merge_pipeline_strategys(str(ckpt_dir / "strategy"), str(strategy))
-    else:
-        strategy = strategies[0]
-    ms.parallel.transform_checkpoints(src_checkpoints_dir=str(ckpt_dir), dst_checkpoints_dir=str(merged_dir),
-                                      ckpt_prefix="model", src_strategy_file=str(strategy),
-                                      dst_strategy_file=None)
-    done = sorted(merged_dir.glob("rank_0/*.ckpt"))
-    if not done:
-        raise RunInfoError(f"{ckpt_dir}: merging the shards wrote nothing into {merged_dir}")
-    return done[0]
 
 
 def model_args_of_run(run_dir, cfg: Config | None = None, eos_id: int | None = None):

@@ -62,7 +62,8 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
-    loss_net = CausalLMLoss(compute, args.vocab_size, eod, z_loss=cfg.train.z_loss)   # validation: the mean
+    # validation: the mean, and the next-token hits for val_acc
+    loss_net = CausalLMLoss(compute, args.vocab_size, eod, z_loss=cfg.train.z_loss, hits=True)
     # the step: token-loss sum / the global batch's token count
     train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
@@ -378,21 +379,32 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
 
 
 def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
-    """The eval record: val_loss over the valid split; for a blend or mixture, val_loss/<source> of
-    each dataset's valid split and val_loss their mean under the weights now in force."""
+    """The eval record: val_loss and val_acc (next-token accuracy) over the valid split; for a blend
+    or mixture, val_loss/<source> and val_acc/<source> of each dataset's valid split and val_loss,
+    val_acc their means under the weights now in force."""
     from mspretrain.train.evaluate import validation_loss
 
     if data.kind == "path":
-        extras: dict = {}           # val_z_loss with train.z_loss
+        extras: dict = {}           # val_acc; val_z_loss with train.z_loss
         val = validation_loss(session.eval_net, cfg, data.seq_length, extras=extras)
         return {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0)), **extras}
     weights = data.current_weights()
-    per_source = {name: validation_loss(session.eval_net, cfg, data.seq_length, d)
-                  for name, d in zip(data.names, data.dirs)}
+    per_source, accs = {}, {}
+    for name, d in zip(data.names, data.dirs):
+        extras = {}
+        per_source[name] = validation_loss(session.eval_net, cfg, data.seq_length, d, extras=extras)
+        if "val_acc" in extras:
+            accs[name] = extras["val_acc"]
     total = sum(weights.values())
-    val = sum(per_source[name] * weights.get(d, 0.0) for name, d in zip(data.names, data.dirs)) / total
+
+    def mean(values: dict) -> float:
+        return sum(values[name] * weights.get(d, 0.0) for name, d in zip(data.names, data.dirs)) / total
+    val = mean(per_source)
     rec = {"step": step, "eval": True, "val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+    if len(accs) == len(per_source):
+        rec["val_acc"] = mean(accs)
     rec.update({f"val_loss/{name}": v for name, v in per_source.items()})
+    rec.update({f"val_acc/{name}": v for name, v in accs.items()})
     return rec
 
 
@@ -413,6 +425,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
+    from mspretrain.train import evalsuite
+    if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
+        print(notice, flush=True)
     background = background_writer(cfg, dist)
     batches = iter(loader)
     try:
@@ -454,12 +469,15 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     print(progress.line(record), flush=True)
                 if notice := observer.first_peak_notice(record):
                     print(notice, flush=True)
+            suite_after_save = None     # a sharded run's eval record, written with the suite after the save
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
-                if cfg.eval.suite_in_loop and dist.is_main and not dist.sharded:   # mspretrain/train/evalsuite.py
-                    from mspretrain.train.evalsuite import in_loop
-                    rec.update(in_loop(session.model, cfg, run_dir, step))
-                if writer:
+                suite = evalsuite.in_loop_mode(cfg, dist.sharded, dist.is_main, step)
+                if suite == "live":
+                    rec.update(evalsuite.in_loop(session.model, cfg, run_dir, step))
+                if suite == "checkpoint":
+                    suite_after_save = rec
+                elif writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
             if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
@@ -469,6 +487,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     or stop):
                 save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
                      {"spike": guard.state_dict()}, background)
+            if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
+                ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
+                suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
+                writer.write(suite_after_save)
+                print(metrics.console_line(suite_after_save, cfg.train.steps), flush=True)
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",

@@ -502,3 +502,16 @@ def test_labelled_set_per_kind_and_locale():
         altered[kind] += s not in redact(text)[0]
     assert sum(altered.values()) <= 0.01 * sum(seen.values()), altered
     assert seen["version4"] >= 100 and altered["version4"] <= 0.1 * seen["version4"], altered
+
+
+def test_a_phone_check_kept_across_documents_answers_as_a_fresh_one():
+    """The PII step keeps one PhoneCheck per worker; its memo (bounded: here it is cleared every
+    3 entries) must not change any answer, whatever came before."""
+    from mspretrain.dataprep.steps import pii
+    texts = ["call 0117 496 0842 now", "order 4711081542", "+33 (0)6 56 24 06 92 et 04 81 06 38 12",
+             "090-6386-0485", "2016-03-14 4.423394", "call 0117 496 0842 now", "(401)359-7826x507"]
+    check = pii.PhoneCheck(pii.DEFAULT_PHONE_REGIONS, size=3)
+    for text in texts * 2:
+        assert redact(text, check) == redact(text), text
+        assert len(check._seen) <= 3
+    assert redact(texts[0], check)[1] == {"PHONE": 1}

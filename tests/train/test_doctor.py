@@ -51,11 +51,12 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_doctor):
     tmp_path = work.parent
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for name in ("one device", "dp=2", "resume+eval"):
+    for name in ("one device", "dp=2", "resume+eval", "resume dp=2 on 1"):
         assert " ok " in f" {' '.join(row(out, name))} ", name
     for name in ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "1 device, no mask", "bf16+flash", "bf16+flash+docmask",
-                 "docmask kernel", "resume sharded"):
-        assert "skipped" in row(out, name) and out.count("needs Ascend") == 8
+                 "docmask kernel", "resume sharded", "resume mp=2 as dp"):
+        assert "skipped" in row(out, name) and out.count("needs Ascend") == 9
+    assert "mp slices merged and split again at --resume" in cell(out, "resume mp=2 as dp", "note")
     # the Ascend-only checks say what they would check
     assert "val loss: step-3 checkpoint merged, on one device; none through stages, N3" in cell(out, "pp=2 m=2", "note")
     assert "compile, then load sliced tensors" in cell(out, "resume sharded", "note")
@@ -78,6 +79,14 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_doctor):
     assert resumed[1]["val_loss"] == dp[3]["val_loss"]
     assert "step 3 + eval + every rank's state bitwise = dp=2 rung" in out
     assert (tmp_path / "doc" / "resume_eval" / "logs" / "msrun" / "worker_1.log").is_file()
+    # resumed on another layout (one device from the dp=2 checkpoint): step 3 and its validation as the
+    # dp=2 rung's, up to fp32 reduction order
+    moved = records(tmp_path / "doc" / "resume_dp2_on_1")
+    assert [(r["step"], bool(r.get("eval"))) for r in moved] == [(3, False), (3, True)]
+    assert moved[0]["loss"] == pytest.approx(dp[2]["loss"], rel=1e-6)
+    assert moved[0]["grad_norm"] == pytest.approx(dp[2]["grad_norm"], rel=1e-6)
+    assert moved[1]["val_loss"] == pytest.approx(dp[3]["val_loss"], rel=1e-6)
+    assert "within tol 1e-06 of the dp=2 rung (another layout)" in cell(out, "resume dp=2 on 1", "note")
 
 
 def test_doctor_shows_measured_peak_memory_beside_the_estimate(tiny_doctor):
@@ -111,6 +120,26 @@ def test_a_replica_whose_state_differs_fails_the_rung(tiny_doctor, tmp_path):
     rung = doc.Rung("dp=2", 2, (), parallel=(2, 1, 1, False))
     assert not doc._check(rung, copy, None, {})
     assert "'whole' tensors differ within replica group [0, 1] after step call 2" in rung.detail
+
+
+def test_a_relayout_resume_that_lost_its_place_fails_the_rung(tiny_doctor, tmp_path):
+    """The resumed-on-one-device rung's real records, then its step-3 loss moved as a skipped or repeated
+    batch would move it: the check must fail and say by how much."""
+    proc, work = tiny_doctor
+    assert proc.returncode == 0
+    copy = tmp_path / "doc"
+    for name in ("dp2", "resume_dp2_on_1"):
+        shutil.copytree(work / name, copy / name, ignore=shutil.ignore_patterns("checkpoints", "logs"))
+    source = doc.Rung("dp=2", 2, (), status="ok")
+    rung = doc.Rung("resume dp=2 on 1", 1, (), resume_of="dp=2", relayout=True)
+    assert doc._check(rung, copy, None, {"dp=2": source}), rung.detail
+    path = copy / "resume_dp2_on_1" / "metrics.jsonl"
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    recs[0]["loss"] *= 1 + 1e-5
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rung = doc.Rung("resume dp=2 on 1", 1, (), resume_of="dp=2", relayout=True)
+    assert not doc._check(rung, copy, None, {"dp=2": source})
+    assert "resumed step 3 loss" in rung.detail and "> 1e-06" in rung.detail
 
 
 def test_the_pp_rung_validation_path_on_a_full_checkpoint(tiny_doctor, tiny_data):

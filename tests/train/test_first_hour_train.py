@@ -144,7 +144,8 @@ def _fake_run(root, scale: float):
                       "grad_norm": 1.0 / step, "loss_scale": 65536.0, "overflow": False,
                       "tokens_per_s": 1000.0 + step, "mfu": 0.01})
         if step % 10 == 0:
-            lines.append({"step": step, "eval": True, "val_loss": scale * 4.0, "val_ppl": 54.6})
+            lines.append({"step": step, "eval": True, "val_loss": scale * 4.0, "val_ppl": 54.6,
+                          "val_acc": 0.1 * step / scale})
     (root / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return root
 

@@ -222,9 +222,9 @@ def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=True):
                            document_mask=docs, reset_position_ids=docs, eos_id=2 if docs else -1), seed=0)
 
 
-def _loss(model):
+def _loss(model, eod=-1, hits=False):
     from mspretrain.train.models.llama.model import CausalLMLoss
-    return CausalLMLoss(model, 128)
+    return CausalLMLoss(model, 128, eod, hits=hits)
 
 
 def test_annotate_sets_every_strategy_and_stage_on_the_model():
@@ -725,6 +725,25 @@ def test_every_op_of_the_compiled_graph_has_its_strategy(graph_mode, tmp_path, f
     else:
         net, x = loss, Tensor(tokens)
     left = unplanned_ops(net, x, dump_dir=tmp_path)
+    assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
+
+
+@pytest.mark.parametrize("eod", [-1, 2])
+def test_validation_accuracy_ops_have_their_strategies_in_the_compiled_graph(graph_mode, tmp_path, eod):
+    """val_acc's hits (CausalLMLoss hits=True, the validation cell) come from the loss's reductions over
+    the vocabulary: no argmax, nothing that gathers the vocabulary-split logits, every op planned."""
+    import numpy as np
+    from mindspore import Tensor
+
+    plan = make_plan(ascend(**{"parallel.data_parallel": 2, "parallel.model_parallel": 2,
+                               "model.num_layers": 2, "model.num_kv_heads": 2}))
+    model = _model(layers=2, kv_heads=2)
+    loss = _loss(model, eod, hits=True)
+    annotate(plan, model, loss)
+    assert loss.is_top.attrs["in_strategy"] == ((2,), ()) and loss.sum_hits.attrs["in_strategy"] == ((2,),)
+    tokens = np.random.default_rng(0).integers(0, 128, size=(4, 17)).astype(np.int32)
+    tokens[:, 5] = 2                                                            # EOS
+    left = unplanned_ops(loss, Tensor(tokens), dump_dir=tmp_path)
     assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
 
 

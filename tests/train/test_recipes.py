@@ -236,6 +236,8 @@ def test_blend_counts_follow_the_weights_and_resume_bitwise(tmp_path, two_corpor
     for r in evals:         # per-source validation; the total is their mean under the weights
         assert r["val_loss"] == pytest.approx(0.7 * r["val_loss/en"] + 0.3 * r["val_loss/zh"], rel=1e-12)
         assert r["val_loss/en"] != r["val_loss/zh"]
+        assert r["val_acc"] == pytest.approx(0.7 * r["val_acc/en"] + 0.3 * r["val_acc/zh"], rel=1e-12)
+        assert all(0 < r[f"val_acc/{n}"] < 1 for n in ("en", "zh"))
 
 
 @pytest.mark.slow

@@ -62,7 +62,7 @@ def last_step(run_dir: Path) -> int:
 
 # fields that are a pure function of (config, data, step): everything but the timings
 EXACT_FIELDS = ("step", "loss", "lr", "grad_norm", "loss_scale", "overflow", "consumed_samples",
-                "eval", "val_loss", "val_ppl")
+                "eval", "val_loss", "val_ppl", "val_acc")
 
 
 def exact_view(run_dir: Path) -> list[tuple]:

@@ -224,6 +224,29 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     return False
 
 
+class PhoneCheck:
+    """phone_valid for fixed regions, remembering its answers. A corpus repeats the same digit
+    strings (years, table rows, licence addresses) thousands of times, and libphonenumber's parse is
+    most of the cost of a check. Held per worker by the PII step, bounded, and a pure function of the
+    candidate either way: the same bytes with or without it."""
+
+    def __init__(self, regions: tuple[str, ...], size: int = 1 << 16):
+        self.regions, self._size = tuple(regions), size
+        self._seen: dict[str, bool] = {}
+
+    def __call__(self, candidate: str) -> bool:
+        valid = self._seen.get(candidate)
+        if valid is None:
+            if len(self._seen) >= self._size:
+                self._seen.clear()
+            valid = self._seen[candidate] = phone_valid(candidate, self.regions)
+        return valid
+
+
+def _phone_check(phones) -> PhoneCheck:
+    return phones if isinstance(phones, PhoneCheck) else PhoneCheck(phones)
+
+
 @lru_cache(maxsize=None)
 def _region_lengths(region: str) -> tuple[str, frozenset[int], tuple[str, ...]]:
     """(national prefix, possible national significant number lengths, international prefixes
@@ -298,7 +321,7 @@ def _group_ends(s: str) -> set[int]:
     return ends
 
 
-def _phone_spans(piece: str, regions: tuple[str, ...]) -> list[tuple[int, int]]:
+def _phone_spans(piece: str, check: PhoneCheck) -> list[tuple[int, int]]:
     """The phone numbers in `piece`: each _PHONE candidate that is valid, or else its longest
     valid prefix that ends before a space ("0117 496 0842 2024": a number and a year), the rest
     tried again the same way."""
@@ -309,7 +332,7 @@ def _phone_spans(piece: str, regions: tuple[str, ...]) -> list[tuple[int, int]]:
         if m is None:
             return spans
         a, b = m.span()
-        end = _longest_valid(piece, a, b, regions)
+        end = _longest_valid(piece, a, b, check)
         if end:
             spans.append((a, end))
             pos = end
@@ -318,7 +341,7 @@ def _phone_spans(piece: str, regions: tuple[str, ...]) -> list[tuple[int, int]]:
             pos = nxt + 1 if nxt >= 0 else b
 
 
-def _longest_valid(piece: str, a: int, b: int, regions: tuple[str, ...]) -> int:
+def _longest_valid(piece: str, a: int, b: int, check: PhoneCheck) -> int:
     """The end of the longest valid number piece[a:end] with end == b or end at a space inside,
     whose ending passes _PHONE's lookahead; 0 when none."""
     ends = [b] + [i for i in range(b - 1, a, -1) if piece[i] == " " and piece[i - 1].isdigit()]
@@ -326,7 +349,7 @@ def _longest_valid(piece: str, a: int, b: int, regions: tuple[str, ...]) -> int:
         cand = piece[a:end]
         if end != b and _PHONE.fullmatch(cand) is None:
             continue
-        if phone_valid(cand, regions):
+        if check(cand):
             return end
     return 0
 
@@ -373,9 +396,10 @@ _TOKEN_RULES = (
 )
 
 
-def redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
+def redact(text: str, phones: tuple[str, ...] | PhoneCheck = DEFAULT_PHONE_REGIONS
            ) -> tuple[str, dict[str, int]]:
     """(text with every match replaced by `<KIND>`, {kind: matches}) ({} when there is none).
+    `phones`: the phone regions, or a PhoneCheck for them that a caller keeps across documents.
 
     The same result as substituting each kind over the whole text in turn (`plain_redact`), but
     each kind is searched only in the stretches where one of its matches can be."""
@@ -384,16 +408,17 @@ def redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
         text = _sub_in_tokens(pattern, kind, valid, counts, text, where(text))
     windows = _number_windows(text)
     if windows:
-        text = _sub_in_windows(text, windows, counts, tuple(phone_regions))
+        text = _sub_in_windows(text, windows, counts, _phone_check(phones))
     return text, counts
 
 
-def _number_rules(regions: tuple[str, ...]):
+def _number_rules(phones: tuple[str, ...] | PhoneCheck):
     """(kind, function of a text giving the spans of its matches) of the number kinds, in order."""
+    check = _phone_check(phones)
     def spans(pattern, valid):
         return lambda s: [m.span() for m in pattern.finditer(s) if valid(m)]
     return (("ID_NUMBER", spans(_ID, _id_ok)), ("CARD", spans(_CARD, _card_ok)),
-            ("PHONE", lambda s: _phone_spans(s, regions)))
+            ("PHONE", lambda s: _phone_spans(s, check)))
 
 
 def _replace(text: str, spans: list[tuple[int, int]], kind: str, counts: dict[str, int]) -> str:
@@ -408,7 +433,7 @@ def _replace(text: str, spans: list[tuple[int, int]], kind: str, counts: dict[st
     return "".join(out)
 
 
-def plain_redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
+def plain_redact(text: str, phones: tuple[str, ...] | PhoneCheck = DEFAULT_PHONE_REGIONS
                  ) -> tuple[str, dict[str, int]]:
     """`redact` by its definition: each kind substituted over the whole text in turn. Slower (it
     searches everywhere); the tests check that `redact` gives the same."""
@@ -416,7 +441,7 @@ def plain_redact(text: str, phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIO
     for kind, pattern, valid, _ in _TOKEN_RULES:
         text = _replace(text, [m.span() for m in pattern.finditer(text) if valid is None or valid(m)],
                         kind, counts)
-    for kind, find in _number_rules(tuple(phone_regions)):
+    for kind, find in _number_rules(phones):
         text = _replace(text, find(text), kind, counts)
     return text, counts
 
@@ -472,12 +497,12 @@ def _number_windows(text: str) -> list[tuple[int, int]]:
 
 
 def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str, int],
-                    regions: tuple[str, ...]) -> str:
+                    check: PhoneCheck) -> str:
     """The number kinds, one after the other, each as substitution over the whole text, where
     every match lies in one of the windows: each window is searched with one character of context
     on either side, which no match holds (see _number_windows)."""
     out, done = [], 0
-    rules = _number_rules(regions)
+    rules = _number_rules(check)
     for start, end in windows:
         a, b = max(start - 1, 0), end + 1
         piece = new = text[a:b]

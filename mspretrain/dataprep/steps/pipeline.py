@@ -83,10 +83,10 @@ class RedactPii(Step):
     reasons = ("pii",)
 
     def __init__(self, cfg: pii.PiiConfig):
-        self.cfg = cfg
+        self.cfg, self.phones = cfg, pii.PhoneCheck(cfg.phone_regions)
 
     def __call__(self, doc: StepDoc) -> str:
-        redacted, doc.attrs["pii"] = pii.redact(doc.text, self.cfg.phone_regions)
+        redacted, doc.attrs["pii"] = pii.redact(doc.text, self.phones)
         if doc.attrs["pii"] and self.cfg.action == "drop":
             return "pii"
         if self.cfg.action == "redact":

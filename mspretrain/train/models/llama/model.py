@@ -330,13 +330,15 @@ class CausalLMLoss(nn.Cell):
     (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
     `reduction="sum"`: the sum over the kept positions instead (what the train step differentiates and
     divides by the global batch's token count, train.step); `summed()` is that twin over the same model.
+    `hits=True` (validation): (loss, hits, tokens), hits the kept positions whose label's logit is the
+    largest (ties included), tokens the kept positions, both fp32 sums (exact below 2^24 per forward).
 
     Written with primitives that each take a strategy (train.parallel), so that the loss runs on
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 
     def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean",
-                 z_loss: float = 0.0):
+                 z_loss: float = 0.0, hits: bool = False):
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise ValueError(f"CausalLMLoss reduction must be mean or sum, got {reduction!r}")
@@ -366,6 +368,12 @@ class CausalLMLoss(nn.Cell):
         self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
         self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
         self.inputs, self.targets = ops.StridedSlice(), ops.StridedSlice()   # [B, S+1] -> [B, S] twice
+        # next-token accuracy without an argmax over a vocabulary that may be split across ranks:
+        # `picked` is logit[label] - max(logits), exactly 0 when the label's logit is the largest and
+        # < 0 otherwise (a difference of two floats is 0 only when they are equal). Ties count as hits.
+        self.hits = hits
+        self.is_top, self.cast_hit = ops.GreaterEqual(), ops.Cast()
+        self.hit_kept, self.sum_hits = ops.Mul(), ops.ReduceSum(keep_dims=False)
 
     def construct(self, input_ids):
         b, s1 = input_ids.shape
@@ -381,17 +389,24 @@ class CausalLMLoss(nn.Cell):
             lse = logz + top.reshape(-1)                      # the true logsumexp, not the shifted one
             z = self.z_loss * lse * lse
             nll = nll + z
+        hit = self.cast_hit(self.is_top(picked, 0.0), mstype.float32) if self.hits else None
         if self.eod_mask_id >= 0:
             keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
-            count = self.at_least_one(self.count_kept(keep, -1), 1.0)
+            kept = self.count_kept(keep, -1)
+            count = self.at_least_one(kept, 1.0)
             loss = self.reduce(self.sum_masked(self.masked(nll, keep), -1), count)
             if self.z_loss > 0:
-                return self.keep_z(loss, self.reduce(self.sum_masked(self.masked(z, keep), -1), count))
+                loss = self.keep_z(loss, self.reduce(self.sum_masked(self.masked(z, keep), -1), count))
+            if self.hits:
+                return loss, self.sum_hits(self.hit_kept(hit, keep), -1), kept
             return loss
         whole = self.sum_masked if self.reduction == "sum" else self.mean
+        loss = whole(nll, -1)
         if self.z_loss > 0:
-            return self.keep_z(whole(nll, -1), whole(z, -1))
-        return whole(nll, -1)
+            loss = self.keep_z(loss, whole(z, -1))
+        if self.hits:
+            return loss, self.sum_hits(hit, -1), ops.scalar_to_tensor(b * (s1 - 1), mstype.float32)
+        return loss
 
     def reduce(self, total, count):
         """The sum itself (reduction "sum") or the mean over `count` positions."""
