@@ -3,9 +3,9 @@
     .venv/bin/python bench/bench_memory.py [--sizes 256,512,1024] [--batches 1,4] [--steps 2]
         [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
-Every measurement is a fresh subprocess that builds mspretrain/train/models/llama/model.py's Llama with mspretrain/train/step.py's
-TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic loss scaling) and runs GRAPH_MODE
-steps on random tokens. It reads RSS and ru_maxrss (peak) at:
+Every measurement is a fresh subprocess that builds the Llama of mspretrain/train/models/llama/model.py
+with mspretrain/train/step.py's TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic
+loss scaling) and runs GRAPH_MODE steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
   built  after the model, the optimizer and the step cell exist (RSS): the weights, plus the float64
          draws of model init that glibc keeps in its heap (--mmap-threshold shows it);

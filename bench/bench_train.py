@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (mspretrain/train/models/llama/model.py's Llama and CausalLMLoss,
-same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
-`ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
+The reference, run in the same invocation on the same model (Llama and CausalLMLoss of
+mspretrain/train/models/llama/model.py, same shapes, fp32): a plain `nn.TrainOneStepCell` subclass
+whose construct clips the gradients with `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed
+pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
 around it: RUSAGE_CHILDREN). With --repeat 2 the two alternate (launch, reference, launch,
 reference) and the ratios are of the sums. Targets: train launch >= 0.95x the reference's tokens/s,
@@ -153,7 +154,7 @@ def reference_run(args, bare: bool = False) -> tuple[float, float] | None:
 
 
 def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, bare=0) -> None:
-    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/models/llama/model.py's Llama;
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on models/llama/model.py's Llama;
     `bare`: the plain nn.TrainOneStepCell + AdamWeightDecay (no clipping, no norm), the held-out baseline."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops

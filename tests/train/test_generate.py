@@ -1,4 +1,4 @@
-"""KV-cache generation (mspretrain/train/generate.py): its logits are mspretrain/train/models/llama/model.py's forward, decoding is
+"""KV-cache generation (mspretrain/train/generate.py): its logits are models/llama/model.py's forward, decoding is
 deterministic for a seed, and the command reports bad prompts by file and line."""
 from __future__ import annotations
 
