@@ -142,7 +142,7 @@ class OursTasks:
 
     def __init__(self, run_dir: Path, batch: int, tmp: Path):
         from mspretrain.train.generate import RunModel, set_graph_mode
-        from mspretrain.train.model import Llama
+        from mspretrain.train.models.llama.model import Llama
         from mspretrain.train.runinfo import set_weights
         from mspretrain.train.score import training_args
         from mspretrain.train.tasks import TaskScorer

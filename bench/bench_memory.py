@@ -3,9 +3,9 @@
     .venv/bin/python bench/bench_memory.py [--sizes 256,512,1024] [--batches 1,4] [--steps 2]
         [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
-Every measurement is a fresh subprocess that builds mspretrain/train/model.py's Llama with mspretrain/train/step.py's
-TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic loss scaling) and runs GRAPH_MODE
-steps on random tokens. It reads RSS and ru_maxrss (peak) at:
+Every measurement is a fresh subprocess that builds the Llama of mspretrain/train/models/llama/model.py
+with mspretrain/train/step.py's TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic
+loss scaling) and runs GRAPH_MODE steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
   built  after the model, the optimizer and the step cell exist (RSS): the weights, plus the float64
          draws of model init that glibc keeps in its heap (--mmap-threshold shows it);
@@ -20,7 +20,7 @@ fitted to these measurements: the estimate is train.memory's count from the code
 
 --document-mask: the step-phase growth with packed-document masking (block-causal mask, position reset,
 EOD loss mask) on minus off, same model and batch, at each size and batch, against the planner's
-document term (train.memory.document_activation_bytes); samples hold documents of ~64 tokens.
+document term (train.models.llama.memory.document_activation_bytes); samples hold documents of ~64 tokens.
 
 --accumulate K: the step-phase growth of one step over a batch of K * (largest --batches) samples,
 for the whole batch at once (K = 1), K micro-batches in a graph while-loop (train.accumulate=loop) and
@@ -61,7 +61,7 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     import mindspore as ms
 
     from mspretrain.train.config import load_config
-    from mspretrain.train.model import CausalLMLoss, Llama, count_params, model_args
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, count_params, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import apply_precision, build_train_step
 
@@ -210,7 +210,7 @@ def main() -> None:
 def document_mask_runs(opts) -> None:
     """Step-phase growth with the packed-document features on minus off, against the planner's term."""
     from mspretrain.train.config import load_config
-    from mspretrain.train.memory import document_activation_bytes
+    from mspretrain.train.models.llama.memory import document_activation_bytes
 
     print(f"seq {SEQ}, layers {LAYERS}, vocab {VOCAB}, {opts.dtype}; step-phase growth on - off (MB = 1e6 bytes)")
     print(f"{'hidden':>6} {'batch':>5} | {'off':>6} {'on':>6} {'on-off':>7} | {'estimate':>8} {'err':>7}")

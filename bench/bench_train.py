@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (mspretrain/train/model.py's Llama and CausalLMLoss,
-same shapes, fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
-`ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
+The reference, run in the same invocation on the same model (Llama and CausalLMLoss of
+mspretrain/train/models/llama/model.py, same shapes, fp32): a plain `nn.TrainOneStepCell` subclass
+whose construct clips the gradients with `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed
+pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
 around it: RUSAGE_CHILDREN). With --repeat 2 the two alternate (launch, reference, launch,
 reference) and the ratios are of the sums. Targets: train launch >= 0.95x the reference's tokens/s,
@@ -162,12 +163,12 @@ def reference_run(args, bare: bool = False) -> tuple[float, float] | None:
 
 
 def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, bare=0) -> None:
-    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on mspretrain/train/model.py's Llama;
+    """nn.TrainOneStepCell + global-norm clipping + nn.AdamWeightDecay on models/llama/model.py's Llama;
     `bare`: the plain nn.TrainOneStepCell + AdamWeightDecay (no clipping, no norm), the held-out baseline."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -250,7 +251,7 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -503,7 +504,7 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -658,7 +659,7 @@ def _variant(args, name: str):
 
     from mspretrain.train import spike
     from mspretrain.train.config import load_config
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs, count_params
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs, count_params
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
 

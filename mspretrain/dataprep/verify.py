@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mspretrain.dataprep.write.stray import unexpected_files
 from mspretrain.loader.manifest import (SHARDS_DIR, ManifestError, compute_fingerprint, load_manifest,
-                             sha256_file)
+                                        sha256_file, shard_faults)
 
 READ_BATCH = 256
 
@@ -95,20 +95,12 @@ def _check_tokenizer(root: Path, m) -> list[str]:
 
 
 def _check_files(root: Path, shard, cap: int) -> list[str]:
-    data, db = root / shard.file, root / f"{shard.file}.db"
-    missing = [f"{p}: missing (listed in the manifest)" for p in (data, db) if not p.is_file()]
-    if missing:
-        return missing
-    faults = []
-    size = data.stat().st_size + db.stat().st_size
-    if size != shard.bytes:
-        faults.append(f"{data}: data + .db are {size} bytes, manifest says {shard.bytes}")
-    if size > cap:
-        faults.append(f"{data}: data + .db are {size} bytes, over the cap of {cap}")
-    if sha256_file(data) != shard.sha256:
-        faults.append(f"{data}: sha256 differs from the manifest (corrupted or replaced)")
-    if shard.db_sha256 and sha256_file(db) != shard.db_sha256:
-        faults.append(f"{db}: sha256 differs from the manifest (corrupted or replaced)")
+    faults = shard_faults(root, shard)
+    data = root / shard.file
+    if data.is_file() and Path(f"{data}.db").is_file():
+        size = data.stat().st_size + Path(f"{data}.db").stat().st_size
+        if size > cap:
+            faults.append(f"{data}: data + .db are {size} bytes, over the cap of {cap}")
     return faults
 
 

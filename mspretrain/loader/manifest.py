@@ -132,6 +132,29 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def shard_faults(root: str | os.PathLike, shard, digests: bool = True) -> list[str]:
+    """A shard against the manifest's record of it, every fault named: its data file and .db index
+    exist, their sizes add up to `shard.bytes` and, with `digests`, each has its recorded sha256."""
+    data, db = Path(root) / shard.file, Path(root) / f"{shard.file}.db"
+    missing = [f"{p}: missing (listed in the manifest)" for p in (data, db) if not p.is_file()]
+    if missing:
+        return missing
+    size = data.stat().st_size + db.stat().st_size
+    faults = [] if size == shard.bytes else [f"{data}: data + .db are {size} bytes, the manifest says {shard.bytes}"]
+    return faults + (digest_faults(data, shard.sha256, shard.db_sha256) if digests else [])
+
+
+def digest_faults(data: str | os.PathLike, sha256: str, db_sha256: str) -> list[str]:
+    """A shard's data file and its .db index against their recorded sha256 (db_sha256 "": manifests
+    that predate the index's digest record none)."""
+    faults = []
+    if sha256_file(data) != sha256:
+        faults.append(f"{data}: sha256 differs from the manifest (corrupted or replaced)")
+    if db_sha256 and sha256_file(f"{data}.db") != db_sha256:
+        faults.append(f"{data}.db: sha256 differs from the manifest (corrupted or replaced)")
+    return faults
+
+
 def write_manifest(root: str | os.PathLike, manifest: Manifest) -> Path:
     """Write atomically (temp file + rename): a reader never sees a half-written manifest."""
     path = Path(root) / MANIFEST_FILE

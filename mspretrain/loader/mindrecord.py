@@ -16,7 +16,6 @@ tests/loader/test_mindrecord.py checks this decoder byte-for-byte against MindSp
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import multiprocessing as mp
@@ -28,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from mspretrain.loader.manifest import digest_faults
 
 
 class ShardError(RuntimeError):
@@ -210,7 +211,7 @@ class ShardCheck:
                 raise ShardError(_mismatch(data))
             time.sleep(0.002)
         try:
-            good = _sha256(data) == sha256 and (not db_sha256 or _sha256(Path(f"{data}.db")) == db_sha256)
+            good = not digest_faults(data, sha256, db_sha256)
         except BaseException:
             self._state[k] = self.UNCHECKED
             raise
@@ -235,11 +236,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         pass
     return True
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _mismatch(data: Path) -> str:

@@ -41,6 +41,7 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
+    family: str = "llama"           # the model family (mspretrain/train/models/: llama)
     vocab_size: int = 0             # 0: take it from the dataset's tokenizer
     hidden_size: int = 64
     num_layers: int = 2
@@ -208,6 +209,10 @@ class Config:
         """The config as the keys a user writes (checkpoint.async, not the field's name async_)."""
         d = dataclasses.asdict(self)
         d["checkpoint"]["async"] = d["checkpoint"].pop("async_")
+        # Llama is every run's family from before the key existed: left out, so that a Llama run's
+        # config hash, checkpoint and run.json are the bytes they were, and older checkpoints resume
+        if d["model"]["family"] == "llama":
+            d["model"].pop("family")
         return d
 
     def hash(self) -> str:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from mspretrain.train.batching import micro_batches
 from mspretrain.train.config import Config, ConfigError
 
 LR_SCALINGS = ("none", "sqrt", "linear")
@@ -139,16 +140,6 @@ class Rampup:
         if consumed >= self.samples:
             return self.final
         return min(self.final, self.start + self.increment * (consumed * self.increments // self.samples))
-
-
-def micro_batches(cfg: Config, dp_size: int) -> int:
-    """Micro-batches per rank per step, as the step graph is built for the full batch (trainer's
-    build_session): the pipeline's micro_batch_num, or the local batch / train.micro_batch_size."""
-    if cfg.parallel.pipeline_stage > 1:
-        return cfg.parallel.micro_batch_num
-    local = cfg.train.global_batch_size // dp_size
-    micro = cfg.train.micro_batch_size or local
-    return max(1, local // micro)
 
 
 def lr_scale(cfg: Config, batch_size: int) -> float:

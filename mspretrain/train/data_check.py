@@ -18,7 +18,8 @@ import json
 import struct
 from pathlib import Path
 
-from mspretrain.loader.manifest import ManifestError, compute_fingerprint, load_manifest, sha256_file
+from mspretrain.loader.manifest import (ManifestError, compute_fingerprint, digest_faults, load_manifest,
+                                        sha256_file, shard_faults)
 
 
 class DataCheckError(RuntimeError):
@@ -103,22 +104,13 @@ def _tokenizer_id_faults(path: Path, tok, where: Path) -> list[str]:
 
 
 def _shard_faults(root: Path, shard, seq_length: int, full: bool) -> list[str]:
-    data, db = root / shard.file, root / f"{shard.file}.db"
-    missing = [f"{p}: missing" for p in (data, db) if not p.is_file()]
-    if missing:
-        return missing
-    size = data.stat().st_size + db.stat().st_size
-    if size != shard.bytes:
-        return [f"{data}: data + .db are {size} bytes, the manifest says {shard.bytes}"]
-    header = _header_fault(data, seq_length)
+    faults = shard_faults(root, shard, digests=False)
+    if faults:
+        return faults
+    header = _header_fault(root / shard.file, seq_length)
     if header:
         return [header]
-    if full:
-        if sha256_file(data) != shard.sha256:
-            return [f"{data}: sha256 differs from the manifest (corrupted or replaced)"]
-        if shard.db_sha256 and sha256_file(db) != shard.db_sha256:
-            return [f"{db}: sha256 differs from the manifest (corrupted or replaced)"]
-    return []
+    return digest_faults(root / shard.file, shard.sha256, shard.db_sha256) if full else []
 
 
 def _header_fault(data: Path, seq_length: int) -> str | None:

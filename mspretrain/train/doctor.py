@@ -643,7 +643,8 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     from mspretrain.train.config import load_config
     from mspretrain.train.evaluate import validation_loss
     from mspretrain.train.memory import dataset_shape
-    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.models import spec as model_spec
+    from mspretrain.train.models.llama.model import CausalLMLoss
     from mspretrain.train.reshard import merged_to_one_device
     from mspretrain.train.step import apply_precision
 
@@ -655,7 +656,9 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     seq, vocab = dataset_shape(cfg)
     from mspretrain.loader.manifest import load_manifest
     eos = load_manifest(cfg.data.path).tokenizer.eos_id
-    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos), cfg.seed)
+    family = model_spec.of(cfg)
+    model = family.build_model(family.model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos),
+                               cfg.seed)
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
                             eos if cfg.train.eod_mask_loss else -1)
     ckpt.load_params(source, {p.name: p for p in loss_net.get_parameters()}, allow_extra=True, verify=False)
@@ -685,7 +688,7 @@ def kernel_check() -> str:
     from mindspore import Tensor
     from mindspore.common import dtype as mstype
 
-    from mspretrain.train.model import Llama, ModelArgs
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("Ascend")

@@ -252,7 +252,7 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
 def _log_probs_and_hits(model):
     """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is a top-1
     prediction bool [B, S]: its logit equals the largest, ties included as in val_acc,
-    train.model.CausalLMLoss), from one forward."""
+    train.models.llama.model.CausalLMLoss), from one forward."""
     import mindspore.common.dtype as mstype
     from mindspore import nn, ops
 
@@ -339,7 +339,7 @@ def generation_eval(model, cfg: Config, run_dir, tag: str) -> dict:
     try:
         todo = [i for i in range(len(ids)) if i not in results.records]
         if todo:
-            gen = Generator(model.args, weights, m.tokenizer.eos_id, m.tokenizer.pad_id, B)
+            gen = Generator(model.args, weights, m.tokenizer.eos_id, m.tokenizer.pad_id, B, family=cfg.model.family)
             for start in range(0, len(todo), B):
                 chunk = todo[start:start + B]
                 for i, new in zip(chunk, gen.generate([ids[i] for i in chunk],
@@ -399,16 +399,16 @@ _ONE_DEVICE: dict = {}      # the stand-alone model of `in_loop_from_checkpoint`
 
 def in_loop_from_checkpoint(args, cfg: Config, run_dir, ckpt_dir, step: int) -> dict:
     """`in_loop` for a sharded run: its checkpoint of `step` merged onto one device
-    (train.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone Llama of
+    (train.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone model of
     the run's `args` and precision, one per process whose weights each call replaces (one compile).
     It holds a full copy of the weights on the main rank's device beside the training state."""
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.runinfo import model_weights, set_weights
     from mspretrain.train.step import apply_precision
 
     model = _ONE_DEVICE.get("model")
     if model is None:
-        model = _ONE_DEVICE["model"] = Llama(args, cfg.seed)
+        model = _ONE_DEVICE["model"] = model_spec.of(cfg).build_model(args, cfg.seed)
         apply_precision(model, cfg.precision)       # cast as the training model is
     set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
     return in_loop(model, cfg, run_dir, step)

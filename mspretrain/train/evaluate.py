@@ -19,7 +19,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = N
     valid split of `path` (default data.path). With train.z_loss the z-loss term is taken out (val_loss
     stays the cross entropy, comparable across runs) and its mean goes to extras["val_z_loss"]. A loss
     cell built with hits=True also gives extras["val_acc"]: the next-token accuracy, hits / tokens
-    summed over the batches (ties with the top logit count as hits; train.model.CausalLMLoss)."""
+    summed over the batches (ties with the top logit count as hits; train.models.llama.model.CausalLMLoss)."""
     from mspretrain.train.step import z_loss_reading
     from mindspore import Tensor
 
@@ -56,7 +56,8 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     import mindspore as ms
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.models import spec as model_spec
+    from mspretrain.train.models.llama.model import CausalLMLoss
     from mspretrain.train.step import apply_precision, check_precision
 
     check_precision(cfg)
@@ -72,7 +73,9 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     with Loader(cfg.data.path, split=cfg.data.valid_split, global_batch_size=1, seed=cfg.seed) as ld:
         vocab, seq, eos = ld.vocab_size, ld.seq_length, ld.tokenizer.eos_id
     # the same document masking and EOD loss mask as training, so the numbers compare
-    model = Llama(model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos), cfg.seed)
+    family = model_spec.of(cfg)
+    model = family.build_model(family.model_args(cfg.model, vocab, seq, cfg.device, cfg.precision.dtype, eos),
+                               cfg.seed)
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), model.args.vocab_size,
                             eos if cfg.train.eod_mask_loss else -1, hits=True)
     weights = {p.name: p for p in loss_net.get_parameters()}

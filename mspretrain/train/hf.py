@@ -1,13 +1,7 @@
-"""Hugging Face Llama format: `train export` (a run's checkpoint -> config.json, model.safetensors,
-tokenizer files, generation_config.json) and `train import` (a Llama checkpoint -> step 0 of a new run).
-
-The layouts already agree, so the conversion is a renaming, with no permutation:
-- rotary: mspretrain/train/model.py rotates halves of the head dim (x1 = first half, x2 = second half, angles
-  repeated over both halves), which is Hugging Face Llama's `rotate_half`, so q/k weights are copied
-  as they are (a checkpoint with interleaved pairs would need its rows permuted; ours has none);
-- grouped KV heads: query head h uses KV head h // (num_heads / num_kv_heads) in both;
-- nn.Dense weights are [out, in] like torch.nn.Linear; a tied head is `tie_word_embeddings`;
-- RMSNorm computes in fp32 with the same epsilon (`rms_norm_eps`); no biases anywhere.
+"""Hugging Face format: `train export` (a run's checkpoint -> config.json, model.safetensors,
+tokenizer files, generation_config.json) and `train import` (an HF checkpoint -> step 0 of a new run).
+The model family's mapping (ModelSpec.hf_mapping; Llama's: mspretrain/train/models/llama/hf.py) names
+the weights and writes and checks config.json; this module reads and writes the files.
 
 Tokenizer: the dataset's sentencepiece model is copied as tokenizer.model (the slow `LlamaTokenizer`)
 and converted to tokenizer.json (the fast tokenizer, mspretrain/train/hf_tokenizer.py), with a
@@ -23,60 +17,21 @@ import numpy as np
 
 from mspretrain.common.files import atomic_path
 from mspretrain.train.config import Config, ConfigError
+from mspretrain.train.models.spec import HFError
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 EXPORT_DTYPES = ("fp32", "bf16", "fp16")
 
 
-class HFError(RuntimeError):
-    """A Hugging Face directory that cannot be converted; the message names the file and key."""
+def hf_mapping(cfg):
+    """The model family's Hugging Face mapping; HFError when the family has none."""
+    from mspretrain.train.models import spec
 
-
-# ---------------------------------------------------------------- names
-
-def hf_name(name: str) -> str:
-    """Llama-relative weight name (mspretrain/train/model.py) -> Hugging Face LlamaForCausalLM name."""
-    parts = name.split(".")
-    if name == "tok_embeddings.embedding_table":
-        return "model.embed_tokens.weight"
-    if name == "norm.weight":
-        return "model.norm.weight"
-    if name == "output.weight":
-        return "lm_head.weight"
-    if parts[0] == "layers":
-        i, rest = parts[1], ".".join(parts[2:])
-        table = {"attention_norm.weight": "input_layernorm.weight",
-                 "ffn_norm.weight": "post_attention_layernorm.weight",
-                 "attention.wq.weight": "self_attn.q_proj.weight",
-                 "attention.wk.weight": "self_attn.k_proj.weight",
-                 "attention.wv.weight": "self_attn.v_proj.weight",
-                 "attention.wo.weight": "self_attn.o_proj.weight",
-                 "mlp.w1.weight": "mlp.gate_proj.weight",
-                 "mlp.w3.weight": "mlp.up_proj.weight",
-                 "mlp.w2.weight": "mlp.down_proj.weight"}
-        if rest in table:
-            return f"model.layers.{i}.{table[rest]}"
-    raise HFError(f"no Hugging Face name for weight {name!r}")
-
-
-def hf_config(args, tok: dict | None, dtype: str) -> dict:
-    """config.json of LlamaForCausalLM for ModelArgs `args`."""
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
-        "intermediate_size": args.ffn, "num_hidden_layers": args.num_layers,
-        "num_attention_heads": args.num_heads, "num_key_value_heads": args.kv_heads,
-        "head_dim": args.head_dim, "hidden_act": "silu", "max_position_embeddings": args.seq_length,
-        "rms_norm_eps": args.norm_eps, "rope_theta": args.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": args.rope_theta},
-        "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
-        "initializer_range": args.init_std, "tie_word_embeddings": args.tie_embeddings,
-        "use_cache": True, "pretraining_tp": 1,
-        "bos_token_id": (tok or {}).get("bos_id", 1), "eos_token_id": (tok or {}).get("eos_id", 2),
-        "pad_token_id": (tok or {}).get("pad_id", 3),
-        "torch_dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
-    }
+    mapping = spec.of(cfg).hf_mapping
+    if mapping is None:
+        raise HFError(f"model.family {cfg.model.family!r} has no Hugging Face mapping")
+    return mapping
 
 
 # ---------------------------------------------------------------- export
@@ -88,17 +43,19 @@ def export_run(run_dir, out_dir, step: int | None = None, dtype: str = "fp32") -
     if dtype not in EXPORT_DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
     info = runinfo.read_run(run_dir)
-    args = runinfo.model_args_of_run(run_dir)
+    cfg = runinfo.run_config(run_dir)
+    args = runinfo.model_args_of_run(run_dir, cfg)
+    mapping = hf_mapping(cfg)
     ckpt_dir = runinfo.checkpoint_dir(run_dir, step)
     weights = runinfo.model_weights(ckpt_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {hf_name(k): v for k, v in sorted(weights.items())}
+    tensors = {mapping.hf_name(k): v for k, v in sorted(weights.items())}
     if args.tie_embeddings and "lm_head.weight" in tensors:
         raise HFError(f"{ckpt_dir}: tied embeddings but an output weight is present")
     write_safetensors(out / WEIGHTS_FILE, tensors, dtype)
     tok = info["dataset"]["tokenizer"]
-    (out / "config.json").write_text(json.dumps(hf_config(args, tok, dtype), indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(mapping.hf_config(args, tok, dtype), indent=2) + "\n")
     gen = {"bos_token_id": tok.get("bos_id", 1), "eos_token_id": tok.get("eos_id", 2),
            "pad_token_id": tok.get("pad_id", 3), "do_sample": False}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
@@ -182,44 +139,6 @@ def _to_fp32(raw: np.ndarray, dtype: str, shape) -> np.ndarray:
     return raw.astype(np.float32).reshape(shape)
 
 
-_CONFIG_KEYS = [("hidden_size", "hidden_size"), ("num_hidden_layers", "num_layers"),
-                ("num_attention_heads", "num_heads"), ("num_key_value_heads", "kv_heads"),
-                ("intermediate_size", "ffn"), ("vocab_size", "vocab_size"),
-                ("rms_norm_eps", "norm_eps"), ("tie_word_embeddings", "tie_embeddings")]
-
-
-def check_hf_config(hf_dir: Path, args) -> None:
-    """The HF config must describe exactly the model of the run's config."""
-    path = hf_dir / "config.json"
-    if not path.is_file():
-        raise HFError(f"{path} not found")
-    c = json.loads(path.read_text())
-    if c.get("model_type") != "llama":
-        raise HFError(f"{path}: model_type {c.get('model_type')!r}; only 'llama' can be imported")
-    for key in ("attention_bias", "mlp_bias"):
-        if c.get(key):
-            raise HFError(f"{path}: {key} is true; this model has no biases")
-    rope = c.get("rope_scaling") or {}
-    params = c.get("rope_parameters") or {}
-    if rope or params.get("rope_type", "default") != "default":
-        raise HFError(f"{path}: rope scaling {rope or params} is not supported (plain rotary only)")
-    theta = params.get("rope_theta", c.get("rope_theta", 10000.0))
-    c.setdefault("num_key_value_heads", c.get("num_attention_heads"))
-    c.setdefault("tie_word_embeddings", False)
-    wrong = [f"{hf_key}={c.get(hf_key)!r} but the config gives {getattr(args, ours)!r}"
-             for hf_key, ours in _CONFIG_KEYS if c.get(hf_key) != getattr(args, ours)]
-    if float(theta) != float(args.rope_theta):
-        wrong.append(f"rope_theta={theta!r} but the config gives {args.rope_theta!r}")
-    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    if head_dim != args.head_dim:
-        wrong.append(f"head_dim={head_dim} but the config gives {args.head_dim}")
-    if c.get("hidden_act", "silu") != "silu":
-        wrong.append(f"hidden_act={c.get('hidden_act')!r} (only silu)")
-    if wrong:
-        raise HFError(f"{path} does not describe the model of --config: " + "; ".join(wrong)
-                      + " (set the model.* keys to match)")
-
-
 def check_tokenizer(hf_dir: Path, data_path: str) -> None:
     """The HF tokenizer must be the dataset's: same pieces for the same ids and the same special ids,
     read from tokenizer.model (sentencepiece) or, when that is absent, from tokenizer.json."""
@@ -296,36 +215,6 @@ def check_tokenizer_json(hf_dir: Path, ours: Path) -> None:
                   f"(same vocabulary; the dataset's ids are what training reads)")
 
 
-def to_llama_weights(hf: dict[str, np.ndarray], args, where: str) -> dict[str, np.ndarray]:
-    """HF tensors -> Llama-relative names (the inverse of hf_name), every expected weight present."""
-    names = _llama_names(args)
-    out, missing = {}, []
-    for name in names:
-        key = hf_name(name)
-        if key not in hf:
-            missing.append(key)
-            continue
-        out[name] = hf[key]
-    if args.tie_embeddings:
-        hf = {k: v for k, v in hf.items() if k != "lm_head.weight"}   # saved tied copies are allowed
-    extra = sorted(set(hf) - {hf_name(n) for n in names} - {k for k in hf if k.endswith("rotary_emb.inv_freq")})
-    if missing or extra:
-        raise HFError(f"{where}: missing {missing[:5]}, unexpected {extra[:5]}")
-    return out
-
-
-def _llama_names(args) -> list[str]:
-    names = ["tok_embeddings.embedding_table", "norm.weight"]
-    for i in range(args.num_layers):
-        names += [f"layers.{i}.{n}" for n in ("attention_norm.weight", "ffn_norm.weight",
-                                              "attention.wq.weight", "attention.wk.weight",
-                                              "attention.wv.weight", "attention.wo.weight",
-                                              "mlp.w1.weight", "mlp.w3.weight", "mlp.w2.weight")]
-    if not args.tie_embeddings:
-        names.append("output.weight")
-    return names
-
-
 def import_run(cfg: Config, hf_dir) -> Path:
     """`train import`: write step 0 of run cfg.run.dir (weights from `hf_dir`, fresh optimizer state),
     so that `train launch --resume auto` continues pretraining from it. Returns the checkpoint dir."""
@@ -351,8 +240,9 @@ def import_run(cfg: Config, hf_dir) -> Path:
     with TrainData(cfg, dist) as loader:        # the stream the continued run will read
         session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
                                         loader.tokenizer.eos_id)
-        check_hf_config(hf_dir, session.args)
-        weights = to_llama_weights(read_hf_weights(hf_dir), session.args, str(hf_dir))
+        mapping = hf_mapping(cfg)
+        mapping.check_hf_config(hf_dir, session.args)
+        weights = mapping.from_hf(read_hf_weights(hf_dir), session.args, str(hf_dir))
         runinfo.set_weights(session.model, weights, str(hf_dir))
         runinfo.record_run(cfg)
         trainer.prepare_run_dir(run_dir)

@@ -15,15 +15,11 @@ gradients; none when K = 1), and the step's own buffers after backward (unscaled
 gradients, the zeros that reset the accumulators).
 
 Two memory regimes (`reuses_memory`):
-- Ascend/GPU: buffers are reused once their last reader ran. Activations are counted tensor by tensor
-  for mspretrain/train/model.py's layer (what backward keeps): the layer input, the two RMSNorms (fp32 normalised
-  value + output), q, k, v (grouped KV heads tiled to all heads), softmax probabilities [heads, S, S]
-  (fp32 and, in 16-bit, their cast) or flash attention's log-sum-exp, the attention output, the
-  residual, and the SwiGLU's four [S, ffn] tensors; plus the loss path (logits, exp(logits - max) and
-  the backward working set of three fp32 [B*S, V] gradients). Recompute drops what its cells hold
-  (full: all but the layer input). Model parallel divides the per-head and per-ffn tensors; sequence
-  parallel also the per-token ones. A pipeline stage under 1F1B holds min(p - stage, m) micro-batches
-  in flight; the last stage also holds the logits. The update runs in backward's freed memory.
+- Ascend/GPU: buffers are reused once their last reader ran. Activations are what backward keeps,
+  counted tensor by tensor by the model family's terms (ModelSpec.memory_terms: for Llama
+  mspretrain/train/models/llama/memory.py), with recompute, model and sequence parallel. A pipeline
+  stage under 1F1B holds min(p - stage, m) micro-batches in flight; the last stage also holds the
+  logits. The update runs in backward's freed memory.
 - CPU (MindSpore 2.10, measured by bench/bench_memory.py): a graph keeps a buffer for every node
   output for its lifetime. So activations = every forward and backward intermediate of one
   micro-batch (the step's while-loop body exists once, whatever K), recompute saves nothing, and the
@@ -34,8 +30,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from mspretrain.train.batching import micro_batch, micro_batches
 from mspretrain.train.config import ConfigError
-from mspretrain.train.parallel import ffn_size, kv_heads, stage_layers
+from mspretrain.train.models import spec as model_spec
+from mspretrain.train.models.spec import reuses_memory
+from mspretrain.train.parallel import stage_layers
 from mspretrain.train.recompute import recompute_plan
 
 GB = 1e9
@@ -101,142 +100,7 @@ class Estimate:
         return self.static + self.activations + self.trainer + self.comm
 
 
-# ---------------------------------------------------------------- parameters
-
-def layer_params(cfg) -> tuple[int, int]:
-    """(parameters split by model parallel, replicated ones) of one decoder layer."""
-    m = cfg.model
-    h, hd = m.hidden_size, m.hidden_size // m.num_heads
-    attn = h * m.num_heads * hd * 2 + 2 * h * kv_heads(m) * hd
-    return attn + 3 * h * ffn_size(m), 2 * h
-
-
-def count_params(cfg, vocab: int) -> int:
-    split, repl = layer_params(cfg)
-    h = cfg.model.hidden_size
-    head = 0 if cfg.model.tie_embeddings else vocab * h
-    return cfg.model.num_layers * (split + repl) + vocab * h + head + h
-
-
-def stage_params(cfg, vocab: int, stage: int, layers: int) -> float:
-    """Parameters held by one device of `stage` with `layers` decoder layers, after model parallel."""
-    p, h = cfg.parallel, cfg.model.hidden_size
-    mp, last = p.model_parallel, stage == p.pipeline_stage - 1
-    split, repl = layer_params(cfg)
-    n = layers * (split / mp + repl)
-    if stage == 0:
-        n += vocab * h / (1 if p.vocab_emb_dp else mp)
-    if last:
-        n += h + vocab * h / mp         # final norm, LM head (a copy of the table when tied)
-    return n
-
-
 # ---------------------------------------------------------------- activations
-
-def reuses_memory(cfg) -> bool:
-    """Ascend/GPU: the graph's memory planner reuses a buffer once its last reader ran, so what counts is
-    what backward keeps plus a working set. CPU (MindSpore 2.10): every node of a graph keeps its own
-    output buffer for the graph's lifetime (measured in bench_memory.py: a forward-only graph grows by
-    the sum of all its intermediates; a while-loop body's exist once; recompute lowers nothing)."""
-    return cfg.device != "CPU"
-
-
-def layer_activation_bytes(cfg, seq: int, micro: int, modules: tuple = ()) -> float:
-    """Bytes one decoder layer holds at the step's peak, for one micro-batch; `modules`: its
-    recomputed cells ("" = the whole layer)."""
-    if not reuses_memory(cfg):
-        return _layer_all_intermediates(cfg, seq, micro)
-    m, p = cfg.model, cfg.parallel
-    b = 4 if cfg.precision.dtype == "fp32" else 2
-    t = p.model_parallel
-    tok = seq * micro                               # tokens per micro-batch
-    sp = t if p.sequence_parallel else 1            # per-token tensors split by sequence parallel
-    h, f, a = m.hidden_size, ffn_size(m), m.num_heads
-    x = tok * h * b / sp
-    if "" in modules:
-        return x                                    # full recompute: the layer input only
-    norm = tok * h * (4 + b) / sp                   # fp32 normalised value + output
-    if m.flash_attention and cfg.device == "Ascend":
-        scores = a * tok * 4                        # log-sum-exp per head and token
-    else:
-        scores = a * seq * tok * (4 if b == 4 else 4 + b)   # fp32 softmax output (+ its 16-bit cast)
-    attention = (4 * tok * h * b + scores) / t      # q, k, v (tiled), attention output
-    mlp = 4 * tok * f * b / t                       # w1 out, w3 out, silu, product
-    total = x + x                                   # layer input, residual after attention
-    total += 0 if "attention_norm" in modules else norm
-    total += 0 if "attention" in modules else attention
-    total += 0 if "ffn_norm" in modules else norm
-    total += 0 if "mlp" in modules else mlp
-    return total
-
-
-def _layer_all_intermediates(cfg, seq: int, micro: int) -> float:
-    """CPU: every intermediate of mspretrain/train/model.py's layer, forward and backward, counted by hand in
-    T = [tokens, hidden], F = [tokens, ffn] (b bytes) and A = fp32 [heads, S, S] per sample.
-    Forward 28T + 4F + 4A: two RMSNorms 3T each (square, normalised, weighted); q, k, v and their
-    transposes 6T; rotary on q and k 5T each (halves, four products, sub + add, concat); scores,
-    scaled, masked, softmax 4A; p @ v, its transpose, wo 3T; two residual adds 2T; SwiGLU w1, w3,
-    silu, product 4F, w2 T. Backward 49T + 5F + 5A: SwiGLU 5F + 3T (w2 dx, both product gradients,
-    silu grad 2F; w1, w3 dx and their sum); each RMSNorm 8T (two products' gradients, their
-    reductions' temporaries, the mean's broadcast, square 2T, the sum) and its residual sum T;
-    attention 28T + 5A (wo dx, transpose, dv, dq, dk; each rotary 7.5T: concat split, four product
-    gradients, negation, sums, two slice gradients padded to full size and their sum; three transposes,
-    three dx and two sums; dprobs, softmax grad 2A, mask, scale)."""
-    m = cfg.model
-    b = 4 if cfg.precision.dtype == "fp32" else 2
-    tok = seq * micro
-    t, f, a = tok * m.hidden_size * b, tok * ffn_size(m) * b, m.num_heads * seq * tok * 4
-    return (28 + 49) * t + (4 + 5) * f + (4 + 5) * a
-
-
-def head_activation_bytes(cfg, seq: int, micro: int, vocab: int) -> float:
-    """The final norm, the logits and CausalLMLoss's fp32 path (logsumexp keeps exp(logits - max)).
-    Ascend/GPU: kept logits (16-bit output + fp32 copy) and the exp, plus the backward working set:
-    the logits' gradient from logsumexp, the gather's scattered gradient and their sum (3 fp32 [B*S, V]).
-    CPU (no reuse): forward 3 (logits, minus max, exp), backward 9 (the sum's broadcast, exp product,
-    the max's mask, cast and product, the gather's zeros and scatter, two sums), and the final norm
-    and LM head's [tokens, hidden] tensors 12T (norm 3 + 8, LM head dx 1)."""
-    b = 4 if cfg.precision.dtype == "fp32" else 2
-    tok = seq * micro
-    if not reuses_memory(cfg):
-        return tok * vocab * 4 * 12 + tok * cfg.model.hidden_size * b * 12
-    t = cfg.parallel.model_parallel
-    sp = t if cfg.parallel.sequence_parallel else 1
-    kept = (4 if b == 4 else 4 + b) + 4                  # logits (+ fp32 copy), exp(logits - max)
-    logits = tok * vocab * (kept + 3 * 4) / t
-    return tok * cfg.model.hidden_size * (4 + 2 * b) / sp + logits
-
-
-def document_activation_bytes(cfg, seq: int, micro: int) -> float:
-    """Packed-document masking (mspretrain/train/packing.py), built once per micro-batch from the tokens and read by
-    every layer, so held until the last layer's backward (a pipeline stage holds its own copy):
-    - the plain attention's mask, bool [B, 1, S, S] (True: masked);
-    - or, with the fused kernel (Ascend, 16-bit), the document ends int64 [B * L], L = min(max_documents, S);
-    - with position reset, the per-token rotary tables cos and sin, fp32 [B, 1, S, D/2] each.
-    CPU (every node output kept): the mask's build adds the per-pair document equality and its
-    conjunction with causality (bool [B, S, S] each) and, per token, the EOS flags, document index
-    and positions (a few int32 [B, S]); see bench/bench_memory.py --document-mask for the measurement."""
-    m = cfg.model
-    tok = seq * micro
-    total = 0.0
-    if m.reset_position_ids:
-        total += 2 * tok * (m.hidden_size // m.num_heads // 2) * 4
-    if m.document_mask:
-        varlen = m.flash_attention and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
-        if varlen:
-            total += micro * min(m.max_documents, seq) * 8
-        else:
-            total += micro * seq * seq * (1 if reuses_memory(cfg) else 3)
-    if not reuses_memory(cfg) and (m.document_mask or m.reset_position_ids):
-        total += tok * 4 * 6
-    return total
-
-
-def micro_batch(cfg) -> int:
-    p, t = cfg.parallel, cfg.train
-    local = t.micro_batch_size or t.global_batch_size // p.data_parallel
-    return max(1, local // (p.micro_batch_num if p.pipeline_stage > 1 else 1))
-
 
 # ---------------------------------------------------------------- the estimate
 
@@ -257,40 +121,31 @@ def estimate(cfg, seq_length: int, vocab_size: int) -> Estimate:
 
 
 def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan: dict) -> Estimate:
-    p = cfg.parallel
+    p, terms = cfg.parallel, model_spec.of(cfg).memory_terms
     per = bytes_per_param(cfg.precision.dtype)
-    n = stage_params(cfg, vocab, stage, len(layers))
+    n = terms.stage_params(cfg, vocab, stage, len(layers))
     dp = p.data_parallel
     level = p.optimizer_level if p.optimizer_shard else None
     shard = {"weights": level == "level3", "grads": level in ("level2", "level3"), "states": level is not None}
     weights = n * per.weights / (dp if shard["weights"] else 1)
     grads = n * per.grads / (dp if shard["grads"] else 1)
     optimizer = n * (per.master + per.adam) / (dp if shard["states"] else 1)
-    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_steps(cfg) > 1 else 0.0
+    accumulators = n * 4 / (dp if shard["grads"] else 1) if micro_batches(cfg) > 1 else 0.0
     step_temps = n * _step_temp_bytes(cfg) / (dp if shard["grads"] else 1)
     mb = micro_batch(cfg)
     m = p.micro_batch_num if p.pipeline_stage > 1 else 1
     in_flight = min(p.pipeline_stage - stage, m)
-    per_layer = tuple(layer_activation_bytes(cfg, seq, mb, rplan.get(i, ())) for i in layers)
+    per_layer = tuple(terms.layer_activation_bytes(cfg, seq, mb, rplan.get(i, ())) for i in layers)
     last = stage == p.pipeline_stage - 1
-    head = head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
-    documents = document_activation_bytes(cfg, seq, mb)
+    head = terms.head_activation_bytes(cfg, seq, mb, vocab) if last else 0.0
+    documents = terms.document_activation_bytes(cfg, seq, mb)
     activations = (sum(per_layer) + documents) * in_flight + head
-    return Estimate(params_total=count_params(cfg, vocab), params_device=int(n), stage=stage,
+    return Estimate(params_total=terms.count_params(cfg, vocab), params_device=int(n), stage=stage,
                     weights=weights, grads=grads, optimizer=optimizer, accumulators=accumulators,
                     step_temps=step_temps, reuse=reuses_memory(cfg), activations=activations,
                     comm=_comm_bytes(cfg, n, seq, mb), layer_activations=per_layer,
                     head_activations=head, micro_batch=mb, in_flight=in_flight, seq_length=seq,
                     document_activations=documents)
-
-
-def micro_steps(cfg) -> int:
-    """Micro-batches per optimizer step and rank: the pipeline's, or local batch / micro_batch_size."""
-    p, t = cfg.parallel, cfg.train
-    if p.pipeline_stage > 1:
-        return p.micro_batch_num
-    local = t.global_batch_size // p.data_parallel
-    return max(1, local // (t.micro_batch_size or local))
 
 
 def _step_temp_bytes(cfg) -> int:
@@ -300,7 +155,7 @@ def _step_temp_bytes(cfg) -> int:
     unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
     if reuses_memory(cfg):
         return 4
-    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_steps(cfg) > 1 else 0)
+    return 4 + (4 if cfg.optim.clip_norm > 0 else 0) + (4 if micro_batches(cfg) > 1 else 0)
 
 
 def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
@@ -315,8 +170,8 @@ def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
     if p.pipeline_stage > 1:
         comm += 2 * act                              # send + receive of a micro-batch boundary
     if p.optimizer_shard and p.data_parallel > 1:
-        h = cfg.model.hidden_size
-        comm += 2 * max(h * ffn_size(cfg.model), h * h) / p.model_parallel * b   # gathered weight
+        largest = model_spec.of(cfg).memory_terms.largest_weight(cfg)
+        comm += 2 * largest / p.model_parallel * b   # the largest weight, gathered
     return comm
 
 

@@ -8,46 +8,27 @@ model) and `wrap` (AutoParallel) are the only code touching MindSpore's semi-aut
 runs on Ascend only (MindSpore 2.10 refuses semi_auto on CPU). On CPU/GPU only data parallelism runs,
 through the DATA_PARALLEL context (train.distributed.setup).
 
-Megatron-style splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
-  column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
-  row-parallel (wo w2):                       x (dp, mp), W (1, mp)     -> partial sums, all-reduced
-  attention scores, softmax, weighted sum [B, N, S, *]: (dp, mp, 1, 1)  -> N / mp heads per rank
-With sequence parallel the row-parallel outputs are reduce-scattered over tokens, out (dp * mp, 1);
-Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
-default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
-SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
-transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
-block-causal mask of packed documents, and the cross entropy on vocabulary-split logits with its
-EOD loss mask (module "loss": the loss cell).
-With packed-document masking on Ascend the kernel runs in TND layout ([B*S, N, D]): q, k, v
-(dp, mp, 1), the compressed mask (1, 1), the cumulative document ends (dp,) each, MindFormers' form;
-`annotate` also tells the model's DocumentBoundaries the dp degree, so that the ends restart at every
+The model family's plan (ModelSpec.parallel_plan; Llama's: mspretrain/train/models/llama/parallel.py)
+gives the strategy of every primitive its model holds and the cells of each pipeline stage; this module
+adds the loss cell's (module "loss": the cross entropy on vocabulary-split logits with its EOD loss
+mask, reductions over the vocabulary), validates the layout, and applies the plan. `annotate` also
+tells the model's DocumentBoundaries the dp degree, so that packed documents' ends restart at every
 shard boundary (mspretrain/train/packing.py).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mspretrain.train.batching import forward_batch
 from mspretrain.train.config import ConfigError
 from mspretrain.train.distributed import all_reduce_sum, all_reduce_weighted_mean, layout
+from mspretrain.train.models import spec as model_spec
+from mspretrain.train.models.spec import OpShard
 
-COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
-ROW = ("attention.wo", "mlp.w2")
 OPTIMIZER_LEVELS = ("level1", "level2", "level3")
-
-
-@dataclass(frozen=True)
-class OpShard:
-    """One operator's strategy: `in_strategy` is one tuple per input, as `Primitive.shard` takes it."""
-    module: str                 # cell path in the model, e.g. "layers.3.attention.wq" ("" = the model)
-    prim: str                   # the primitive's attribute name in that cell, e.g. "matmul"
-    kind: str                   # the primitive's name, checked when applied: MatMul, Gather, BatchMatMul
-    in_strategy: tuple
-    out_strategy: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -79,19 +60,6 @@ class Plan:
         raise KeyError(f"no strategy for {module}.{prim}")
 
 
-# ---------------------------------------------------------------- model sizes the plan depends on
-
-def ffn_size(model_cfg) -> int:
-    """The MLP width: model.ffn_size, or the Llama rule 8/3 * hidden rounded up to a multiple of 64."""
-    if model_cfg.ffn_size:
-        return model_cfg.ffn_size
-    return 64 * math.ceil(8 * model_cfg.hidden_size / 3 / 64)
-
-
-def kv_heads(model_cfg) -> int:
-    return model_cfg.num_kv_heads or model_cfg.num_heads
-
-
 # ---------------------------------------------------------------- validation
 
 def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: int | None = None) -> None:
@@ -105,17 +73,7 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
             f"parallel.optimizer_shard={p.optimizer_shard} need MindSpore semi-auto parallel, which runs "
             f"on Ascend only; on {cfg.device} use data parallelism alone (model_parallel=1, pipeline_stage=1, "
             f"optimizer_shard=false)")
-    vocab = vocab_size or m.vocab_size
-    divisible = [("model.num_heads", m.num_heads), ("model.num_kv_heads", kv_heads(m)),
-                 ("model.ffn_size", ffn_size(m))]
-    if vocab:
-        divisible.append(("model.vocab_size", vocab))
-    for key, value in divisible:
-        if value % mp:
-            raise ConfigError(f"{key} ({value}) must be divisible by parallel.model_parallel ({mp})")
-    if m.max_documents < 1:
-        raise ConfigError(f"model.max_documents must be >= 1, got {m.max_documents}")
-    _validate_varlen(cfg, dp, seq_length)
+    model_spec.of(cfg).parallel_plan.validate(cfg, vocab_size or m.vocab_size, seq_length)
     if m.num_layers < pp:
         raise ConfigError(f"model.num_layers ({m.num_layers}) must be >= parallel.pipeline_stage ({pp})")
     if p.micro_batch_num < 1:
@@ -135,34 +93,8 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     if p.optimizer_level not in OPTIMIZER_LEVELS:
         raise ConfigError(f"parallel.optimizer_level must be one of {', '.join(OPTIMIZER_LEVELS)}, "
                           f"got {p.optimizer_level!r}")
-    if m.tie_embeddings and mp > 1 and p.vocab_emb_dp:
-        raise ConfigError("model.tie_embeddings with parallel.model_parallel > 1 needs "
-                          "parallel.vocab_emb_dp=false (the shared weight must be split by vocab, as the "
-                          "LM head is)")
     stage_layers(m.num_layers, pp, p.stage_offsets)
     check_validation(cfg)
-
-
-VARLEN_MAX_SEQUENCES = 1024    # FlashAttentionScore TND: at most 1024 entries in actual_seq_qlen (2.10 docs)
-
-
-def _validate_varlen(cfg, dp: int, seq_length: int | None) -> None:
-    """The TND kernel takes at most VARLEN_MAX_SEQUENCES document ends per call: a rank's micro-batch
-    times min(model.max_documents, seq_length) entries (unused slots are padded, so they count)."""
-    if not uses_varlen_attention(cfg):
-        return
-    p, t = cfg.parallel, cfg.train
-    micro = t.micro_batch_size or max(1, t.global_batch_size // dp)
-    if p.pipeline_stage > 1:
-        micro = max(1, micro // p.micro_batch_num)
-    per_sample = min(cfg.model.max_documents, seq_length or cfg.model.max_documents)
-    if micro * per_sample > VARLEN_MAX_SEQUENCES:
-        raise ConfigError(
-            f"flash attention with model.document_mask: a rank's micro-batch of {micro} samples x "
-            f"model.max_documents {per_sample} = {micro * per_sample} document ends per kernel call, more "
-            f"than FlashAttentionScore's TND layout takes ({VARLEN_MAX_SEQUENCES}); lower model.max_documents "
-            f"or the per-rank micro-batch (train.micro_batch_size, train.global_batch_size / "
-            f"parallel.data_parallel)")
 
 
 def _validate_batch(cfg, dp: int) -> None:
@@ -220,138 +152,15 @@ def make_plan(cfg, world_size: int | None = None, vocab_size: int | None = None,
     validate(cfg, world, vocab_size, seq_length)
     dp, mp, pp = p.data_parallel, p.model_parallel, p.pipeline_stage
     stages = stage_layers(cfg.model.num_layers, pp, p.stage_offsets)
-    stage_of = {"tok_embeddings": 0, "norm": pp - 1}
-    if not cfg.model.tie_embeddings:
-        stage_of["output"] = pp - 1
-    for s, layers in enumerate(stages):
-        stage_of.update({f"layers.{i}": s for i in layers})
-    sp = p.sequence_parallel
-    ops = [*_embedding_ops(dp, mp, p.vocab_emb_dp)]
-    for i in range(cfg.model.num_layers):
-        ops += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg),
-                          kv_heads(cfg.model) < cfg.model.num_heads, uses_varlen_attention(cfg),
-                          bool(cfg.model.reset_position_ids))
-    ops += _boundary_ops(dp, bool(cfg.model.document_mask), bool(cfg.model.reset_position_ids),
-                         uses_varlen_attention(cfg))
-    ops += _norm_ops("norm", dp, mp, sp)
-    ops += _head_ops(dp, mp, cfg.model.tie_embeddings)
-    ops += _loss_ops(dp, mp)
+    family = model_spec.of(cfg).parallel_plan
+    stage_of = family.stage_of(cfg, stages)
+    ops = [*family.ops(cfg, dp, mp), *_loss_ops(dp, mp)]
     m = p.micro_batch_num if pp > 1 else 1
     return Plan(world_size=world, dp=dp, mp=mp, pp=pp, micro_batch_num=m, vocab_emb_dp=p.vocab_emb_dp,
                 sequence_parallel=p.sequence_parallel,
                 optimizer_level=p.optimizer_level if p.optimizer_shard else None,
                 stage_layers=stages, stage_of=stage_of, ops=tuple(ops),
                 dataset_strategy=((dp, 1),), in_flight=tuple(min(pp - s, m) for s in range(pp)))
-
-
-def _embedding_ops(dp: int, mp: int, vocab_emb_dp: bool) -> list:
-    # nn.Embedding: Gather(table [V, H], flat ids [B*S]); the table replicated (data) or split by vocab.
-    table = (1, 1) if vocab_emb_dp else (mp, 1)
-    return [OpShard("tok_embeddings", "gather", "Gather", (table, (dp,)))]
-
-
-def uses_flash_attention(cfg) -> bool:
-    """The model's rule (train.model.model_args): the fused kernel on Ascend, for 16-bit inputs."""
-    return bool(cfg.model.flash_attention) and cfg.device == "Ascend" and cfg.precision.dtype != "fp32"
-
-
-def uses_varlen_attention(cfg) -> bool:
-    """Flash attention over packed documents: the TND kernel with per-document ends."""
-    return uses_flash_attention(cfg) and bool(cfg.model.document_mask)
-
-
-def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
-    """[B, S, H] activations between the blocks: split by batch, and by tokens with sequence parallel."""
-    return (dp, mp, 1) if seq_par else (dp, 1, 1)
-
-
-def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
-    x = _tokens(dp, mp, seq_par)
-    return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
-            OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
-            OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
-            OpShard(prefix, "scale", "Mul", (x, (1,))), OpShard(prefix, "cast_out", "Cast", (x,)),
-            OpShard(prefix, "cast_weight", "Cast", ((1,),))]
-
-
-def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
-               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
-    ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
-    # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
-    row_out = ((dp * mp, 1),) if seq_par else None
-    ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
-    heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
-    att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
-    ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
-            OpShard(att, "from_heads", "Transpose", (heads,))]
-    # the rotary tables: [S, D/2] shared by the batch, or with position reset per token [B, 1, S, D/2]
-    table = (dp, 1, 1, 1) if reset_positions else (1, 1)
-    ops += [OpShard(rot, "split", "Split", (heads,)),
-            *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
-                                                                     "mul_sin2")],
-            OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
-            OpShard(rot, "concat", "Concat", (heads, heads)),
-            OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
-    if flash and varlen:
-        # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
-        # ends [B * L] by batch shard (each shard's restart at 0: mspretrain/train/packing.py)
-        tnd = (dp, mp, 1)
-        ops.append(OpShard(att, "flash_attention_varlen", "FlashAttentionScore",
-                           (tnd, tnd, tnd, (1, 1), (dp,), (dp,))))
-    elif flash:
-        # q, k, v by head; the compressed 2048 x 2048 causal mask whole ((1, 1): the kernel's requirement)
-        ops.append(OpShard(att, "flash_attention", "FlashAttentionScore", (heads, heads, heads, (1, 1))))
-    else:
-        ops += [OpShard(att, "qk", "BatchMatMul", (heads, heads)),
-                OpShard(att, "cast_scores", "Cast", (heads,)), OpShard(att, "scale_scores", "Mul", (heads, ())),
-                OpShard(att, "mask", "MaskedFill", (heads, (1, 1), ())),
-                OpShard(att, "mask_documents", "MaskedFill", (heads, (dp, 1, 1, 1), ())),  # [B, 1, S, S]
-                OpShard(att, "mask_to_bool", "Cast", ((dp, 1, 1, 1),)),    # the uint8 mask back to bool
-                OpShard(att, "softmax", "Softmax", (heads,)), OpShard(att, "cast_probs", "Cast", (heads,)),
-                OpShard(att, "pv", "BatchMatMul", (heads, heads))]
-        if grouped_kv:
-            ops.append(OpShard(att, "repeat_kv", "Tile", ((dp, mp, 1, 1, 1),)))
-    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
-    ops += [OpShard(f"{prefix}.mlp", "silu", "SiLU", (ffn,)), OpShard(f"{prefix}.mlp", "gate", "Mul", (ffn, ffn))]
-    x = _tokens(dp, mp, seq_par)
-    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
-    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par)
-    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par)
-    return ops
-
-
-def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bool) -> list:
-    """Document boundaries of packed samples (train.packing.DocumentBoundaries, module "boundaries")
-    from input tokens [B, S]: every op works along one sample's sequence, so only the batch is split;
-    the [1, S] / [1, L] / [S, S] constant tables they combine with are whole."""
-    if not (document_mask or reset_positions):
-        return []
-    m, row, whole = "boundaries", (dp, 1), (1, 1)
-    ops = [OpShard(m, "is_eos", "Equal", (row, ()))]
-    if (document_mask and not flash) or reset_positions:
-        ops.append(OpShard(m, "cast_eos", "Cast", (row,)))
-    if document_mask and not flash:
-        # block-causal mask [B, 1, S, S] from the document index of each token, [B, S, 1] vs [B, 1, S]
-        ops += [OpShard(m, "count_eos", "CumSum", (row,)),
-                OpShard(m, "other_doc", "NotEqual", ((dp, 1, 1), (dp, 1, 1))),
-                OpShard(m, "or_future", "LogicalOr", ((dp, 1, 1), whole)),
-                OpShard("", "mask_to_u8", "Cast", ((dp, 1, 1, 1),))]    # uint8 to the layers (stages)
-    if document_mask and flash:
-        # the TND kernel's document ends [B, L]; the per-shard offsets [B, 1] split like the ends
-        ops += [OpShard(m, "ends_at", "LogicalAnd", (row, whole)), OpShard(m, "cast_ends", "Cast", (row,)),
-                OpShard(m, "weigh_ends", "Mul", (row, whole)), OpShard(m, "negate", "Sub", (row, ())),
-                OpShard(m, "smallest", "TopK", (row,)), OpShard(m, "restore", "Mul", (row, whole)),
-                OpShard(m, "close", "Add", (row, whole)), OpShard(m, "offset", "Add", (row, row)),
-                OpShard(m, "cast_out", "Cast", (row,))]
-    if reset_positions:
-        # positions restarting after each EOS: the EOS flags shifted right by one, the last start so far
-        ops += [OpShard(m, "first", "StridedSlice", (row,)), OpShard(m, "zeros", "ZerosLike", (row,)),
-                OpShard(m, "drop_last", "StridedSlice", (row,)), OpShard(m, "shift", "Concat", (row, row)),
-                OpShard(m, "starts", "Mul", (row, whole)), OpShard(m, "last_start", "Cummax", (row,)),
-                OpShard(m, "positions", "Sub", (whole, row)),
-                # the rotary tables' rows per token (Llama.documents): tables whole, positions by batch
-                OpShard("", "gather_cos", "Gather", (whole, row)), OpShard("", "gather_sin", "Gather", (whole, row))]
-    return ops
 
 
 def _loss_ops(dp: int, mp: int) -> list:
@@ -375,14 +184,6 @@ def _loss_ops(dp: int, mp: int) -> list:
             OpShard("loss", "hit_kept", "Mul", ((dp,), (dp,))), OpShard("loss", "sum_hits", "ReduceSum", ((dp,),))]
 
 
-def _head_ops(dp: int, mp: int, tied: bool) -> list:
-    # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
-    if tied:
-        # the embedding table (split by vocabulary: tying needs vocab_emb_dp off) cast to the compute dtype
-        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
-    return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
-
-
 # ---------------------------------------------------------------- printing (`train plan`)
 
 def format_plan(plan: Plan) -> str:
@@ -397,9 +198,10 @@ def format_plan(plan: Plan) -> str:
     if plan.pp > 1:
         lines.append(f"pipeline: {plan.schedule}, {plan.micro_batch_num} micro-batches, bubble "
                      f"(p-1)/(m+p-1) = {plan.bubble:.3f}")
+        outside = [c for c in plan.stage_of if not c.startswith("layers.")]   # embedding, head...
         for s, layers in enumerate(plan.stage_layers):
-            extra = " + tok_embeddings" if s == 0 else ""
-            extra += " + norm, output" if s == plan.pp - 1 else ""
+            mine = [c for c in outside if plan.stage_of[c] == s]
+            extra = f" + {', '.join(mine)}" if mine else ""
             lines.append(f"  stage {s}: layers {_ranges(layers)}{extra}; "
                          f"{plan.in_flight[s]} micro-batch(es) in flight")
     else:
@@ -566,8 +368,7 @@ def eval_batch_size(cfg) -> int:
     with several ranks every rank feeds this whole batch (dataset strategy full_batch) and the compiled
     graph splits it by data_parallel; on CPU/GPU each rank evaluates all of it (the same number on every
     rank). Never the per-rank share alone, which full_batch would split by data_parallel again."""
-    t, dp = cfg.train, cfg.parallel.data_parallel
-    return (t.micro_batch_size or t.global_batch_size // dp) * dp
+    return forward_batch(cfg) * cfg.parallel.data_parallel
 
 
 def model_vocab(model) -> int | None:
@@ -612,7 +413,7 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
 
 
 def lazy_inline_loss(cfg) -> bool:
-    """The train loss cell as one reused sub-graph (train.model.ReusedCausalLMLoss, mindspore.lazy_inline,
+    """The train loss cell as one reused sub-graph (train.models.llama.model.ReusedCausalLMLoss, mindspore.lazy_inline,
     on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
     MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
     so it is never on elsewhere."""

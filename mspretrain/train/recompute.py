@@ -42,7 +42,7 @@ def recompute_plan(cfg_recompute, num_layers: int) -> dict[int, tuple[str, ...]]
 
 
 def apply_recompute(model, cfg_recompute) -> dict[int, tuple[str, ...]]:
-    """Call `recompute()` on the planned cells of `model` (a train.model.Llama); returns the plan."""
+    """Call `recompute()` on the planned cells of `model` (a train.models.llama.model.Llama); returns the plan."""
     plan = recompute_plan(cfg_recompute, len(model.layers))
     for layer, modules in plan.items():
         for module in modules:

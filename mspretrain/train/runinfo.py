@@ -4,7 +4,7 @@ fingerprint) and RUN/tokenizer.model (a copy of the dataset's sentencepiece mode
 
 Written by `train launch` when a run starts or resumes (after its checks) and by `train import`; read by `train export`,
 `generate`, `score` and `eval` (which refuses a dataset whose tokenizer or seq_length differ).
-Also here: reading a checkpoint's model weights into a fresh `Llama`.
+Also here: reading a checkpoint's model weights into a fresh model of the run's family.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from mspretrain.train.config import Config
 
 RUN_INFO = "run.json"
 RUN_TOKENIZER = "tokenizer.model"
-# the first component of every weight's name inside Llama (checkpoint keys carry a prefix, e.g. "model.")
-_ROOTS = ("tok_embeddings", "layers", "norm", "output")
+# the loss cell's attribute holding the model: a weight's checkpoint key is "[...]model.<name in the model>"
+_MODEL_ATTR = "model"
 _OPTIMIZER_PREFIXES = ("adam_m.", "adam_v.", "acc.")
 
 
@@ -102,7 +102,7 @@ def checkpoint_dir(run_dir, step: int | None = None) -> Path:
 
 
 def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
-    """The model's weights of a checkpoint, keyed by their name inside `Llama` (optimizer moments and
+    """The model's weights of a checkpoint, keyed by their name inside the model (optimizer moments and
     counters left out). A sharded checkpoint (rank_R/) is merged into full tensors first."""
     from mspretrain.train import checkpoint as ckpt
 
@@ -120,37 +120,38 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
         if key.startswith(_OPTIMIZER_PREFIXES):
             continue
         parts = key.split(".")
-        for i, part in enumerate(parts):
-            if part in _ROOTS:
-                out[".".join(parts[i:])] = value.asnumpy()
-                break
-    if "tok_embeddings.embedding_table" not in out:
+        if _MODEL_ATTR in parts[:-1]:
+            out[".".join(parts[parts.index(_MODEL_ATTR) + 1:])] = value.asnumpy()
+    if not out:
         raise RunInfoError(f"{path}: no model weights found (keys: {sorted(out)[:5]})")
     return out
 
 
-def model_args_of_run(run_dir, cfg: Config | None = None):
-    from mspretrain.train.model import model_args
+def model_args_of_run(run_dir, cfg: Config | None = None, eos_id: int | None = None):
+    """The run's model arguments, fp32 on CPU; `eos_id`: with its document masking and position reset
+    (None: without)."""
+    from mspretrain.train.models import spec as model_spec
 
     cfg = cfg or run_config(run_dir)
     ds = read_run(run_dir)["dataset"]
-    return model_args(cfg.model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU", "fp32")
+    return model_spec.of(cfg).model_args(cfg.model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU",
+                                         "fp32", eos_id)
 
 
 def load_run_model(run_dir, step: int | None = None):
-    """(Llama in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
-    from mspretrain.train.model import Llama
+    """(the run's model in fp32 with the checkpoint's weights, its Config, the checkpoint dir)."""
+    from mspretrain.train.models import spec as model_spec
 
     cfg = run_config(run_dir)
     ckpt_dir = checkpoint_dir(run_dir, step)
     args = model_args_of_run(run_dir, cfg)
-    model = Llama(args, cfg.seed)
+    model = model_spec.of(cfg).build_model(args, cfg.seed)
     set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
     return model, cfg, ckpt_dir
 
 
 def set_weights(model, weights: dict[str, np.ndarray], where: str) -> None:
-    """Copy `weights` (Llama-relative names) into `model`; names and shapes must match exactly."""
+    """Copy `weights` (names inside the model) into `model`; names and shapes must match exactly."""
     from mindspore import Tensor
 
     params = dict(model.parameters_and_names())

@@ -6,7 +6,7 @@ the first is predicted, so a document of n tokens gets n - 1 log-probabilities (
 perplexity exp(-mean). A document longer than the model's context is scored in consecutive windows of
 seq_length predictions, each window restarting its context at its first token.
 
-The log-probabilities come from mspretrain/train/model.py's own forward (`Llama`, fp32, GRAPH_MODE), rows
+The log-probabilities come from mspretrain/train/models/llama/model.py's own forward (`Llama`, fp32, GRAPH_MODE), rows
 right-padded to seq_length (causal attention: padding never changes earlier positions), built as the
 run trained it: with `model.document_mask` / `model.reset_position_ids` on, an EOS inside a line ends a
 document as in a packed training sample, so the tokens after it attend only to their own document
@@ -76,18 +76,15 @@ def perplexity(logprobs: np.ndarray) -> float | None:
 def training_args(rm):
     """The run's ModelArgs with its document masking and position reset (they need the EOS id):
     what the model saw in training."""
-    from mspretrain.train.model import model_args
-    from mspretrain.train.runinfo import read_run, run_config
+    from mspretrain.train.runinfo import model_args_of_run
 
-    ds = read_run(rm.run_dir)["dataset"]
     eos = rm.eos_id if rm.eos_id is not None and rm.eos_id >= 0 else None
-    return model_args(run_config(rm.run_dir).model, ds["tokenizer"]["vocab_size"], ds["seq_length"], "CPU",
-                      "fp32", eos)
+    return model_args_of_run(rm.run_dir, eos_id=eos)
 
 
 def main(run_dir, input_path: str, out_path: str, step: int | None = None, batch_size: int = 8) -> int:
     from mspretrain.train.generate import InputError, RunModel, load_prompts, set_graph_mode
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.runinfo import set_weights
 
     set_graph_mode()
@@ -102,7 +99,7 @@ def main(run_dir, input_path: str, out_path: str, step: int | None = None, batch
         if bad:
             raise InputError(f"{input_path}:{i + 1}: token id {bad[0]} outside [0, {rm.args.vocab_size})")
         docs.append(ids)
-    model = Llama(training_args(rm), 0)
+    model = model_spec.get(rm.family).build_model(training_args(rm), 0)
     set_weights(model, rm.weights, str(rm.ckpt_dir))
     scores = Scorer(model, rm.args.seq_length, rm.pad_id, batch_size).score(docs)
     with open(out_path, "w", encoding="utf-8") as f:

@@ -43,7 +43,7 @@ from mindspore import Parameter, Tensor, amp, nn, ops
 from mindspore.common import dtype as mstype
 
 from mspretrain.train.config import ConfigError
-from mspretrain.train.model import set_norms_fp32
+from mspretrain.train.models.llama.model import set_norms_fp32
 
 DTYPES = {"fp32": mstype.float32, "fp16": mstype.float16, "bf16": mstype.bfloat16}
 AMP_LEVELS = ("O1", "O2")
@@ -360,7 +360,7 @@ class TrainStep:
 
 def z_loss_reading(network: nn.Cell):
     """The z-loss reading Parameter of the loss cell inside `network` (None without z-loss)."""
-    from mspretrain.train.model import Z_VALUE
+    from mspretrain.train.models.llama.model import Z_VALUE
     for p in network.get_parameters():
         if p.name.rsplit(".", 1)[-1] == Z_VALUE:
             return p

@@ -166,14 +166,14 @@ def eval_checkpoint(run_dir, step: int | None, task_files: list[str], few_shot: 
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.evalsuite import ResultsFile
     from mspretrain.train.generate import RunModel
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.runinfo import set_weights
     from mspretrain.train.score import training_args
 
     rm = RunModel(run_dir, step)
     if rm.sp is None:
         raise TaskError(f"{run_dir} has no tokenizer.model: tasks are text, they need the run's tokenizer")
-    model = Llama(training_args(rm), 0)
+    model = model_spec.get(rm.family).build_model(training_args(rm), 0)
     set_weights(model, rm.weights, str(rm.ckpt_dir))
     scorer = TaskScorer(model, rm.args.seq_length, rm.pad_id, batch_size)
     ckpt_step = ckpt.read_state(rm.ckpt_dir).get("step")

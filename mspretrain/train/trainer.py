@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train import console, data_check, metrics, resume_policy
+from mspretrain.train import batching, console, data_check, metrics, resume_policy
 from mspretrain.train.config import Config, ConfigError
 from mspretrain.train.optim import check_schedule, lr_at
 
@@ -32,8 +32,8 @@ STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newe
 @dataclass
 class Session:
     """Everything built for one process: model, loss, optimizer and the train step."""
-    args: object                # train.model.ModelArgs
-    model: object               # train.model.Llama (fp32 master weights)
+    args: object                # the family's model arguments (ModelSpec.model_args)
+    model: object               # the family's model (ModelSpec.build_model), fp32 master weights
     loss_net: object            # CausalLMLoss over the mixed-precision cell
     optimizer: object
     train_step: object          # train.step.TrainStep (after parallelize)
@@ -44,20 +44,21 @@ class Session:
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from mspretrain.train import hooks, parallel
-    from mspretrain.train.model import CausalLMLoss, Llama, count_params, flops_per_token, model_args
+    from mspretrain.train.models import spec as model_spec
+    from mspretrain.train.models.llama.model import CausalLMLoss, count_params, flops_per_token
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute
     from mspretrain.train.step import apply_precision, build_train_step
 
-    args = model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
+    family = model_spec.of(cfg)
+    args = family.model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
     if args.vocab_size < vocab_size:
         raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
                           f"vocabulary ({vocab_size})")
-    local = cfg.train.global_batch_size // dist.dp_size
-    micro = cfg.train.micro_batch_size or local
+    local, micro = batching.local_batch(cfg, dist.dp_size), batching.forward_batch(cfg, dist.dp_size)
     if local % micro:
         raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = Llama(args, cfg.seed)
+    model = family.build_model(args, cfg.seed)
     compute = apply_precision(model, cfg.precision)
     apply_recompute(model, cfg.recompute)
     eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
@@ -68,7 +69,7 @@ def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: i
     optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
     pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
     if pipeline is None:
-        step = build_train_step(train_loss, optimizer, local // micro, cfg)
+        step = build_train_step(train_loss, optimizer, batching.micro_batches(cfg, dist.dp_size), cfg)
     else:       # Ascend pipeline stages: its micro-batches are the accumulation
         step = build_train_step(train_loss, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
                                 splits_batch=True)
@@ -130,7 +131,7 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
                                    ckpt_dir, force)
     rank = dist.rank if dist.sharded else None
     if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
-        session.train_step.compile((cfg.train.global_batch_size // dist.dp_size, loader.seq_length + 1))
+        session.train_step.compile((batching.local_batch(cfg, dist.dp_size), loader.seq_length + 1))
     load_dir = resharded(state, ckpt_dir, cfg, dist)
     params = session.train_step.state_parameters()
     ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files

@@ -1,7 +1,7 @@
 import pytest
 
 from mspretrain.train.config import load_config
-from mspretrain.train.model import model_args
+from mspretrain.train.models.llama.model import model_args
 from mspretrain.train.recompute import recompute_plan
 from mspretrain.train.step import check_precision
 from trainer_harness import REPO

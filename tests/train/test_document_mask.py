@@ -7,7 +7,7 @@ import pytest
 
 from mspretrain.train import packing
 from mspretrain.train.config import load_config
-from mspretrain.train.model import ModelArgs
+from mspretrain.train.models.llama.model import ModelArgs
 
 EOS = 2
 ARGS = ModelArgs(vocab_size=64, seq_length=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -93,7 +93,7 @@ def test_document_ends_restart_at_each_data_parallel_shard(graph_mode, dp):
 
 def test_second_document_ignores_the_first_only_with_the_mask(graph_mode):
     from mindspore import Tensor
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     a, _ = _two_docs(6, seed=1)
     b = a.copy()
@@ -110,7 +110,7 @@ def test_second_document_ignores_the_first_only_with_the_mask(graph_mode):
 
 def test_second_document_equals_the_same_document_alone(graph_mode):
     from mindspore import Tensor
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     packed, second = _two_docs(7, seed=2)
     alone = np.concatenate([second, np.full(16 - len(second), 11, np.int32)])[None]
@@ -123,7 +123,7 @@ def test_second_document_equals_the_same_document_alone(graph_mode):
 
 def test_eod_loss_ignores_exactly_the_boundary_positions(graph_mode):
     from mindspore import Tensor
-    from mspretrain.train.model import CausalLMLoss, Llama
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
 
     ids = np.random.default_rng(3).integers(3, 64, size=(2, 17)).astype(np.int32)
     ids[0, [3, 8, 16]] = EOS          # positions 3 and 8 predict across a boundary; 16 is only a label
@@ -145,7 +145,7 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     of the 4 micro-batch means, what equal weights would train on, is visibly another number."""
     from mindspore import Tensor
 
-    from mspretrain.train.model import CausalLMLoss, Llama
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
     from test_step import REDUCTION_ORDER_RTOL
@@ -175,7 +175,7 @@ def test_tnd_kernel_takes_the_documented_form():
     """N7: the TND flash-attention primitive as MindSpore 2.10's TND restrictions document it:
     sparse_mode 3 (lower triangle), the compressed 2048 x 2048 uint8 mask, next_tokens 0 and
     pre_tokens >= every document's length. Built on CPU (the kernel runs on Ascend only)."""
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     args = replace(MASKED, flash_attention=True)
     attention = Llama(args, seed=1).layers[0].attention
@@ -202,7 +202,7 @@ def test_config_keys_are_on_in_the_shipped_configs_and_in_the_hash():
 
 def test_model_args_need_an_eos_id():
     from mspretrain.train.config import ConfigError
-    from mspretrain.train.model import model_args
+    from mspretrain.train.models.llama.model import model_args
 
     cfg = load_config(None)
     assert model_args(cfg.model, 64, 16, "CPU", "fp32", EOS).document_mask
@@ -246,7 +246,7 @@ def test_block_mask_reaches_the_layers_as_uint8():
     from mindspore import Tensor
     from mindspore.common import dtype as mstype
 
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:

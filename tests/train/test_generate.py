@@ -1,4 +1,4 @@
-"""KV-cache generation (mspretrain/train/generate.py): its logits are mspretrain/train/model.py's forward, decoding is
+"""KV-cache generation (mspretrain/train/generate.py): its logits are models/llama/model.py's forward, decoding is
 deterministic for a seed, and the command reports bad prompts by file and line."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ARGS = dict(vocab_size=96, seq_length=16, hidden_size=32, num_layers=2, num_head
 
 
 def model_and_weights(tied: bool, kv_heads: int):
-    from mspretrain.train.model import Llama, ModelArgs
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     args = ModelArgs(**ARGS, num_kv_heads=kv_heads, tie_embeddings=tied)
     model = Llama(args, seed=7)
     return args, model, {n: p.asnumpy() for n, p in model.parameters_and_names()}
@@ -21,7 +21,7 @@ def model_and_weights(tied: bool, kv_heads: int):
 @pytest.mark.parametrize("tied,kv_heads", [(False, 2), (True, 1)])
 def test_prefill_and_decode_logits_are_the_model_forward(graph_mode, tied, kv_heads):
     from mindspore import Tensor, mutable
-    from mspretrain.train.generate import DecodeStep, Prefill, Weights
+    from mspretrain.train.models.llama.decode import DecodeStep, Prefill, Weights
 
     args, model, w = model_and_weights(tied, kv_heads)
     tokens = np.random.default_rng(1).integers(0, args.vocab_size, (2, 16)).astype(np.int32)

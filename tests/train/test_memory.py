@@ -6,8 +6,8 @@ import pytest
 
 from synthetic import make_dataset
 from mspretrain.train.config import ConfigError, load_config
-from mspretrain.train.memory import (GB, advise, bytes_per_param, count_params, estimate, format_estimate,
-                          head_activation_bytes, layer_activation_bytes, main, parse_size)
+from mspretrain.train.memory import GB, advise, bytes_per_param, estimate, format_estimate, main, parse_size
+from mspretrain.train.models.llama.memory import count_params, head_activation_bytes, layer_activation_bytes
 
 LLAMA_7B = ["device=Ascend", "model.hidden_size=4096", "model.num_layers=32", "model.num_heads=32",
             "model.ffn_size=11008", "model.vocab_size=32000", "train.global_batch_size=64"]
@@ -232,12 +232,12 @@ def test_cpu_keeps_every_buffer_of_the_graph():
 
 
 def test_parameter_count_is_the_real_networks():
-    """count_params against the parameters of the real train.model.Llama (and its per-layer split
+    """count_params against the parameters of the real train.models.llama.model.Llama (and its per-layer split
     against the real layer's matrices and norm vectors), untied and tied, with grouped KV heads."""
     import numpy as np
 
-    from mspretrain.train.memory import layer_params
-    from mspretrain.train.model import Llama, model_args
+    from mspretrain.train.models.llama.memory import layer_params
+    from mspretrain.train.models.llama.model import Llama, model_args
 
     for sets in ([], ["model.tie_embeddings=true"], ["model.num_kv_heads=2", "model.ffn_size=96"]):
         cfg = load_config(None, ["model.hidden_size=64", "model.num_layers=3", "model.num_heads=4", *sets])
@@ -285,8 +285,9 @@ def test_document_term_is_the_tensors_the_model_builds_for_its_layers(graph_mode
     import numpy as np
     from mindspore import Tensor
 
-    from mspretrain.train.memory import document_activation_bytes, estimate
-    from mspretrain.train.model import Llama, model_args
+    from mspretrain.train.memory import estimate
+    from mspretrain.train.models.llama.memory import document_activation_bytes
+    from mspretrain.train.models.llama.model import Llama, model_args
 
     seq, micro = 32, 3
     cfg = load_config(None, ["device=Ascend", f"precision.dtype={dtype}", "model.hidden_size=64",

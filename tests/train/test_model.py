@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mspretrain.train.config import load_config
-from mspretrain.train.model import ModelArgs, flops_per_token, model_args, rotary_tables
+from mspretrain.train.models.llama.model import ModelArgs, flops_per_token, model_args, rotary_tables
 
 ARGS = ModelArgs(vocab_size=128, seq_length=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
 
@@ -14,7 +14,7 @@ def _weights(model) -> dict:
 
 
 def test_names_shapes_and_seeded_init(graph_mode):
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     a, b, c = Llama(ARGS, seed=7), Llama(ARGS, seed=7), Llama(ARGS, seed=8)
     wa, wb, wc = _weights(a), _weights(b), _weights(c)
@@ -33,7 +33,7 @@ def test_causal_and_initial_loss(graph_mode):
     """A token never sees the future: changing the last input token leaves earlier logits unchanged;
     at init the loss is about ln(vocab)."""
     from mindspore import Tensor
-    from mspretrain.train.model import CausalLMLoss, Llama
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
 
     model = Llama(ARGS, seed=1)
     ids = np.random.default_rng(0).integers(0, 128, size=(2, 16)).astype(np.int32)
@@ -50,7 +50,7 @@ def test_causal_and_initial_loss(graph_mode):
 def test_grouped_kv_equals_repeated_heads(graph_mode):
     """Grouped KV attention == full multi-head attention whose K/V heads are the grouped ones repeated."""
     from mindspore import Tensor
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     grouped = Llama(ARGS, seed=2)
     full = Llama(ModelArgs(**{**ARGS.__dict__, "num_kv_heads": 0}), seed=2)
@@ -81,7 +81,7 @@ def test_model_args_from_config_and_flops():
 
 @pytest.mark.parametrize("heads,kv", [(3, 0), (4, 3)])
 def test_bad_head_counts(graph_mode, heads, kv):
-    from mspretrain.train.model import Llama
+    from mspretrain.train.models.llama.model import Llama
 
     with pytest.raises(ValueError, match="multiple of"):
         Llama(ModelArgs(vocab_size=16, seq_length=8, hidden_size=32, num_heads=heads, num_kv_heads=kv), 0)

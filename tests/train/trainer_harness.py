@@ -13,7 +13,7 @@ import numpy as np
 
 from synthetic import make_dataset
 from mspretrain.train.config import load_config
-from mspretrain.train.model import ModelArgs
+from mspretrain.train.models.llama.model import ModelArgs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
@@ -115,7 +115,7 @@ BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.in
 
 def make_step(*sets, micro_steps=1, eod=-1):
     """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS)."""
-    from mspretrain.train.model import CausalLMLoss, Llama
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute
     from mspretrain.train.step import apply_precision, build_train_step, check_precision

@@ -248,13 +248,13 @@ class MLP(nn.Cell):
 
 
 class DecoderLayer(nn.Cell):
-    def __init__(self, args: ModelArgs, rng: np.random.Generator):
+    def __init__(self, args: ModelArgs, rng: np.random.Generator, mlp: type = MLP):
         super().__init__()
         out_std = args.init_std / math.sqrt(2 * args.num_layers)  # residual projections, GPT-2 style
         self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.attention = Attention(args, rng, out_std)
         self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
-        self.mlp = MLP(args, rng, out_std)
+        self.mlp = mlp(args, rng, out_std)
         self.residual_attn, self.residual_ffn = ops.Add(), ops.Add()
 
     def construct(self, x, doc=None):
@@ -263,9 +263,10 @@ class DecoderLayer(nn.Cell):
 
 
 class Llama(nn.Cell):
-    """tokens int32 [B, S] -> logits [B, S, vocab]."""
+    """tokens int32 [B, S] -> logits [B, S, vocab]. `mlp`: the feed-forward cell class of every layer,
+    called as mlp(args, rng, out_std) (a family that differs only there passes its own; docs/extending.md)."""
 
-    def __init__(self, args: ModelArgs, seed: int):
+    def __init__(self, args: ModelArgs, seed: int, mlp: type = MLP):
         super().__init__()
         if args.hidden_size % args.num_heads:
             raise ValueError(f"hidden_size {args.hidden_size} is not a multiple of num_heads {args.num_heads}")
@@ -277,7 +278,7 @@ class Llama(nn.Cell):
         rng = np.random.default_rng(seed)
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
-        self.layers = nn.CellList([DecoderLayer(args, rng) for _ in range(args.num_layers)])
+        self.layers = nn.CellList([DecoderLayer(args, rng, mlp) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)

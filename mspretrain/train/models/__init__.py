@@ -1,0 +1,1 @@
+"""Model families, one folder each (`llama/`), each registered as a ModelSpec (`spec.py`)."""
