@@ -103,7 +103,10 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
     batch = math.lcm(4 * nproc, p.data_parallel * (p.micro_batch_num if pp > 1 else 1) * (2 if accumulation else 1))
     sets = [f"model.hidden_size={16 * heads}", f"model.num_layers={layers}", f"model.num_heads={heads}",
             f"model.num_kv_heads={kv}", f"model.ffn_size={64 * mp}", "model.max_documents=8",
-            f"train.global_batch_size={batch}", *RUN]
+            f"train.global_batch_size={batch}", *RUN,
+            # every rung validates the same rows: the default eval batch follows each layout's rows per
+            # forward (micro-batch x dp), so val losses of two layouts would read different samples
+            f"eval.batch_size={batch}"]
     features, notes = [], []
     if accumulation:        # K = 2 per rank at dp = nproc, 2 x nproc on one device: the same global batch
         sets.append("train.micro_batch_size=2")
