@@ -798,9 +798,12 @@ def checkpoint_cost(argv) -> int:
     every 10 steps, synchronous (`sync`) and with checkpoint.async (`async`), alternating (--repeat N
     pairs). From each run's metrics.jsonl wall-clock times: the interval that holds a checkpoint (from
     a checkpoint step's record to the next step's: the save, then that step) against the median
-    interval of the steps two or more steps after a checkpoint (`normal`: no save, and any background
-    write of the previous checkpoint long done), and each checkpoint interval against the median of
-    the normal steps just before and after it (the load of a shared machine drifts over a run).
+    interval of the steps in the second half of a checkpoint interval (`normal`: no save, and the
+    background write of the previous checkpoint, paced over the first half, done), and each checkpoint
+    interval against the median of the normal steps just before and after it (the load of a shared
+    machine drifts over a run). Each interval is also split into the step itself (`step_time_s`: data
+    and train_step, where a background write competes for the CPU) and the rest (the save on the
+    training thread), and a checkpoint's whole cost is summed over the first half of its interval.
     Target (issue 22): async checkpoint interval within 10% of a normal one. The first async
     checkpoint also allocates the host snapshot (later ones reuse it). Also printed: the load average, and the median interval of the steps
     right after a checkpoint (where a background write shares the CPU with training)."""
@@ -821,8 +824,9 @@ def checkpoint_cost(argv) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="alternating sync / async pairs")
     args = ap.parse_args(argv)
     args.workers, args.dtype = 1, "fp32"
-    found: dict[str, dict[str, list[float]]] = {m: {"ckpt": [], "after": [], "normal": [], "local": []}
-                                                for m in ("sync", "async")}
+    found: dict[str, dict[str, list[float]]] = {
+        m: {f"{k}{part}": [] for k in ("ckpt", "after", "during", "normal") for part in ("", "_step", "_rest")}
+        | {"local": [], "total": []} for m in ("sync", "async")}
     sizes = []
     for _ in range(args.repeat):
         for mode in ("sync", "async"):
@@ -839,15 +843,26 @@ def checkpoint_cost(argv) -> int:
                 ckpts = sorted((Path(tmp) / "run" / "checkpoints").glob("step_*/model.ckpt"))
                 sizes.append(ckpts[-1].stat().st_size)
             at = {r["step"]: datetime.fromisoformat(r["time"]).timestamp() for r in recs if not r.get("eval")}
+            inner = {r["step"]: r["step_time_s"] for r in recs if not r.get("eval")}
             gap = {step: at[step] - at[step - 1] for step in range(3, args.steps + 1)}   # the first compile
+            half = args.every // 2
             for step, g in gap.items():
                 since = (step - 1) % args.every
-                kind = "ckpt" if since == 0 else "after" if since == 1 else "normal"
+                kind = ("ckpt" if since == 0 else "after" if since == 1 else "during" if since <= half
+                        else "normal")
                 found[mode][kind].append(g)
+                # the interval's parts: the step itself (data + train_step, where a background write
+                # competes for the CPU) and the rest (the save on the training thread, metrics)
+                found[mode][kind + "_step"].append(inner[step])
+                found[mode][kind + "_rest"].append(g - inner[step])
                 if kind == "ckpt":      # against the normal steps around it: the machine's load drifts
-                    near = [gap[s] for s in (*range(step - 4, step - 1), *range(step + 2, step + 5))
-                            if s in gap and (s - 1) % args.every > 1]
-                    found[mode]["local"].append(g / statistics.median(near))
+                    near = [gap[s] for s in range(step - args.every, step + args.every)
+                            if s in gap and (s - 1) % args.every > half]
+                    ref = statistics.median(near)
+                    found[mode]["local"].append(g / ref)
+                    window = [gap[s] for s in range(step, step + half + 1) if s in gap]
+                    if len(window) == half + 1:     # the whole checkpoint's cost, however it is spread
+                        found[mode]["total"].append(sum(window) - len(window) * ref)
     load = os.getloadavg()
     print(f"model.ckpt {sizes[-1] / 2**20:.0f} MB, checkpoint every {args.every} steps, {args.repeat} "
           f"alternating pair(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
@@ -859,6 +874,13 @@ def checkpoint_cost(argv) -> int:
               f"{med['after'] * 1000:.0f} ms ({(med['after'] / med['normal'] - 1) * 100:+.1f}%); each checkpoint "
               f"step against the normal steps around it: {[f'{(x - 1) * 100:+.0f}%' for x in kinds['local']]} "
               f"(median {(med['local'] - 1) * 100:+.1f}%; target async <= +10%)")
+        print(f"       of which outside the step (the save on the training thread): normal "
+              f"{med['normal_rest'] * 1000:.0f} ms, checkpoint {med['ckpt_rest'] * 1000:.0f} ms; the step "
+              f"itself (data + train_step): normal {med['normal_step'] * 1000:.0f} ms, checkpoint "
+              f"{med['ckpt_step'] * 1000:.0f} ms, the step after {med['after_step'] * 1000:.0f} ms")
+        print(f"       steps 2-{args.every // 2} after a checkpoint {med['during'] * 1000:.0f} ms; a checkpoint's "
+              f"whole cost (its interval and the next {args.every // 2}, less as many normal ones): "
+              f"{med['total'] * 1000:.0f} ms")
     return 0
 
 

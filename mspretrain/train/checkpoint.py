@@ -45,6 +45,8 @@ import re
 import shutil
 import sys
 import threading
+import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -117,32 +119,93 @@ def _slice_bytes() -> int:
     return 1024 * SLICE_SIZE
 
 
-def write_model_file(path, tensors: list[HostTensor], slice_bytes: int | None = None) -> dict:
+def write_model_file(path, tensors: list[HostTensor], slice_bytes: int | None = None,
+                     pace: "Pacer | None" = None) -> dict:
     """Write model.ckpt in ms.save_checkpoint's format, fsync it, and return its {"sha256", "bytes"}.
 
     The file is a sequence of serialized `Checkpoint` protobuf records (mindspore/train/checkpoint.proto),
     one per tensor slice of up to SLICE_SIZE KiB: byte for byte what ms.save_checkpoint writes for the
     same tensors (tested). Each record's few header bytes are encoded here and the tensor's bytes are
-    written straight from the host copy, without the two copies protobuf would make of them; a helper
-    thread hashes the same bytes while they are written and fsynced (hashlib and file writes release
-    the GIL), so the digest needs no second pass over the file."""
+    written straight from the host copy, without the two copies protobuf would make of them. The digest
+    is taken of the same bytes as they are written, so it needs no second pass over the file.
+
+    Without `pace` (a synchronous write: the training thread waits for it) a helper thread hashes while
+    the bytes are written and fsynced (hashlib and file writes release the GIL): the shortest wall time.
+    With `pace` (a background write) the bytes go in PACE_CHUNK pieces, each hashed on this thread and
+    flushed to the disk before the next (fdatasync), at the rate `pace` sets: the CPU the write takes
+    (page-cache copy, SHA-256, the kernel's writeback) is spread over the steps that train beside it
+    instead of landing on the first of them (`Pacer`)."""
     step = slice_bytes or _slice_bytes()
+    parts = [part for t in tensors for part in _record_parts(t, step)]
+    if pace is not None:
+        return _write_paced(path, parts, pace)
     sha, size = hashlib.sha256(), 0
     with ThreadPoolExecutor(1, thread_name_prefix="ckpt-digest") as hasher, open(path, "wb") as f:
         hashed = []
-        for t in tensors:
-            view = memoryview(t.data).cast("B") if isinstance(t.data, np.ndarray) else memoryview(t.data)
-            for i in range(0, len(view), step):
-                content = view[i:i + step]
-                for part in (_record_head(t, len(content)), content):
-                    hashed.append(hasher.submit(sha.update, part))     # in order: one worker
-                    f.write(part)
-                    size += len(part)
+        for part in parts:
+            hashed.append(hasher.submit(sha.update, part))     # in order: one worker
+            f.write(part)
+            size += len(part)
         f.flush()
         os.fsync(f.fileno())
         for h in hashed:
             h.result()
     return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+PACE_CHUNK = 8 << 20        # bytes written, hashed and flushed to the disk between two pacing points
+
+
+def _record_parts(t: HostTensor, step: int):
+    """The file's pieces for one tensor: each slice's record head, then the slice's bytes (a view)."""
+    view = memoryview(t.data).cast("B") if isinstance(t.data, np.ndarray) else memoryview(t.data)
+    for i in range(0, len(view), step):
+        content = view[i:i + step]
+        yield _record_head(t, len(content))
+        yield content
+
+
+def _write_paced(path, parts: list, pace: "Pacer") -> dict:
+    total = sum(len(p) for p in parts)
+    sha, size, synced = hashlib.sha256(), 0, 0
+    pace.begin(total)
+    with open(path, "wb") as f:
+        for part in parts:
+            for i in range(0, len(part), PACE_CHUNK):
+                chunk = part[i:i + PACE_CHUNK]
+                f.write(chunk)          # small record heads collect in the file's buffer
+                sha.update(chunk)
+                size += len(chunk)
+                if size - synced >= PACE_CHUNK and not pace.hurry.is_set():
+                    # the kernel writes these pages back now, a chunk at a time, rather than all at
+                    # the final fsync (the writeback's CPU would come in one burst)
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                    synced = size
+                    pace.wait(size)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+class Pacer:
+    """The rate of a background write: `budget_s` seconds for the whole model file, so that the work
+    is spread over the steps of that time. `wait(done)` sleeps while the write is ahead of an even
+    rate; `hurry` (set when the training thread waits for the write: the next checkpoint, the run's
+    end, a rollback, an interrupt) ends every wait at once, so pacing never holds up the run. A write
+    slower than its budget (a loaded machine) never waits at all."""
+
+    def __init__(self, budget_s: float, hurry: threading.Event):
+        self.budget_s, self.hurry = budget_s, hurry
+        self._t0, self._total = 0.0, 1
+
+    def begin(self, total: int) -> None:
+        self._t0, self._total = time.monotonic(), max(total, 1)
+
+    def wait(self, done: int) -> None:
+        ahead = self._t0 + self.budget_s * done / self._total - time.monotonic()
+        if ahead > 0:
+            self.hurry.wait(ahead)
 
 
 def _varint(n: int) -> bytes:
@@ -273,13 +336,13 @@ def remove_stale_temps(run_dir) -> None:
 
 def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_max: int,
                      rank: int | None = None, is_main: bool = True, barrier=None,
-                     add_files=None, on_phase=None) -> Path:
+                     add_files=None, on_phase=None, pace: Pacer | None = None) -> Path:
     """Write checkpoint `step` atomically and publish it as latest. `params`: name -> Parameter, or
     the `host_copy` of them (a background write). `rank` set: per-rank model file
     (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename.
     `add_files(tmp_dir)`: each rank's extra files (e.g. its parallel strategy), written into the
     temporary directory before the second barrier, so they are published with the checkpoint.
-    `on_phase(phase, step)`: see the module docstring."""
+    `on_phase(phase, step)`: see the module docstring. `pace`: a background write's rate (`Pacer`)."""
     root = checkpoints_root(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}"
@@ -295,7 +358,7 @@ def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_
         model_dir.mkdir(exist_ok=True)
         model_path = model_dir / MODEL_FILE
         tensors = params if isinstance(params, list) else host_copy(params, copy=False)
-        digests = {model_path.relative_to(tmp).as_posix(): write_model_file(model_path, tensors)}
+        digests = {model_path.relative_to(tmp).as_posix(): write_model_file(model_path, tensors, pace=pace)}
         use_umask(model_path, readonly=True)
         if on_phase:
             on_phase("model_written", step)
@@ -337,33 +400,56 @@ class BackgroundWriter:
     `start` waits for the write before it (so at most one is in flight, and checkpoints are published
     in step order); `check` (at every step boundary) and `wait` (at the run's end) raise the
     CheckpointError of a write that failed, which stops the run. A process killed during a write
-    leaves its temporary directory and the previous `latest`, as a synchronous write would."""
+    leaves its temporary directory and the previous `latest`, as a synchronous write would.
 
-    def __init__(self):
+    The model file is written at a pace (`Pacer`): over `share` of the time until the next checkpoint
+    (`every_steps` times the median interval between the last `check` calls, one per step), so that
+    on a machine whose cores the training step fills, the write's CPU is taken a little from each of
+    those steps rather than all from the first. `wait` lifts the pace (the write then finishes at
+    full speed). Without `every_steps`, or before any step was timed, the write is not paced."""
+
+    def __init__(self, every_steps: int = 0, share: float = 0.5):
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._step: int | None = None
         self.buffers: dict = {}     # host_copy's arrays, reused by the next checkpoint once this one is written
+        self.every_steps, self.share = every_steps, share
+        self._hurry = threading.Event()
+        self._ticks: deque = deque(maxlen=33)         # time.monotonic() of the last `check` calls
+
+    def budget_s(self) -> float:
+        """The seconds a write may take: `share` of the time until the next checkpoint (0: no pace)."""
+        ticks = list(self._ticks)
+        gaps = sorted(b - a for a, b in zip(ticks, ticks[1:]))
+        if not gaps or self.every_steps <= 0:
+            return 0.0
+        return self.share * self.every_steps * gaps[len(gaps) // 2]
 
     def start(self, step: int, write) -> None:
+        """Run `write(pace)` on the background thread (`pace`: the `Pacer` for write_checkpoint)."""
         self.wait()
         self._step = step
+        self._hurry.clear()
+        pace = Pacer(self.budget_s(), self._hurry)
 
         def run():
             try:
-                write()
+                write(pace)
             except BaseException as e:        # handed to the training thread by check / wait
                 self._error = e
         self._thread = threading.Thread(target=run, name=f"checkpoint-{step_dir_name(step)}", daemon=True)
         self._thread.start()
 
     def check(self) -> None:
-        """Raise now if the write in the background has failed (returns at once otherwise)."""
+        """At every step boundary: raise now if the write in the background has failed (returns at
+        once otherwise); the time between two calls is a step's, for the pace."""
+        self._ticks.append(time.monotonic())
         if self._thread is not None and not self._thread.is_alive():
             self.wait()
 
     def wait(self) -> None:
         if self._thread is not None:
+            self._hurry.set()       # the training thread waits: no more pacing
             self._thread.join()
             self._thread = None
         if self._error is not None:

@@ -205,8 +205,9 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
     if background is not None:
         tensors = ckpt.host_copy(ts.state_parameters(), buffers=background.buffers)   # the state at this step
         state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
-        background.start(step, lambda: ckpt.write_checkpoint(run_dir, step, tensors, state,
-                                                             cfg.checkpoint.keep_max, on_phase=on_phase))
+        background.start(step, lambda pace: ckpt.write_checkpoint(run_dir, step, tensors, state,
+                                                                  cfg.checkpoint.keep_max, on_phase=on_phase,
+                                                                  pace=pace))
     elif dist.sharded:
         ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
                               rank=dist.rank, is_main=dist.is_main,
@@ -227,7 +228,7 @@ def background_writer(cfg: Config, dist) -> ckpt.BackgroundWriter | None:
         print("[train] checkpoint.async: this model is sharded across ranks, whose checkpoint writes "
               "synchronise with each other; writing checkpoints synchronously", file=sys.stderr, flush=True)
         return None
-    return ckpt.BackgroundWriter()
+    return ckpt.BackgroundWriter(cfg.checkpoint.every_steps)
 
 
 def strategy_files(cfg: Config, dist):

@@ -161,3 +161,52 @@ def test_model_file_is_save_checkpoints_bytes_and_its_digest_is_the_files(tmp_pa
     state["w"].set_data(Tensor(np.ones((300, 7), np.float32)))
     second = ckpt.host_copy(state, buffers=buffers)
     assert second[0].data is first[0].data and second[0].data.tolist() == [1.0] * 2100
+
+
+def test_a_paced_write_is_the_same_file_spread_over_its_budget_until_hurried(tmp_path, monkeypatch):
+    """A background write (`Pacer`) writes the same bytes and digest as the synchronous writer, takes
+    about its budget when the machine is faster than that, and finishes at once when hurried (the
+    training thread waits for it)."""
+    import hashlib
+    import threading
+    import time
+
+    rng = np.random.default_rng(1)
+    tensors = [ckpt.HostTensor(f"t{i}", [n], "Float32", rng.standard_normal(n).astype(np.float32))
+               for i, n in enumerate((5000, 1, 20000, 3000))]
+    plain = ckpt.write_model_file(tmp_path / "plain.ckpt", tensors)
+    monkeypatch.setattr(ckpt, "PACE_CHUNK", 4096)       # ~28 pacing points in this 113 KB file
+    hurry = threading.Event()
+    t = time.monotonic()
+    paced = ckpt.write_model_file(tmp_path / "paced.ckpt", tensors, pace=ckpt.Pacer(1.0, hurry))
+    took = time.monotonic() - t
+    assert (tmp_path / "paced.ckpt").read_bytes() == (tmp_path / "plain.ckpt").read_bytes()
+    assert paced == plain == {"sha256": hashlib.sha256((tmp_path / "plain.ckpt").read_bytes()).hexdigest(),
+                              "bytes": (tmp_path / "plain.ckpt").stat().st_size}
+    # the last pacing point is at the last full chunk: at least (size - chunk) / size of the budget
+    assert took >= 1.0 * (paced["bytes"] - 4096) / paced["bytes"] - 0.01
+    # hurried a moment after it starts, a 30 s budget ends within the time of an unpaced write
+    timer = threading.Timer(0.2, hurry.set)
+    timer.start()
+    t = time.monotonic()
+    assert ckpt.write_model_file(tmp_path / "hurried.ckpt", tensors, pace=ckpt.Pacer(30.0, hurry)) == plain
+    timer.join()
+    assert time.monotonic() - t < 10
+
+
+def test_background_writer_paces_over_a_share_of_the_checkpoint_interval():
+    """The budget is `share` x every_steps x the median interval between `check` calls (one per step);
+    no pace before a step was timed or without every_steps."""
+    import time
+
+    w = ckpt.BackgroundWriter(every_steps=10, share=0.5)
+    assert w.budget_s() == 0.0
+    for _ in range(4):
+        w.check()
+        time.sleep(0.05)
+    assert 0.5 * 10 * 0.05 <= w.budget_s() < 0.5 * 10 * 0.05 * 4     # sleep overshoots, never undershoots
+    assert ckpt.BackgroundWriter().budget_s() == 0.0
+    seen = []
+    w.start(1, lambda pace: seen.append(pace.budget_s))
+    w.wait()
+    assert seen and seen[0] > 0
