@@ -391,6 +391,10 @@ def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"cannot write checkpoint {final}: {e} (earlier checkpoints are untouched)") from e
     prune(run_dir, keep_max)
+    from mspretrain.train.reshard import remove_resharded
+    if remove_resharded(run_dir):       # a resume onto a new layout: its bridge is no longer needed
+        print(f"[train] removed {Path(run_dir) / 'resharded'}: {final.name} is this layout's own "
+              f"checkpoint", file=sys.stderr, flush=True)
     return final
 
 

@@ -21,13 +21,23 @@ the main rank merges the strategy files, then every rank builds its own file wit
 `mindspore.parallel.rank_list_for_transform` + `transform_checkpoint_by_rank` into
 RUN/resharded/step_XXXXXXXX/rank_R/model.ckpt, which it loads like its own. The loader state carries
 over as for a dp change: the stream is a function of the global cursor.
+
+A transformed file is written under a temporary name, fsynced, and published with its sha256 and size
+beside it (model.ckpt.digest.json, `publish`); every rank checks the file it is about to load against
+that record (`verify`: with an unsharded destination all ranks load the main rank's one file), so a
+damaged or half-written transformation is an error naming the file, as for a checkpoint. RUN/resharded
+is only the bridge to the first checkpoint on the new layout: it is removed once the resumed run has
+published its own (`remove_resharded`, called by checkpoint.write_checkpoint).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KINDS = ("same", "replicated", "slice", "merge", "transform")
+RESHARDED = "resharded"             # RUN/resharded/STEP: the transformed files
+DIGEST_SUFFIX = ".digest.json"      # beside each transformed file: {"sha256", "bytes"}
 
 
 @dataclass(frozen=True)
@@ -158,7 +168,7 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
     from mspretrain.train.checkpoint import MODEL_FILE
 
     ckpt_dir = Path(ckpt_dir)
-    out = Path(out) if out is not None else Path(run_dir) / "resharded" / ckpt_dir.name
+    out = Path(out) if out is not None else Path(run_dir) / RESHARDED / ckpt_dir.name
     merged = out / "strategy"
 
     def strategies():
@@ -183,10 +193,58 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
                  for r in needed}
         dest = out / (f"rank_{target_rank}" if p.dst.sharded else "") / MODEL_FILE
         dest.parent.mkdir(parents=True, exist_ok=True)
-        transform_checkpoint_by_rank(target_rank, files, str(dest), src_s, dst_s)
+        tmp = dest.with_name(".tmp-" + MODEL_FILE)      # MindSpore wants the .ckpt suffix
+        transform_checkpoint_by_rank(target_rank, files, str(tmp), src_s, dst_s)
+        publish(tmp, dest)
     if barrier:
         barrier()
+    verify(out / (f"rank_{rank}" if p.dst.sharded else "") / MODEL_FILE)     # the file this rank loads
     return out
+
+
+def publish(tmp: Path, dest: Path) -> dict:
+    """Move a finished transformation `tmp` to `dest` (fsynced first) and record its digest beside it;
+    returns the digest."""
+    from mspretrain.common.files import atomic_write_json, fsync_path
+    from mspretrain.train.checkpoint import CheckpointError, file_digest
+
+    if not tmp.is_file():
+        raise CheckpointError(f"the checkpoint transformation wrote nothing into {tmp}")
+    fsync_path(tmp)
+    digest = file_digest(tmp)
+    os.replace(tmp, dest)
+    fsync_path(dest.parent)
+    atomic_write_json(dest.with_name(dest.name + DIGEST_SUFFIX), digest)
+    return digest
+
+
+def verify(path: Path) -> None:
+    """`path` (a transformed model.ckpt) has the size and sha256 recorded when it was written;
+    CheckpointError naming it otherwise (or when the record is missing or unreadable)."""
+    import json
+
+    from mspretrain.train.checkpoint import FILES_KEY, CheckpointError, verify_files
+
+    path = Path(path)
+    record = path.with_name(path.name + DIGEST_SUFFIX)
+    try:
+        want = json.loads(record.read_bytes())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: its digest record {record.name} cannot be read ({e}); the "
+                              f"transformation did not finish: delete {path.parent} and resume again") from None
+    verify_files(path.parent, {FILES_KEY: {path.name: want}})
+
+
+def remove_resharded(run_dir) -> bool:
+    """Remove RUN/resharded (the transformed files a resume on a new layout loaded) once the run has
+    a checkpoint of its own; returns whether there was one."""
+    import shutil
+
+    path = Path(run_dir) / RESHARDED
+    if not path.exists():
+        return False
+    shutil.rmtree(path)
+    return True
 
 
 # ---------------------------------------------------------------- one device (eval, export, doctor)

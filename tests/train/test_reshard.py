@@ -64,3 +64,54 @@ def test_a_layout_change_resumes_without_force():
     check_resume({"config": config_record(old), "dataset_fingerprint": "f"}, new, "f", "d", "ckpt", False,
                  out=said.append)
     assert "parallel.model_parallel 2 -> 4" in said[0] and "parallel.pipeline_stage 1 -> 2" in said[0]
+
+
+def test_a_transformed_file_is_published_with_its_digest_and_checked_before_it_is_loaded(tmp_path):
+    """`publish` moves a finished transformation into place with its sha256 beside it; `verify` (every
+    rank, before loading) passes it and refuses it flipped, truncated, or without its record."""
+    import numpy as np
+
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.reshard import DIGEST_SUFFIX, publish, verify
+
+    rng = np.random.default_rng(0)
+    tensors = [ckpt.HostTensor("w", [64, 8], "Float32", rng.standard_normal(512).astype(np.float32))]
+    dest = tmp_path / "resharded" / "step_00000010" / "rank_1" / ckpt.MODEL_FILE
+    dest.parent.mkdir(parents=True)
+    tmp = dest.with_name(".tmp-" + ckpt.MODEL_FILE)
+    written = ckpt.write_model_file(tmp, tensors)
+    assert publish(tmp, dest) == written and not tmp.exists()
+    verify(dest)
+    assert ckpt.load_file(dest)["w"].asnumpy().reshape(-1).tobytes() == tensors[0].data.tobytes()
+    good = dest.read_bytes()
+    flipped = bytearray(good)
+    flipped[-3] ^= 1
+    dest.write_bytes(bytes(flipped))
+    with pytest.raises(ckpt.CheckpointError, match="sha256 differs"):
+        verify(dest)
+    dest.write_bytes(good[:-10])
+    with pytest.raises(ckpt.CheckpointError, match="truncated"):
+        verify(dest)
+    dest.write_bytes(good)
+    verify(dest)
+    dest.with_name(dest.name + DIGEST_SUFFIX).unlink()
+    with pytest.raises(ckpt.CheckpointError, match="did not finish"):
+        verify(dest)
+
+
+def test_resharded_files_are_removed_by_the_first_checkpoint_of_the_new_layout(tmp_path):
+    """RUN/resharded bridges a resume onto a new layout until the run's own first checkpoint exists."""
+    import numpy as np
+    from mindspore import Parameter, Tensor
+
+    from mspretrain.train import checkpoint as ckpt
+
+    bridge = tmp_path / "resharded" / "step_00000010" / "rank_0"
+    bridge.mkdir(parents=True)
+    (bridge / ckpt.MODEL_FILE).write_bytes(b"x")
+    params = {"w": Parameter(Tensor(np.ones((3, 2), np.float32)), name="w")}
+    state = {"step": 12, "loader": {"cursor": 48}}
+    ckpt.write_checkpoint(tmp_path, 12, params, state, keep_max=2)
+    assert not (tmp_path / "resharded").exists()
+    ckpt.check_checkpoint(tmp_path / "checkpoints" / "step_00000012")
+    ckpt.write_checkpoint(tmp_path, 14, params, {"step": 14, "loader": {"cursor": 56}}, keep_max=2)   # none left
