@@ -25,7 +25,9 @@ model.ckpt is written by `write_model_file`, in ms.save_checkpoint's format byte
 copy of the tensors (`host_copy`); its digest is taken of the bytes as they are written (no second
 pass over the file). `checkpoint.async` (`BackgroundWriter`): the trainer takes the host copy at the
 step boundary and the whole write (files, fsyncs, digests, rename, `latest`, pruning) runs on a
-background thread while training goes on, one write at a time; a failed write stops the run at the
+background thread while training goes on, one write at a time, the model file paced over half the
+time until the next checkpoint (`Pacer`: on a machine whose cores the step fills, the write's CPU is
+taken a little from each of those steps, not all from the first); a failed write stops the run at the
 next step boundary. MindSpore's own `save_checkpoint(async_save="thread")` was not used: it writes
 only the file (no fsync, no digest, no rename or `latest` after it), keeps an exception in its thread
 (logged, never returned), and is waited for by looking up threads by name.
@@ -410,7 +412,14 @@ class BackgroundWriter:
     (`every_steps` times the median interval between the last `check` calls, one per step), so that
     on a machine whose cores the training step fills, the write's CPU is taken a little from each of
     those steps rather than all from the first. `wait` lifts the pace (the write then finishes at
-    full speed). Without `every_steps`, or before any step was timed, the write is not paced."""
+    full speed). Without `every_steps`, or before any step was timed, the write is not paced.
+
+    The writing thread also runs WRITER_NICE below the training threads' priority (Linux applies
+    setpriority to one thread): MindSpore's CPU kernels split each op over a pool of threads that
+    wait for each other, so a writer taking a core from one of them held up the whole op (measured:
+    a 241 MB write cost the steps beside it more wall time than the CPU it used); at the lower
+    priority it runs in the time the pool leaves idle. `wait` raises the priority back where the
+    process may (the training thread is waiting for it then)."""
 
     def __init__(self, every_steps: int = 0, share: float = 0.5):
         self._thread: threading.Thread | None = None
@@ -420,6 +429,7 @@ class BackgroundWriter:
         self.every_steps, self.share = every_steps, share
         self._hurry = threading.Event()
         self._ticks: deque = deque(maxlen=33)         # time.monotonic() of the last `check` calls
+        self._tid: int | None = None                  # the writing thread's id, once it lowered its priority
 
     def budget_s(self) -> float:
         """The seconds a write may take: `share` of the time until the next checkpoint (0: no pace)."""
@@ -434,10 +444,12 @@ class BackgroundWriter:
         self.wait()
         self._step = step
         self._hurry.clear()
+        self._tid = None
         pace = Pacer(self.budget_s(), self._hurry)
 
         def run():
             try:
+                self._tid = _lower_priority()
                 write(pace)
             except BaseException as e:        # handed to the training thread by check / wait
                 self._error = e
@@ -453,7 +465,9 @@ class BackgroundWriter:
 
     def wait(self) -> None:
         if self._thread is not None:
-            self._hurry.set()       # the training thread waits: no more pacing
+            self._hurry.set()       # the training thread waits: no more pacing, nor a lower priority
+            if self._thread.is_alive() and self._tid is not None:
+                _restore_priority(self._tid)
             self._thread.join()
             self._thread = None
         if self._error is not None:
@@ -461,6 +475,32 @@ class BackgroundWriter:
             detail = str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {e}"
             raise CheckpointError(f"the background write of checkpoint step {self._step} failed, so the run "
                                   f"stops: {detail}") from e
+
+
+WRITER_NICE = 10        # a background write's niceness above the process's
+
+
+def _lower_priority() -> int | None:
+    """Lower the calling thread's priority by WRITER_NICE (Linux: per thread); its id, or None where
+    the platform sets priorities per process only."""
+    if not sys.platform.startswith("linux"):
+        return None
+    tid = threading.get_native_id()
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, base + WRITER_NICE))
+    except OSError:
+        return None
+    return tid
+
+
+def _restore_priority(tid: int) -> None:
+    """Give thread `tid` the process's priority again; without the privilege to raise a priority
+    (RLIMIT_NICE, CAP_SYS_NICE) it keeps the lower one and finishes in the CPU time left to it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, os.getpid()))
+    except OSError:
+        pass
 
 
 def _merge_rank_digests(tmp: Path) -> dict:
