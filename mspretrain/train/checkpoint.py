@@ -26,9 +26,9 @@ copy of the tensors (`host_copy`); its digest is taken of the bytes as they are 
 pass over the file). `checkpoint.async` (`BackgroundWriter`): the trainer takes the host copy at the
 step boundary and the whole write (files, fsyncs, digests, rename, `latest`, pruning) runs on a
 background thread while training goes on, one write at a time, the model file paced over half the
-time until the next checkpoint (`Pacer`: on a machine whose cores the step fills, the write's CPU is
-taken a little from each of those steps, not all from the first); a failed write stops the run at the
-next step boundary. MindSpore's own `save_checkpoint(async_save="thread")` was not used: it writes
+time until the next checkpoint (`Pacer`) by a thread of lower priority than the training threads (on
+a machine whose cores the step fills, the write takes the CPU the step leaves idle); a failed write
+stops the run at the next step boundary. MindSpore's own `save_checkpoint(async_save="thread")` was not used: it writes
 only the file (no fsync, no digest, no rename or `latest` after it), keeps an exception in its thread
 (logged, never returned), and is waited for by looking up threads by name.
 
