@@ -251,23 +251,9 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
 
 def _log_probs_and_hits(model):
     """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is a top-1
-    prediction bool [B, S]: its logit equals the largest, ties included as in val_acc,
-    train.models.llama.model.CausalLMLoss), from one forward."""
-    import mindspore.common.dtype as mstype
-    from mindspore import nn, ops
-
-    class LogProbsAndHits(nn.Cell):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def construct(self, input_ids):
-            logits = self.model(input_ids[:, :-1]).astype(mstype.float32)
-            labels = input_ids[:, 1:]
-            picked = ops.gather_elements(logits, 2, labels.expand_dims(-1)).squeeze(-1)
-            return picked - ops.logsumexp(logits, -1), picked >= logits.max(-1)
-
-    return LogProbsAndHits(model)
+    prediction bool [B, S]), from one forward (train.score.TokenLogProbs)."""
+    from mspretrain.train.score import TokenLogProbs
+    return TokenLogProbs(model, hits=True)
 
 
 _NETS: dict = {}

@@ -24,17 +24,22 @@ from mindspore.common import dtype as mstype
 
 
 class TokenLogProbs(nn.Cell):
-    """input_ids int32 [B, S+1] -> log p(input_ids[:, t+1] | input_ids[:, :t+1]), fp32 [B, S]."""
+    """input_ids int32 [B, S+1] -> log p(input_ids[:, t+1] | input_ids[:, :t+1]), fp32 [B, S]; with
+    `hits` also whether each next token is a top-1 prediction, bool [B, S]: its logit equals the
+    largest, ties included (as val_acc counts, train.models.llama.model.CausalLMLoss)."""
 
-    def __init__(self, model: nn.Cell):
+    def __init__(self, model: nn.Cell, hits: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.hits = model, hits
 
     def construct(self, input_ids):
         logits = self.model(input_ids[:, :-1]).astype(mstype.float32)
         labels = input_ids[:, 1:]
         picked = ops.gather_elements(logits, 2, labels.expand_dims(-1)).squeeze(-1)
-        return picked - ops.logsumexp(logits, -1)
+        log_probs = picked - ops.logsumexp(logits, -1)
+        if self.hits:
+            return log_probs, picked >= logits.max(-1)
+        return log_probs
 
 
 def windows(ids: list[int], seq_length: int) -> list[list[int]]:
