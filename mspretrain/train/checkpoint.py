@@ -63,6 +63,7 @@ CKPT_DIR = "checkpoints"
 LATEST = "latest"
 MODEL_FILE = "model.ckpt"
 STATE_FILE = "state.json"
+RESHARDED = "resharded"       # RUN/resharded/STEP: a resume's files transformed to a new layout (reshard.py)
 FILES_KEY = "files"             # state.json: {relative path: {"sha256", "bytes"}} of every other file
 _STEP_RE = re.compile(r"^step_(\d{8})$")
 _DIGESTS = ".digests-rank_{}.json"     # a sharded write: each rank's digests, merged by the main rank
@@ -393,11 +394,20 @@ def write_checkpoint(run_dir, step: int, params: dict | list, state: dict, keep_
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"cannot write checkpoint {final}: {e} (earlier checkpoints are untouched)") from e
     prune(run_dir, keep_max)
-    from mspretrain.train.reshard import remove_resharded
-    if remove_resharded(run_dir):       # a resume onto a new layout: its bridge is no longer needed
+    if _remove_resharded(run_dir):       # a resume onto a new layout: its bridge is no longer needed
         print(f"[train] removed {Path(run_dir) / 'resharded'}: {final.name} is this layout's own "
               f"checkpoint", file=sys.stderr, flush=True)
     return final
+
+
+def _remove_resharded(run_dir) -> bool:
+    """Remove RUN/resharded (train/reshard.py: the transformed files a resume on a new layout loaded)
+    once the run has a checkpoint of its own; returns whether there was one."""
+    path = Path(run_dir) / RESHARDED
+    if not path.exists():
+        return False
+    shutil.rmtree(path)
+    return True
 
 
 class BackgroundWriter:

@@ -27,7 +27,7 @@ beside it (model.ckpt.digest.json, `publish`); every rank checks the file it is 
 that record (`verify`: with an unsharded destination all ranks load the main rank's one file), so a
 damaged or half-written transformation is an error naming the file, as for a checkpoint. RUN/resharded
 is only the bridge to the first checkpoint on the new layout: it is removed once the resumed run has
-published its own (`remove_resharded`, called by checkpoint.write_checkpoint).
+published its own (checkpoint.write_checkpoint).
 """
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KINDS = ("same", "replicated", "slice", "merge", "transform")
-RESHARDED = "resharded"             # RUN/resharded/STEP: the transformed files
 DIGEST_SUFFIX = ".digest.json"      # beside each transformed file: {"sha256", "bytes"}
 
 
@@ -165,7 +164,7 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
     transforms only the source ranks its slices come from."""
     from mindspore.parallel import rank_list_for_transform, transform_checkpoint_by_rank
 
-    from mspretrain.train.checkpoint import MODEL_FILE
+    from mspretrain.train.checkpoint import MODEL_FILE, RESHARDED
 
     ckpt_dir = Path(ckpt_dir)
     out = Path(out) if out is not None else Path(run_dir) / RESHARDED / ckpt_dir.name
@@ -233,18 +232,6 @@ def verify(path: Path) -> None:
         raise CheckpointError(f"{path}: its digest record {record.name} cannot be read ({e}); the "
                               f"transformation did not finish: delete {path.parent} and resume again") from None
     verify_files(path.parent, {FILES_KEY: {path.name: want}})
-
-
-def remove_resharded(run_dir) -> bool:
-    """Remove RUN/resharded (the transformed files a resume on a new layout loaded) once the run has
-    a checkpoint of its own; returns whether there was one."""
-    import shutil
-
-    path = Path(run_dir) / RESHARDED
-    if not path.exists():
-        return False
-    shutil.rmtree(path)
-    return True
 
 
 # ---------------------------------------------------------------- one device (eval, export, doctor)
