@@ -39,11 +39,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from mindspore import Parameter, Tensor, amp, nn, ops
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
 from mspretrain.train.config import ConfigError
-from mspretrain.train.models.llama.model import set_norms_fp32
 
 DTYPES = {"fp32": mstype.float32, "fp16": mstype.float16, "bf16": mstype.bfloat16}
 AMP_LEVELS = ("O1", "O2")
@@ -85,7 +84,9 @@ def apply_precision(model, cfg_precision):
 
     O1: the weight matmuls (every nn.Dense) in low precision; norms, rotary, softmax, residual stream
     and loss in fp32. (MindSpore's own O1 rewrites the source and cannot parse this model.)
-    O2: everything in low precision (auto_mixed_precision O2) except the RMSNorms; logits back to fp32.
+    O2: everything in low precision except the RMSNorms' arithmetic, softmax and the logits (fp32): the
+    model's own held casts (Llama.set_compute_dtype), each sharded by the plan, instead of
+    auto_mixed_precision's cell-boundary casts, which carry no strategy (docs/parallel.md, N10).
     """
     if cfg_precision.dtype == "fp32":
         return model
@@ -95,9 +96,8 @@ def apply_precision(model, cfg_precision):
             if isinstance(cell, nn.Dense):
                 cell.to_float(dtype)
         return model
-    wrapped = amp.auto_mixed_precision(model, "O2", dtype=dtype)
-    set_norms_fp32(model)
-    return wrapped
+    model.set_compute_dtype(dtype)
+    return model
 
 
 # tagged so that the semi-auto compiler all-reduces each square sum over the slices of a sharded

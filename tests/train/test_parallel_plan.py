@@ -747,6 +747,58 @@ def test_validation_accuracy_ops_have_their_strategies_in_the_compiled_graph(gra
     assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
 
 
+def _cast_nodes(ir_dir) -> int:
+    """Cast nodes in the `optimize` IR that carry an in_strategy (held, planned casts)."""
+    [ir] = [p for p in Path(ir_dir).glob("*.ir") if re.fullmatch(r"\d+_optimize_\d+\.ir", p.name)]
+    text = ir.read_text()
+    return sum(1 for node in re.split(r"\n(?=\s+%\d+\()", text)
+               if _IR_NODE.match(node) and _IR_NODE.match(node).group(1) == "Cast" and "in_strategy" in node)
+
+
+@pytest.mark.parametrize("sets, tie", [
+    ({"parallel.data_parallel": 2, "parallel.model_parallel": 2}, False),
+    ({"parallel.model_parallel": 2, "parallel.sequence_parallel": True, "model.num_kv_heads": 2}, False),
+    ({"parallel.data_parallel": 2, "parallel.model_parallel": 2, "parallel.vocab_emb_dp": False,
+      "model.tie_embeddings": True}, True),
+])
+def test_o2_casts_all_have_their_strategies_in_the_compiled_graph(graph_mode, tmp_path, sets, tie):
+    """N10: precision O2 as the model's own held casts (step.apply_precision -> Llama.set_compute_dtype):
+    every Cast of the compiled fp16 model + loss (fp16 on CPU, which has no bf16; the casts are the same
+    primitives) carries the plan's strategy, for mp=2 layouts. The control: the old O2,
+    auto_mixed_precision's cell-boundary casts, compiles to Casts with none (the fault)."""
+    import numpy as np
+    from mindspore import Tensor, amp
+    from mindspore.common import dtype as mstype
+
+    from mspretrain.train.models.llama.model import RMSNorm
+    from mspretrain.train.step import apply_precision
+
+    cfg = ascend(**{"model.num_layers": 2, "precision.dtype": "fp16", "model.flash_attention": False, **sets})
+    plan = make_plan(cfg)
+    tokens = np.random.default_rng(0).integers(0, 128, size=(4, 17)).astype(np.int32)
+    tokens[:, 5] = 2                                                            # EOS
+    model = _model(tie=tie, layers=2, kv_heads=cfg.model.num_kv_heads)
+    loss = _loss(model, 2)
+    assert apply_precision(model, cfg.precision) is model and model.compute_dtype == mstype.float16
+    annotate(plan, model, loss)
+    left = unplanned_ops(loss, Tensor(tokens), dump_dir=tmp_path / "explicit")
+    assert not left, "operators without a strategy:\n" + "\n".join(f"{op} at {where}" for op, where in left)
+    # the O2 casts are really in the graph (37 here): at least each matmul's weight cast (7 per layer
+    # and the head's, or the tied table's), the embeddings' and the logits'
+    assert _cast_nodes(tmp_path / "explicit") >= 7 * 2 + 1 + 2
+
+    old = _model(tie=tie, layers=2, kv_heads=cfg.model.num_kv_heads)
+    old_loss = _loss(amp.auto_mixed_precision(old, "O2", dtype=mstype.float16), 2)
+    for _, cell in old.cells_and_names():
+        if isinstance(cell, RMSNorm):
+            cell.to_float(mstype.float32)
+    annotate(plan, old, old_loss)
+    auto = unplanned_ops(old_loss, Tensor(tokens), dump_dir=tmp_path / "auto")
+    # 27 untied: each Dense's weight (15) and the head's input, each RMSNorm's input (5), each
+    # Attention's and MLP's input (4), the embedding table, _OutputTo32's logits (docs/parallel.md)
+    assert {op for op, _ in auto} == {"Cast"} and len(auto) >= 7 * 2 + 5, auto
+
+
 # ---------------------------------------------------------------- the doctor's replica groups
 
 @pytest.mark.parametrize("dp, mp, pp, opt, expected", [

@@ -4,7 +4,7 @@ import pytest
 from mspretrain.train.config import ConfigError, load_config
 from mspretrain.train.optim import lr_at, no_decay
 
-from trainer_harness import BATCHES, make_step, snapshot
+from trainer_harness import ARGS, BATCHES, make_step, snapshot
 
 
 def test_lr_schedule_is_warmup_then_cosine():
@@ -129,6 +129,51 @@ def test_fp16_levels_track_fp32(graph_mode, level):
         a, b = ref(batch, 1e-3), half(batch, 1e-3)
         assert not b.overflow and b.loss_scale == 65536.0
         assert b.loss == pytest.approx(a.loss, abs=2e-2) and b.loss != a.loss
+
+
+def _auto_o2_step(*sets):
+    """The reference: the step as precision O2 was built before N10, by MindSpore's
+    auto_mixed_precision(O2) (to_float(fp16) on every cell, _OutputTo32 on the logits) with the RMSNorms
+    back in fp32; the model and loss otherwise as make_step builds them."""
+    from mindspore import amp
+    from mindspore.common import dtype as mstype
+
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, RMSNorm
+    from mspretrain.train.optim import build_optimizer
+    from mspretrain.train.step import build_train_step
+
+    cfg = load_config(None, list(sets))
+    model = Llama(ARGS, seed=11)
+    wrapped = amp.auto_mixed_precision(model, "O2", dtype=mstype.float16)
+    for _, cell in model.cells_and_names():
+        if isinstance(cell, RMSNorm):
+            cell.to_float(mstype.float32)
+    loss = CausalLMLoss(wrapped, ARGS.vocab_size, -1)
+    return build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 1, cfg)
+
+
+def test_explicit_o2_matches_mindspores_auto_o2(graph_mode):
+    """N10: O2 as the model's own held casts computes what auto_mixed_precision(O2) did. The forward
+    is the same primitives in the same dtypes (the embeddings are cast after the lookup instead of
+    the table before it: the same values), so the step-1 loss is bitwise equal. The one difference is
+    backward: the embedding table's gradient now sums the positions of a token in fp32, where auto O2
+    summed them in fp16. A row that n positions share then differs by at most (n - 1) fp16 roundings,
+    relative (u = 2^-11), which bounds the step-1 grad norm's relative difference by (n_max - 1) * u.
+    The later losses may differ through the weights moved by those updates; they must stay within one
+    fp16 rounding of the loss itself (u * loss), far below fp16-vs-fp32's differences (2e-2 above)."""
+    sets = ("precision.dtype=fp16", "precision.amp_level=O2")
+    _, explicit = make_step(*sets)
+    auto = _auto_o2_step(*sets)
+    u = 2.0 ** -11
+    for i, batch in enumerate(BATCHES):
+        a, b = explicit(batch, 1e-3), auto(batch, 1e-3)
+        assert not a.overflow and not b.overflow
+        if i == 0:
+            assert a.loss == b.loss
+            n_max = np.bincount(batch[:, :-1].ravel()).max()
+            assert a.grad_norm == pytest.approx(b.grad_norm, rel=(n_max - 1) * u)
+        else:
+            assert a.loss == pytest.approx(b.loss, abs=u * b.loss)
 
 
 def test_precision_config_errors():

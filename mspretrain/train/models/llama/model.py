@@ -86,9 +86,33 @@ def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: 
         flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32")
 
 
-def _dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> nn.Dense:
+class Dense(nn.Dense):
+    """nn.Dense without bias whose matmul can run in a compute dtype (precision O2, set_compute_dtype):
+    the input and the fp32 master weight are cast by held `Cast` primitives that the plan shards like
+    the matmul's inputs (MindFormers' Linear). With no compute dtype (fp32, O1's to_float) its
+    construct is nn.Dense's, unchanged."""
+
+    def __init__(self, d_in: int, d_out: int, weight_init):
+        super().__init__(d_in, d_out, weight_init=weight_init, has_bias=False)
+        self.compute_dtype = None
+        self.cast_x, self.cast_w = ops.Cast(), ops.Cast()
+
+    def construct(self, x):
+        x_shape = self.shape_op(x)
+        if len(x_shape) != 2:
+            x = self.reshape(x, (-1, x_shape[-1]))
+        if self.compute_dtype is None:
+            x = self.matmul(x, self.weight)
+        else:
+            x = self.matmul(self.cast_x(x, self.compute_dtype), self.cast_w(self.weight, self.compute_dtype))
+        if len(x_shape) != 2:
+            x = self.reshape(x, x_shape[:-1] + (ops.shape(x)[-1],))
+        return x
+
+
+def _dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> Dense:
     w = rng.normal(0.0, std, size=(d_out, d_in)).astype(np.float32)
-    return nn.Dense(d_in, d_out, weight_init=Tensor(w), has_bias=False)
+    return Dense(d_in, d_out, weight_init=Tensor(w))
 
 
 class RMSNorm(nn.Cell):
@@ -284,6 +308,10 @@ class Llama(nn.Cell):
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
         self.cast_table = ops.Cast() if args.tie_embeddings else None
+        # precision O2 (set_compute_dtype): the embeddings into the compute dtype after the lookup (the
+        # table's gradient then sums in fp32), the logits back to fp32; held so that the plan shards them
+        self.compute_dtype = None
+        self.cast_embeddings, self.cast_logits = ops.Cast(), ops.Cast()
         self.boundaries = None
         if args.document_mask or args.reset_position_ids:
             flash = args.flash_attention and args.document_mask
@@ -314,6 +342,8 @@ class Llama(nn.Cell):
 
     def construct(self, tokens):
         h = self.tok_embeddings(tokens)
+        if self.compute_dtype is not None:
+            h = self.cast_embeddings(h, self.compute_dtype)
         doc = None if self.boundaries is None else self.documents(tokens)
         for layer in self.layers:
             h = layer(h, doc)
@@ -321,8 +351,24 @@ class Llama(nn.Cell):
         if self.output is None:
             b, s, d = h.shape
             table = self.cast_table(self.tok_embeddings.embedding_table, h.dtype)
-            return self.tied_head(h.reshape(b * s, d), table).reshape(b, s, -1)
-        return self.output(h)
+            logits = self.tied_head(h.reshape(b * s, d), table).reshape(b, s, -1)
+        else:
+            logits = self.output(h)
+        if self.compute_dtype is not None:
+            logits = self.cast_logits(logits, mstype.float32)
+        return logits
+
+    def set_compute_dtype(self, dtype) -> None:
+        """Precision O2, explicitly: the embeddings, every layer and the head compute in `dtype`
+        (fp16/bf16) with the fp32 master weights cast where they are used, the RMSNorms in fp32
+        inside (their output back in `dtype`), softmax and the logits in fp32. Each cast is a held
+        primitive with a strategy in the plan (MindFormers' compute_dtype), unlike
+        auto_mixed_precision's cell-boundary casts, which the parallel pass leaves to its default
+        batch-parallel layout (docs/parallel.md, N10). Set before the first compile."""
+        self.compute_dtype = dtype
+        for _, cell in self.cells_and_names():
+            if isinstance(cell, Dense):
+                cell.compute_dtype = dtype
 
 
 class CausalLMLoss(nn.Cell):
@@ -448,12 +494,5 @@ def flops_per_token(args: ModelArgs, num_params: int) -> float:
     return 6.0 * matmul_params + 12.0 * args.num_layers * args.hidden_size * args.seq_length
 
 
-def set_norms_fp32(model: Llama) -> None:
-    """After fp16/bf16 casting, keep every RMSNorm in fp32 (the sum of squares overflows fp16)."""
-    for _, cell in model.cells_and_names():
-        if isinstance(cell, RMSNorm):
-            cell.to_float(mstype.float32)
-
-
-__all__ = ["ModelArgs", "model_args", "Llama", "CausalLMLoss", "RMSNorm", "count_params",
-           "flops_per_token", "set_norms_fp32", "ms"]
+__all__ = ["ModelArgs", "model_args", "Llama", "CausalLMLoss", "Dense", "RMSNorm", "count_params",
+           "flops_per_token", "ms"]

@@ -10,8 +10,9 @@ With sequence parallel the row-parallel outputs are reduce-scattered over tokens
 Every other primitive on a sharded tensor gets a strategy too, so that no activation falls back to the
 default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
 SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
-transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask) and the
-block-causal mask of packed documents. With packed-document masking on Ascend the kernel runs in TND
+transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
+block-causal mask of packed documents and precision O2's casts (model.Dense's input and weight casts
+split as the matmul's inputs, the embeddings' as the first norm reads them, the logits' (dp, 1, mp)). With packed-document masking on Ascend the kernel runs in TND
 layout ([B*S, N, D]): q, k, v (dp, mp, 1), the compressed mask (1, 1), the cumulative document ends
 (dp,) each, MindFormers' form.
 """
@@ -72,7 +73,9 @@ def stage_of(cfg, stages: tuple) -> dict:
 def ops(cfg, dp: int, mp: int) -> list:
     """The OpShard of every primitive of the model, in the model's order."""
     m, sp = cfg.model, cfg.parallel.sequence_parallel
-    out = [*_embedding_ops(dp, mp, cfg.parallel.vocab_emb_dp)]
+    out = [*_embedding_ops(dp, mp, cfg.parallel.vocab_emb_dp),
+           # O2: the looked-up embeddings into the compute dtype, split as the first norm reads them
+           OpShard("", "cast_embeddings", "Cast", (_tokens(dp, mp, sp),))]
     for i in range(m.num_layers):
         out += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg), kv_heads(m) < m.num_heads,
                           uses_varlen_attention(cfg), bool(m.reset_position_ids))
@@ -131,12 +134,19 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
             OpShard(prefix, "cast_weight", "Cast", ((1,),))]
 
 
+def _dense_ops(prefix: str, x: tuple, w: tuple, out=None) -> list:
+    """A Dense layer's matmul and its O2 casts (model.Dense: the input and the fp32 weight into the
+    compute dtype), each cast split as the matmul input it feeds, so that it moves no data."""
+    return [OpShard(prefix, "matmul", "MatMul", (x, w), out),
+            OpShard(prefix, "cast_x", "Cast", (x,)), OpShard(prefix, "cast_w", "Cast", (w,))]
+
+
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
                grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
-    ops = [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, 1), (mp, 1))) for name in COLUMN]
+    ops = [o for name in COLUMN for o in _dense_ops(f"{prefix}.{name}", (dp, 1), (mp, 1))]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
-    ops += [OpShard(f"{prefix}.{name}", "matmul", "MatMul", ((dp, mp), (1, mp)), row_out) for name in ROW]
+    ops += [o for name in ROW for o in _dense_ops(f"{prefix}.{name}", (dp, mp), (1, mp), row_out)]
     heads = (dp, mp, 1, 1)              # [B, N, S, D]: each rank holds N / mp heads
     att, rot = f"{prefix}.attention", f"{prefix}.attention.rotary"
     ops += [OpShard(att, "to_heads", "Transpose", ((dp, 1, mp, 1),)),       # [B, S, N, D] in
@@ -212,8 +222,11 @@ def _boundary_ops(dp: int, document_mask: bool, reset_positions: bool, flash: bo
 
 
 def _head_ops(dp: int, mp: int, tied: bool) -> list:
-    # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits.
+    # The LM head is column-parallel over the vocabulary: each rank computes V / mp logits; with O2 they
+    # go back to fp32 as they are split, [B, S, V] (dp, 1, mp), the loss's own layout
+    logits = OpShard("", "cast_logits", "Cast", ((dp, 1, mp),))
     if tied:
         # the embedding table (split by vocabulary: tying needs vocab_emb_dp off) cast to the compute dtype
-        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1)))]
-    return [OpShard("output", "matmul", "MatMul", ((dp, 1), (mp, 1)))]
+        return [OpShard("", "cast_table", "Cast", ((mp, 1),)), OpShard("", "tied_head", "MatMul", ((dp, 1), (mp, 1))),
+                logits]
+    return [*_dense_ops("output", (dp, 1), (mp, 1)), logits]
