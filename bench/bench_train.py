@@ -445,7 +445,7 @@ def in_process_steps(args) -> int:
 
     from mspretrain.train import distributed, parallel
     from mspretrain.train.config import load_config
-    from mspretrain.train.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
     from mspretrain.train.trainer import build_session
 
     load0 = os.getloadavg()
