@@ -31,7 +31,6 @@ published its own (checkpoint.write_checkpoint).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -204,16 +203,14 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
 def publish(tmp: Path, dest: Path) -> dict:
     """Move a finished transformation `tmp` to `dest` (fsynced first) and record its digest beside it;
     returns the digest."""
-    from mspretrain.common.files import atomic_write_json, fsync_path
+    from mspretrain.common import files
     from mspretrain.train.checkpoint import CheckpointError, file_digest
 
     if not tmp.is_file():
         raise CheckpointError(f"the checkpoint transformation wrote nothing into {tmp}")
-    fsync_path(tmp)
     digest = file_digest(tmp)
-    os.replace(tmp, dest)
-    fsync_path(dest.parent)
-    atomic_write_json(dest.with_name(dest.name + DIGEST_SUFFIX), digest)
+    files.publish(tmp, dest)
+    files.atomic_write_json(dest.with_name(dest.name + DIGEST_SUFFIX), digest)
     return digest
 
 
