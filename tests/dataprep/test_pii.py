@@ -87,6 +87,25 @@ def test_digit_runs_that_are_no_valid_number_stay(text):
     assert redact(text) == (text, {}), text
 
 
+@pytest.mark.parametrize("text", [
+    # a US ZIP+4 (the GPL's address) reads as Düsseldorf's 0211 with the first group run past it
+    "Boston, MA 02110-1301, USA", "MA  02110-1301 USA",
+    # decimals beside each other (PostScript, tables): a dot and another separator in one number
+    "0 0 145.34 579.282 re", "145.34 579.282", "1.5 2345.678 90",
+])
+def test_zip_codes_and_decimal_pairs_stay(text):
+    assert redact(text) == (text, {}), text
+
+
+@pytest.mark.parametrize("text", [
+    # however the groups are written
+    "0151 23456789", "05121-123456", "0211/123456", "030 123 456 78", "(617) 555.0132",
+    "0207 946 0958",
+])
+def test_area_codes_with_their_subscriber_numbers_are_phones(text):
+    assert redact(f"Tel. {text}, bitte.") == ("Tel. <PHONE>, bitte.", {"PHONE": 1}), text
+
+
 def test_phone_regions_decide_the_national_forms():
     # a German national number is searched only when DE is a region; a + number always
     assert redact("030 1234567", ("DE",))[1] == {"PHONE": 1}

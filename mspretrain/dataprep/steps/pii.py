@@ -209,7 +209,8 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     import phonenumbers
     main = _EXTENSION.sub("", candidate)
     digits = sum(c.isdigit() for c in main)
-    if not 7 <= digits <= 17 or _DATE.search(main) or _ONE_DIGIT_DOTTED.search(main):
+    if (not 7 <= digits <= 17 or _DATE.search(main) or _ONE_DIGIT_DOTTED.search(main)
+            or _mixed_dots(main)):
         return False
     international = candidate.startswith(("+", "(+"))
     for region in ("ZZ",) if international else regions:
@@ -289,10 +290,12 @@ def _national_form(number, written: str, region: str) -> bool:
     digits = phonenumbers.normalize_digits_only(written)
     bare = copy.copy(number)
     bare.extension = None
-    national = phonenumbers.normalize_digits_only(
-        phonenumbers.format_number(bare, phonenumbers.PhoneNumberFormat.NATIONAL))
+    national_form = phonenumbers.format_number(bare, phonenumbers.PhoneNumberFormat.NATIONAL)
+    national = phonenumbers.normalize_digits_only(national_form)
     prefix = phonenumbers.PhoneMetadata.metadata_for_region(region).national_prefix or ""
     if digits not in (national, prefix + national):
+        return False
+    if prefix and _first_group_past_area_code(bare, written, prefix):
         return False
     if _UNBROKEN.fullmatch(written):
         # one unbroken run of digits without a national prefix is a phone number only as a mobile
@@ -304,9 +307,32 @@ def _national_form(number, written: str, region: str) -> bool:
     if not prefix:
         # where there is no national prefix (Hong Kong, Singapore) any 8 digits may be valid: the
         # groups as written must be those of the region's format ("2345 6789", not "23 456 789")
-        return _group_ends(written) <= _group_ends(phonenumbers.format_number(
-            bare, phonenumbers.PhoneNumberFormat.NATIONAL))
+        return _group_ends(written) <= _group_ends(national_form)
     return True
+
+
+def _mixed_dots(written: str) -> bool:
+    """Dotted numbers use dots between every group ("06.12.34.56.78", "821.246.2584"); a dot beside
+    another separator is a pair of decimals or a version and a count ("145.34 579.282")."""
+    seps = re.findall(r"\d([ ./-])(?=\d)", written)
+    if written.startswith("+"):
+        seps = seps[1:]          # the one after the country code: "+33 6.12.34.56.78"
+    return "." in seps and len(set(seps)) > 1
+
+
+def _first_group_past_area_code(number, written: str, prefix: str) -> bool:
+    """Whether the first group as written runs two digits or more past a geographic area code, or
+    one digit that is the national prefix: groups that people write ("0207 946 0958" for London's
+    020 7946 0958 runs one past) do not, but a US ZIP+4 does ("02110-1301": Düsseldorf's 0211 with
+    01301, or Seoul's 02 with 110 1301, which libphonenumber's metadata both allow)."""
+    import phonenumbers
+    area = phonenumbers.length_of_geographical_area_code(number)
+    groups = re.findall(r"\d+", written)
+    if not area or len(groups) < 2:
+        return False
+    first = groups[0]
+    past = first[(len(prefix) if first.startswith(prefix) else 0) + area:]
+    return len(past) >= 2 or past.startswith(prefix)
 
 
 _UNBROKEN = re.compile(r"\(?\d+\)?")
