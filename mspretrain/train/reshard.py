@@ -31,6 +31,7 @@ published its own (checkpoint.write_checkpoint).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -280,7 +281,11 @@ def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
         raise CheckpointError(f"{ckpt_dir}: neither {MODEL_FILE} nor rank_0/{MODEL_FILE}")
     out = Path(out) if out is not None else ckpt_dir / MERGED_DIR
     if (out / MODEL_FILE).is_file():
-        return out
+        try:
+            verify(out / MODEL_FILE)
+            return out
+        except CheckpointError as e:    # damaged, or cached before merges recorded a digest
+            print(f"[reshard] {out} is not usable ({e}); merging the shards again", file=sys.stderr)
     p = merge_plan(read_state(ckpt_dir), ckpt_dir / "strategy")
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

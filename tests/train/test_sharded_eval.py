@@ -51,6 +51,13 @@ def test_merge_joins_the_slices_bitwise_and_is_kept(sharded_run):
     assert merged_to_one_device(src) == out and (out / ckpt.MODEL_FILE).stat().st_mtime_ns == stamp  # kept
     assert merged_to_one_device(checkpoint_dir(run_dir, 10)) == checkpoint_dir(run_dir, 10)        # full
 
+    # a cache that fails its digest (damaged, or made before merges recorded one) is merged again
+    good = (out / ckpt.MODEL_FILE).read_bytes()
+    for spoil in (lambda: (out / ckpt.MODEL_FILE).write_bytes(good[:-1] + bytes([good[-1] ^ 1])),
+                  lambda: (out / (ckpt.MODEL_FILE + ".digest.json")).unlink()):
+        spoil()
+        assert merged_to_one_device(src) == out and (out / ckpt.MODEL_FILE).read_bytes() == good
+
 
 def test_tasks_on_a_sharded_checkpoint_equal_the_full_ones(spm_run, sharded_run, tmp_path):
     """`train eval RUN --tasks`: the same per-item log-likelihoods, bitwise, as on the full checkpoint."""
