@@ -168,7 +168,9 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -251,7 +253,9 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -445,7 +449,8 @@ def in_process_steps(args) -> int:
 
     from mspretrain.train import distributed, parallel
     from mspretrain.train.config import load_config
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     from mspretrain.train.trainer import build_session
 
     load0 = os.getloadavg()
@@ -504,7 +509,8 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -659,7 +665,9 @@ def _variant(args, name: str):
 
     from mspretrain.train import spike
     from mspretrain.train.config import load_config
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs, count_params
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.flops import count_params
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
 
