@@ -3,10 +3,10 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (Llama and CausalLMLoss of
-mspretrain/train/models/llama/model.py, same shapes, fp32): a plain `nn.TrainOneStepCell` subclass
-whose construct clips the gradients with `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed
-pre-made random batches (no loader).
+The reference, run in the same invocation on the same model (the Llama of
+mspretrain/train/models/llama/model.py and the CausalLMLoss of mspretrain/train/loss.py, same shapes,
+fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
+`ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
 around it: RUSAGE_CHILDREN). With --repeat 2 the two alternate (launch, reference, launch,
 reference) and the ratios are of the sums. Targets: train launch >= 0.95x the reference's tokens/s,
@@ -169,7 +169,6 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     from mindspore import Tensor, nn, ops
 
     from mspretrain.train.loss import CausalLMLoss
-
     from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -254,7 +253,6 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     from mindspore import Tensor, nn
 
     from mspretrain.train.loss import CausalLMLoss
-
     from mspretrain.train.models.llama.model import Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -56,8 +56,8 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     import mindspore as ms
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.step import apply_precision, check_precision
 
     check_precision(cfg)

@@ -44,8 +44,8 @@ class Session:
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from mspretrain.train import hooks, parallel
-    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models import spec as model_spec
     from mspretrain.train.models.flops import count_params, flops_per_token
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute

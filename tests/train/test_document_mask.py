@@ -147,7 +147,6 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     from mindspore import Tensor
 
     from mspretrain.train.loss import CausalLMLoss
-
     from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step

@@ -87,8 +87,8 @@ def test_an_unknown_family_is_a_config_error_and_llama_is_built_in():
 
 
 def test_the_plan_names_the_families_primitives(tmp_path, graph_mode):
-    from mspretrain.train.memory import estimate
     from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.memory import estimate
     from mspretrain.train.models.llama.model import MLP
     from mspretrain.train.parallel import annotate, make_plan
 

@@ -541,7 +541,6 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     from mindspore.parallel.auto_parallel import AutoParallel
 
     from mspretrain.train.loss import CausalLMLoss
-
     from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
@@ -630,7 +629,6 @@ def test_the_loss_cell_is_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_
     from mindspore import Tensor
 
     from mspretrain.train.loss import CausalLMLoss, ReusedCausalLMLoss
-
     from mspretrain.train.models.llama.model import DecoderLayer
     from mspretrain.train.parallel import lazy_inline_loss
 

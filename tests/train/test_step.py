@@ -139,7 +139,6 @@ def _auto_o2_step(*sets):
     from mindspore.common import dtype as mstype
 
     from mspretrain.train.loss import CausalLMLoss
-
     from mspretrain.train.models.layers import RMSNorm
 
     from mspretrain.train.models.llama.model import Llama

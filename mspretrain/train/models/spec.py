@@ -9,7 +9,8 @@ families is here; the loss, the optimizer, the step, checkpoints and the data ar
 A family's model (`build_model`) maps int32 tokens [B, S] to logits [B, S, vocab] and names its
 parameters stably: checkpoints, the parallel plan and the HF mapping address them by those names.
 Also here, so that a family needs nothing from the trainer's modules: the pieces its parts are made of
-(OpShard, HFError, reuses_memory). docs/extending.md has a worked example.
+(OpShard, HFError, reuses_memory); the layers its model is built from are in models/layers.py.
+docs/extending.md has a worked example.
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ class ModelSpec:
     # (cfg.model, vocab_size, seq_length, device, dtype, eos_id) -> the model's frozen arguments; eos_id
     # None: no dataset (document masking off); what build_model, hf_mapping and decode take
     model_args: Callable
-    build_model: Callable           # (args, seed) -> an nn.Cell, fp32, initialised from `seed` only
+    # (args, seed) -> an nn.Cell, fp32, initialised from `seed` only; its weight matmuls layers.Dense
+    # and its set_compute_dtype(dtype) precision O2's (train/step.py apply_precision)
+    build_model: Callable
     # the pieces below are modules, or any objects with these functions:
     # validate(cfg, vocab, seq), ops(cfg, dp, mp) -> [OpShard], stage_of(cfg, stages) -> {cell: stage}:
     # the strategy for Primitive.shard of every primitive the model holds (train/parallel.py)
