@@ -61,7 +61,9 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     import mindspore as ms
 
     from mspretrain.train.config import load_config
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, count_params, model_args
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.flops import count_params
+    from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import apply_precision, build_train_step
 

@@ -3,10 +3,10 @@
     .venv/bin/python bench/bench_train.py [--hidden 512 --layers 4 --seq 256 --batch 4 --steps 12]
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
-The reference, run in the same invocation on the same model (Llama and CausalLMLoss of
-mspretrain/train/models/llama/model.py, same shapes, fp32): a plain `nn.TrainOneStepCell` subclass
-whose construct clips the gradients with `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed
-pre-made random batches (no loader).
+The reference, run in the same invocation on the same model (the Llama of
+mspretrain/train/models/llama/model.py and the CausalLMLoss of mspretrain/train/loss.py, same shapes,
+fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
+`ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
 around it: RUSAGE_CHILDREN). With --repeat 2 the two alternate (launch, reference, launch,
 reference) and the ratios are of the sums. Targets: train launch >= 0.95x the reference's tokens/s,
@@ -168,7 +168,8 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -251,7 +252,8 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -445,7 +447,8 @@ def in_process_steps(args) -> int:
 
     from mspretrain.train import distributed, parallel
     from mspretrain.train.config import load_config
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     from mspretrain.train.trainer import build_session
 
     load0 = os.getloadavg()
@@ -504,7 +507,8 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -659,7 +663,9 @@ def _variant(args, name: str):
 
     from mspretrain.train import spike
     from mspretrain.train.config import load_config
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, ModelArgs, count_params
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.flops import count_params
+    from mspretrain.train.models.llama.model import Llama, ModelArgs
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
 

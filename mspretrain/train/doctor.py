@@ -645,9 +645,9 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.config import load_config
     from mspretrain.train.evaluate import validation_loss
+    from mspretrain.train.loss import CausalLMLoss
     from mspretrain.train.memory import dataset_shape
     from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.models.llama.model import CausalLMLoss
     from mspretrain.train.reshard import merged_to_one_device
     from mspretrain.train.step import apply_precision
 

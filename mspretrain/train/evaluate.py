@@ -19,7 +19,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = N
     valid split of `path` (default data.path). With train.z_loss the z-loss term is taken out (val_loss
     stays the cross entropy, comparable across runs) and its mean goes to extras["val_z_loss"]. A loss
     cell built with hits=True also gives extras["val_acc"]: the next-token accuracy, hits / tokens
-    summed over the batches (ties with the top logit count as hits; train.models.llama.model.CausalLMLoss)."""
+    summed over the batches (ties with the top logit count as hits; train.loss.CausalLMLoss)."""
     from mspretrain.train.step import z_loss_reading
     from mindspore import Tensor
 
@@ -56,8 +56,8 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
     import mindspore as ms
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.loss import CausalLMLoss
     from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.models.llama.model import CausalLMLoss
     from mspretrain.train.step import apply_precision, check_precision
 
     check_precision(cfg)

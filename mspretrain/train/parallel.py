@@ -392,6 +392,7 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
         cell = cells.get(o.module)
         prim = getattr(cell, "_primitives", {}).get(o.prim) if cell is not None else None
         if prim is None or prim.name != o.kind:
+            _refuse_plain_dense(o.module, cell)
             found = "no such cell" if cell is None else f"primitives {sorted(cell._primitives)}"
             raise RuntimeError(f"parallel plan: {o.kind} {o.module or 'model'}.{o.prim} not found ({found})")
         if o.out_strategy is None:
@@ -412,8 +413,18 @@ def annotate(plan: Plan, model, loss_cell=None) -> list:
     return done
 
 
+def _refuse_plain_dense(path: str, cell) -> None:
+    """A family's layer built as mindspore's plain nn.Dense lacks the O2 casts that the plan shards:
+    say so, naming the layer and what to build it with, rather than only the missing primitive."""
+    from mindspore import nn
+
+    from mspretrain.train.models import layers
+    if isinstance(cell, nn.Dense) and not isinstance(cell, layers.Dense):
+        raise RuntimeError(f"parallel plan: {layers.plain_dense_message([path])}")
+
+
 def lazy_inline_loss(cfg) -> bool:
-    """The train loss cell as one reused sub-graph (train.models.llama.model.ReusedCausalLMLoss, mindspore.lazy_inline,
+    """The train loss cell as one reused sub-graph (train.loss.ReusedCausalLMLoss, mindspore.lazy_inline,
     on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
     MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
     so it is never on elsewhere."""

@@ -360,7 +360,7 @@ class TrainStep:
 
 def z_loss_reading(network: nn.Cell):
     """The z-loss reading Parameter of the loss cell inside `network` (None without z-loss)."""
-    from mspretrain.train.models.llama.model import Z_VALUE
+    from mspretrain.train.loss import Z_VALUE
     for p in network.get_parameters():
         if p.name.rsplit(".", 1)[-1] == Z_VALUE:
             return p

@@ -44,8 +44,9 @@ class Session:
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
     from mspretrain.train import hooks, parallel
+    from mspretrain.train.loss import CausalLMLoss
     from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.models.llama.model import CausalLMLoss, count_params, flops_per_token
+    from mspretrain.train.models.flops import count_params, flops_per_token
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.recompute import apply_recompute
     from mspretrain.train.step import apply_precision, build_train_step
@@ -457,7 +458,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             if loader.rampup:
                 record["batch_size"] = batch_size
             record.update(loader.metrics())         # per source of a blend / mixture: samples, tokens
-            if session.args.flash_attention and session.args.document_mask:   # the kernel's document limit
+            # the fused kernel's document limit (a family without these arguments has no such kernel)
+            args = session.args
+            if getattr(args, "flash_attention", False) and getattr(args, "document_mask", False):
                 from mspretrain.train.packing import count_over_limit
                 record["docs_over_limit"] = count_over_limit(batch["input_ids"][:, :-1], session.args.eos_id,
                                                              session.args.max_documents)

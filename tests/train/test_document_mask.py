@@ -123,7 +123,8 @@ def test_second_document_equals_the_same_document_alone(graph_mode):
 
 def test_eod_loss_ignores_exactly_the_boundary_positions(graph_mode):
     from mindspore import Tensor
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
 
     ids = np.random.default_rng(3).integers(3, 64, size=(2, 17)).astype(np.int32)
     ids[0, [3, 8, 16]] = EOS          # positions 3 and 8 predict across a boundary; 16 is only a label
@@ -145,7 +146,8 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     of the 4 micro-batch means, what equal weights would train on, is visibly another number."""
     from mindspore import Tensor
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
     from test_step import REDUCTION_ORDER_RTOL

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from mspretrain.train.config import load_config
-from mspretrain.train.models.llama.model import ModelArgs, flops_per_token, model_args, rotary_tables
+from mspretrain.train.models.flops import flops_per_token
+from mspretrain.train.models.llama.model import ModelArgs, model_args, rotary_tables
 
 ARGS = ModelArgs(vocab_size=128, seq_length=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
 
@@ -33,7 +34,8 @@ def test_causal_and_initial_loss(graph_mode):
     """A token never sees the future: changing the last input token leaves earlier logits unchanged;
     at init the loss is about ln(vocab)."""
     from mindspore import Tensor
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
 
     model = Llama(ARGS, seed=1)
     ids = np.random.default_rng(0).integers(0, 128, size=(2, 16)).astype(np.int32)

@@ -223,7 +223,7 @@ def _model(tie=False, layers=4, flash=False, kv_heads=0, docs=True):
 
 
 def _loss(model, eod=-1, hits=False):
-    from mspretrain.train.models.llama.model import CausalLMLoss
+    from mspretrain.train.loss import CausalLMLoss
     return CausalLMLoss(model, 128, eod, hits=hits)
 
 
@@ -412,7 +412,7 @@ def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
     """N9: with pp=2 a rank's checkpoint state is its stage's weights and their AdamW moments, plus the
     counters and loss scale: the two stages' sets cover the whole state, overlap in the counters only
     (and a tied embedding table, which both ends of the pipeline use)."""
-    from mspretrain.train.models.llama.model import CausalLMLoss
+    from mspretrain.train.loss import CausalLMLoss
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.parallel import stage_state_filter
     from mspretrain.train.step import build_train_step
@@ -540,7 +540,8 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     import mindspore.parallel.auto_parallel as ap
     from mindspore.parallel.auto_parallel import AutoParallel
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.parallel import GlobalLossStep, parallelize, pipeline_loss_cell
     from mspretrain.train.step import build_train_step
@@ -603,7 +604,8 @@ def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
     assert isinstance(accumulation_grad_reducer(cfg, weights, 1, cpu_step.step_cell), nn.Identity)
     cpu = load_config(None, ["parallel.data_parallel=2"])
     assert isinstance(accumulation_grad_reducer(cpu, weights, 4, cpu_step.step_cell), nn.Identity)
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
     model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
@@ -626,7 +628,8 @@ def test_the_loss_cell_is_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_
     import numpy as np
     from mindspore import Tensor
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, DecoderLayer, ReusedCausalLMLoss
+    from mspretrain.train.loss import CausalLMLoss, ReusedCausalLMLoss
+    from mspretrain.train.models.llama.model import DecoderLayer
     from mspretrain.train.parallel import lazy_inline_loss
 
     pp2 = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2})
@@ -770,7 +773,7 @@ def test_o2_casts_all_have_their_strategies_in_the_compiled_graph(graph_mode, tm
     from mindspore import Tensor, amp
     from mindspore.common import dtype as mstype
 
-    from mspretrain.train.models.llama.model import RMSNorm
+    from mspretrain.train.models.layers import RMSNorm
     from mspretrain.train.step import apply_precision
 
     cfg = ascend(**{"model.num_layers": 2, "precision.dtype": "fp16", "model.flash_attention": False, **sets})

@@ -23,7 +23,7 @@ def test_windows_predict_every_token_once():
 def test_score_command(spm_run, spm_data, tmp_path, graph_mode):
     from mindspore import Tensor
     from mspretrain.loader import Loader
-    from mspretrain.train.models.llama.model import CausalLMLoss
+    from mspretrain.train.loss import CausalLMLoss
     from mspretrain.train.runinfo import load_run_model
 
     with Loader(spm_data, split="valid", global_batch_size=2, seed=0, num_workers=0) as ld:

@@ -138,7 +138,10 @@ def _auto_o2_step(*sets):
     from mindspore import amp
     from mindspore.common import dtype as mstype
 
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, RMSNorm
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.layers import RMSNorm
+
+    from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.optim import build_optimizer
     from mspretrain.train.step import build_train_step
 

@@ -1,5 +1,5 @@
 """val_acc, the next-token accuracy of the periodic validation: counted in the validation graph
-(train.models.llama.model.CausalLMLoss hits=True) from the loss's own reductions over the vocabulary, checked
+(train.loss.CausalLMLoss hits=True) from the loss's own reductions over the vocabulary, checked
 against a numpy oracle on the logits of a separate forward of the same weights. A count ratio: equal
 exactly. Ties with the top logit count as hits (the rule the split-vocabulary graph can compute)."""
 from __future__ import annotations
@@ -42,7 +42,8 @@ def _validation_oracle(run_dir, step: int) -> tuple[int, int, int]:
     from mindspore import Tensor
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.evalsuite import capped_batches, validation_loader
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama, model_args
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.runinfo import checkpoint_dir, run_config
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -93,7 +94,8 @@ def test_ties_with_the_top_logit_count_as_hits(graph_mode, eod):
     oracle's and the eval suite's per-token hits agree."""
     from mindspore import Tensor
     from mspretrain.train.evalsuite import _log_probs_and_hits
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
 
     ids = BATCHES[0].copy()
     ids[:, 1:] = np.where(np.arange(16) % 3 == 0, 5, ids[:, 1:])    # label 5 often: hits both ways
@@ -118,7 +120,8 @@ def test_ties_with_the_top_logit_count_as_hits(graph_mode, eod):
 def test_zeroed_head_every_token_a_hit(graph_mode):
     """All logits equal: every kept position ties with the top, val_acc 1."""
     from mindspore import Tensor
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
 
     model = Llama(ARGS, seed=11)
     model.output.weight.set_data(Tensor(np.zeros(model.output.weight.shape, np.float32)))

@@ -26,7 +26,8 @@ def _tolerance(n_tokens: int, loss: float) -> float:
 @pytest.mark.parametrize("eod", [-1, 7])
 def test_z_loss_adds_the_expected_term(graph_mode, eod):
     from mindspore import Tensor
-    from mspretrain.train.models.llama.model import CausalLMLoss, Llama
+    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.models.llama.model import Llama
 
     ids = BATCHES[0].copy()
     if eod >= 0:

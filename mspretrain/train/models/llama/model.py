@@ -9,7 +9,7 @@ so every piece that they address has a stable name: `layers[i].attention` (wq, w
 `tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
 so two processes build bitwise-identical weights. No dropout: the step is a pure function.
 Every primitive that touches an activation is held as a cell attribute (flash attention one per
-layer; the norms', rotary's, SiLU * gate's, the residual adds' and the loss's), so that the plan can
+layer; the norms', rotary's, SiLU * gate's and the residual adds'), so that the plan can
 give each one a strategy.
 """
 from __future__ import annotations
@@ -17,16 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 # not re-exported by mindspore.ops in 2.10
 from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
 
+from mspretrain.train.models.layers import RMSNorm, dense, set_dense_compute_dtype
 from mspretrain.train.packing import DocumentBoundaries
-
-Z_VALUE = "z_loss_value"        # CausalLMLoss's z-loss reading: not a weight, never checkpointed
 
 
 @dataclass(frozen=True)
@@ -86,54 +84,6 @@ def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: 
         flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32")
 
 
-class Dense(nn.Dense):
-    """nn.Dense without bias whose matmul can run in a compute dtype (precision O2, set_compute_dtype):
-    the input and the fp32 master weight are cast by held `Cast` primitives that the plan shards like
-    the matmul's inputs (MindFormers' Linear). With no compute dtype (fp32, O1's to_float) its
-    construct is nn.Dense's, unchanged."""
-
-    def __init__(self, d_in: int, d_out: int, weight_init):
-        super().__init__(d_in, d_out, weight_init=weight_init, has_bias=False)
-        self.compute_dtype = None
-        self.cast_x, self.cast_w = ops.Cast(), ops.Cast()
-
-    def construct(self, x):
-        x_shape = self.shape_op(x)
-        if len(x_shape) != 2:
-            x = self.reshape(x, (-1, x_shape[-1]))
-        if self.compute_dtype is None:
-            x = self.matmul(x, self.weight)
-        else:
-            x = self.matmul(self.cast_x(x, self.compute_dtype), self.cast_w(self.weight, self.compute_dtype))
-        if len(x_shape) != 2:
-            x = self.reshape(x, x_shape[:-1] + (ops.shape(x)[-1],))
-        return x
-
-
-def _dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> Dense:
-    w = rng.normal(0.0, std, size=(d_out, d_in)).astype(np.float32)
-    return Dense(d_in, d_out, weight_init=Tensor(w))
-
-
-class RMSNorm(nn.Cell):
-    """x / rms(x) * weight, computed in fp32 whatever the input precision."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
-        self.eps = eps
-        # primitives held so that train.parallel can give each one a strategy
-        self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
-        self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
-        self.scale, self.cast_out, self.cast_weight = ops.Mul(), ops.Cast(), ops.Cast()
-
-    def construct(self, x):
-        xf = self.cast_in(x, mstype.float32)
-        var = self.mean(self.square(xf), -1)
-        y = self.normalize(xf, self.rsqrt(self.add_eps(var, self.eps)))
-        return self.cast_out(self.scale(y, self.cast_weight(self.weight, mstype.float32)), x.dtype)
-
-
 def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of position * inverse frequency, each [seq_length, head_dim // 2], fp32."""
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
@@ -171,10 +121,10 @@ class Attention(nn.Cell):
         super().__init__()
         d, hd = args.hidden_size, args.head_dim
         self.num_heads, self.kv_heads, self.head_dim = args.num_heads, args.kv_heads, hd
-        self.wq = _dense(rng, d, args.num_heads * hd, args.init_std)
-        self.wk = _dense(rng, d, self.kv_heads * hd, args.init_std)
-        self.wv = _dense(rng, d, self.kv_heads * hd, args.init_std)
-        self.wo = _dense(rng, args.num_heads * hd, d, out_std)
+        self.wq = dense(rng, d, args.num_heads * hd, args.init_std)
+        self.wk = dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wv = dense(rng, d, self.kv_heads * hd, args.init_std)
+        self.wo = dense(rng, args.num_heads * hd, d, out_std)
         self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
         self.scale = 1.0 / math.sqrt(hd)
         self.flash = args.flash_attention
@@ -262,9 +212,9 @@ class MLP(nn.Cell):
 
     def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
         super().__init__()
-        self.w1 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
-        self.w3 = _dense(rng, args.hidden_size, args.ffn, args.init_std)
-        self.w2 = _dense(rng, args.ffn, args.hidden_size, out_std)
+        self.w1 = dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w3 = dense(rng, args.hidden_size, args.ffn, args.init_std)
+        self.w2 = dense(rng, args.ffn, args.hidden_size, out_std)
         self.silu, self.gate = SiLU(), ops.Mul()
 
     def construct(self, x):
@@ -304,7 +254,7 @@ class Llama(nn.Cell):
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
         self.layers = nn.CellList([DecoderLayer(args, rng, mlp) for _ in range(args.num_layers)])
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
-        self.output = None if args.tie_embeddings else _dense(rng, args.hidden_size, args.vocab_size,
+        self.output = None if args.tie_embeddings else dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None
         self.cast_table = ops.Cast() if args.tie_embeddings else None
@@ -366,133 +316,7 @@ class Llama(nn.Cell):
         auto_mixed_precision's cell-boundary casts, which the parallel pass leaves to its default
         batch-parallel layout (docs/parallel.md, N10). Set before the first compile."""
         self.compute_dtype = dtype
-        for _, cell in self.cells_and_names():
-            if isinstance(cell, Dense):
-                cell.compute_dtype = dtype
+        set_dense_compute_dtype(self, dtype)
 
 
-class CausalLMLoss(nn.Cell):
-    """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
-    (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
-    `reduction="sum"`: the sum over the kept positions instead (what the train step differentiates and
-    divides by the global batch's token count, train.step); `summed()` is that twin over the same model.
-    `hits=True` (validation): (loss, hits, tokens), hits the kept positions whose label's logit is the
-    largest (ties included), tokens the kept positions, both fp32 sums (exact below 2^24 per forward).
-
-    Written with primitives that each take a strategy (train.parallel), so that the loss runs on
-    logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
-    reductions over the vocabulary, which the compiler completes with an all-reduce."""
-
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean",
-                 z_loss: float = 0.0, hits: bool = False):
-        super().__init__()
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"CausalLMLoss reduction must be mean or sum, got {reduction!r}")
-        self.reduction = reduction
-        self.model = model
-        # train.z_loss: + z_loss * logsumexp(logits)^2 per loss token (PaLM's z-loss); the term itself
-        # (reduced as the loss is) is kept in z_value for the metrics (train/observe.py). Absent when off.
-        self.z_loss = float(z_loss)
-        if self.z_loss > 0:
-            self.z_value = Parameter(Tensor(0.0, mstype.float32), name=Z_VALUE, requires_grad=False)
-        self.vocab_size = vocab_size
-        self.eod_mask_id = eod_mask_id
-        self.cast = ops.Cast()
-        self.max = ops.ReduceMax(keep_dims=True)
-        self.shift = ops.Sub()
-        self.exp = ops.Exp()
-        self.sum_exp = ops.ReduceSum(keep_dims=False)
-        self.log = ops.Log()
-        self.one_hot = ops.OneHot()
-        self.pick = ops.Mul()
-        self.sum_picked = ops.ReduceSum(keep_dims=False)
-        self.nll = ops.Sub()
-        self.mean = ops.ReduceMean(keep_dims=False)
-        self.on, self.off = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
-        # train.eod_mask_loss: the mean over the positions whose input is not EOS
-        self.keep, self.cast_keep, self.masked = ops.NotEqual(), ops.Cast(), ops.Mul()
-        self.sum_masked, self.count_kept = ops.ReduceSum(keep_dims=False), ops.ReduceSum(keep_dims=False)
-        self.at_least_one, self.divide = ops.Maximum(), ops.RealDiv()
-        self.inputs, self.targets = ops.StridedSlice(), ops.StridedSlice()   # [B, S+1] -> [B, S] twice
-        # next-token accuracy without an argmax over a vocabulary that may be split across ranks:
-        # `picked` is logit[label] - max(logits), exactly 0 when the label's logit is the largest and
-        # < 0 otherwise (a difference of two floats is 0 only when they are equal). Ties count as hits.
-        self.hits = hits
-        self.is_top, self.cast_hit = ops.GreaterEqual(), ops.Cast()
-        self.hit_kept, self.sum_hits = ops.Mul(), ops.ReduceSum(keep_dims=False)
-
-    def construct(self, input_ids):
-        b, s1 = input_ids.shape
-        tokens = self.inputs(input_ids, (0, 0), (b, s1 - 1), (1, 1))
-        labels = self.targets(input_ids, (0, 1), (b, s1), (1, 1)).reshape(-1)
-        logits = self.cast(self.model(tokens), mstype.float32).reshape(-1, self.vocab_size)
-        top = ops.stop_gradient(self.max(logits, -1))
-        shifted = self.shift(logits, top)                     # log-sum-exp without overflow
-        logz = self.log(self.sum_exp(self.exp(shifted), -1))
-        picked = self.sum_picked(self.pick(shifted, self.one_hot(labels, self.vocab_size, self.on, self.off)), -1)
-        nll = self.nll(logz, picked)
-        if self.z_loss > 0:
-            lse = logz + top.reshape(-1)                      # the true logsumexp, not the shifted one
-            z = self.z_loss * lse * lse
-            nll = nll + z
-        hit = self.cast_hit(self.is_top(picked, 0.0), mstype.float32) if self.hits else None
-        if self.eod_mask_id >= 0:
-            keep = self.cast_keep(self.keep(tokens, self.eod_mask_id), mstype.float32).reshape(-1)
-            kept = self.count_kept(keep, -1)
-            count = self.at_least_one(kept, 1.0)
-            loss = self.reduce(self.sum_masked(self.masked(nll, keep), -1), count)
-            if self.z_loss > 0:
-                loss = self.keep_z(loss, self.reduce(self.sum_masked(self.masked(z, keep), -1), count))
-            if self.hits:
-                return loss, self.sum_hits(self.hit_kept(hit, keep), -1), kept
-            return loss
-        whole = self.sum_masked if self.reduction == "sum" else self.mean
-        loss = whole(nll, -1)
-        if self.z_loss > 0:
-            loss = self.keep_z(loss, whole(z, -1))
-        if self.hits:
-            return loss, self.sum_hits(hit, -1), ops.scalar_to_tensor(b * (s1 - 1), mstype.float32)
-        return loss
-
-    def reduce(self, total, count):
-        """The sum itself (reduction "sum") or the mean over `count` positions."""
-        return total if self.reduction == "sum" else self.divide(total, count)
-
-    def keep_z(self, loss, z_term):
-        """`loss`, after z_value holds this forward's z-loss term (the loss depends on the write, so
-        whoever reads z_value after the loss reads this forward's value)."""
-        return ops.depend(loss, ops.assign(self.z_value, ops.stop_gradient(z_term)))
-
-    def summed(self, lazy_inline: bool = False) -> "CausalLMLoss":
-        """The reduction="sum" loss over the same model (the same Parameters); `lazy_inline`: as a
-        ReusedCausalLMLoss (pipeline stages)."""
-        cls = ReusedCausalLMLoss if lazy_inline else CausalLMLoss
-        return cls(self.model, self.vocab_size, self.eod_mask_id, reduction="sum", z_loss=self.z_loss)
-
-
-class ReusedCausalLMLoss(CausalLMLoss):
-    """The loss cell (model + loss) compiled once as a sub-graph that every micro-batch calls
-    (mindspore.lazy_inline), instead of being unrolled micro-batches x layers: with pipeline stages
-    (parallel.nn.Pipeline calls it once per micro-batch). On the outermost cell that the accumulation
-    calls, where lazy_inline's documentation allows it for gradient accumulation, and where MindFormers
-    puts it (LlamaForCausalLM.__init__, its model + loss); its construct takes no default arguments."""
-
-    @ms.lazy_inline
-    def __init__(self, model: nn.Cell, vocab_size: int, eod_mask_id: int = -1, reduction: str = "mean",
-                 z_loss: float = 0.0):
-        super().__init__(model, vocab_size, eod_mask_id, reduction, z_loss)
-
-
-def count_params(model: nn.Cell) -> int:
-    return int(sum(np.prod(p.shape) for p in model.get_parameters()))
-
-
-def flops_per_token(args: ModelArgs, num_params: int) -> float:
-    """Training FLOPs per token: 6 * params (matmuls, forward + backward) plus the attention scores
-    and weighted sum, 12 * layers * hidden * seq (PaLM appendix B). Embedding lookups are not matmuls."""
-    matmul_params = num_params - (0 if args.tie_embeddings else args.vocab_size * args.hidden_size)
-    return 6.0 * matmul_params + 12.0 * args.num_layers * args.hidden_size * args.seq_length
-
-
-__all__ = ["ModelArgs", "model_args", "Llama", "CausalLMLoss", "Dense", "RMSNorm", "count_params",
-           "flops_per_token", "ms"]
+__all__ = ["ModelArgs", "model_args", "Llama", "MLP", "DecoderLayer", "Attention", "Rotary", "rotary_tables"]

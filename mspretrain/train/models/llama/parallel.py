@@ -11,7 +11,7 @@ Every other primitive on a sharded tensor gets a strategy too, so that no activa
 default batch-parallel layout (an all-gather of mp-split tensors): the RMSNorms, rotary embedding,
 SiLU * gate, residual adds ([B, S, H] split (dp, 1, 1), with sequence parallel (dp, mp, 1)), the head
 transposes, flash attention ((dp, mp, 1, 1) for q, k, v; (1, 1) for its compressed mask), the
-block-causal mask of packed documents and precision O2's casts (model.Dense's input and weight casts
+block-causal mask of packed documents and precision O2's casts (layers.Dense's input and weight casts
 split as the matmul's inputs, the embeddings' as the first norm reads them, the logits' (dp, 1, mp)). With packed-document masking on Ascend the kernel runs in TND
 layout ([B*S, N, D]): q, k, v (dp, mp, 1), the compressed mask (1, 1), the cumulative document ends
 (dp,) each, MindFormers' form.
@@ -135,7 +135,7 @@ def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
 
 
 def _dense_ops(prefix: str, x: tuple, w: tuple, out=None) -> list:
-    """A Dense layer's matmul and its O2 casts (model.Dense: the input and the fp32 weight into the
+    """A Dense layer's matmul and its O2 casts (layers.Dense: the input and the fp32 weight into the
     compute dtype), each cast split as the matmul input it feeds, so that it moves no data."""
     return [OpShard(prefix, "matmul", "MatMul", (x, w), out),
             OpShard(prefix, "cast_x", "Cast", (x,)), OpShard(prefix, "cast_w", "Cast", (w,))]
