@@ -44,10 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-# pq.read_table imports pyarrow.dataset at first use; imported here, a Ctrl-C cannot land inside that
-# import mid-build, where importlib drops it (see dataprep.interrupt)
-import pyarrow.dataset  # noqa: F401
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from mspretrain.dataprep.report import failure
@@ -69,6 +65,7 @@ from mspretrain.dataprep.tokenizer.vocab_fit import train_fitted
 from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.executor.local import WorkerDied, WorkerPool
 from mspretrain.dataprep.workdir import WorkDir
+from mspretrain.common.arrow import read_parquet
 from mspretrain.common.files import atomic_open, atomic_write_json
 from mspretrain.loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
@@ -297,8 +294,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
                         cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes,
                         cfg.input.id_scope)
     dedup = DedupPass(cfg.dedup,
-                      texts=lambda chunk: pq.read_table(work.chunk_file(work.docs, chunk, "parquet"),
-                                                        columns=["text"]).column("text"),
+                      texts=lambda chunk: read_parquet(work.chunk_file(work.docs, chunk, "parquet"),
+                                                       columns=["text"]).column("text"),
                       spill=work.root / "near", hot_docs=cfg.run.dedup_memory_docs)
     bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
                disable=not cfg.run.progress)
@@ -315,8 +312,8 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
         for marker in pool.map_ordered(clean_chunk, tasks, tokenize_settled if packing else None):
             if "stop" in marker:
                 raise stopped(marker)
-            table = pq.read_table(work.chunk_file(work.docs, marker["index"], "parquet"),
-                                  columns=DedupPass.COLUMNS)
+            table = read_parquet(work.chunk_file(work.docs, marker["index"], "parquet"),
+                                 columns=DedupPass.COLUMNS)
             run["chunks_reused"]["docs"] += bool(marker.get("reused"))
             decided = dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
             duplicates.add(decided.duplicates)

@@ -38,6 +38,7 @@ from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, P
 from mspretrain.dataprep.readers import read_file
 from mspretrain.dataprep.records import BadRecord, Document, InputFile
 from mspretrain.dataprep.workdir import read_json
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
 
 SPLITS = ("train", "valid")
@@ -208,7 +209,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
                             ("split", split_of(doc_id, setup.valid_fraction, setup.split_seed))):
             rows[name].append(value)
     path = Path(setup.docs_dir) / f"{task.index:05d}.parquet"
-    table = pa.table(rows, schema=DOCS_SCHEMA)
+    table = arrow.table(rows, DOCS_SCHEMA)
     with atomic_path(path) as tmp:
         # scratch, read back once: lz4 is cheaper than zstd both ways, and size does not matter here
         pq.write_table(table, tmp, compression="lz4")
@@ -309,14 +310,14 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     t0 = time.process_time()
     sp = _worker.processor(model)
     scored = bool(setup.filters.quality.model)
-    table = pq.read_table(Path(setup.docs_dir) / f"{index:05d}.parquet",
-                          columns=["doc_id", "split", "text"] + ["quality"] * scored)
+    table = arrow.read_parquet(Path(setup.docs_dir) / f"{index:05d}.parquet",
+                               columns=["doc_id", "split", "text"] + ["quality"] * scored)
     keep = np.unpackbits(np.frombuffer(keep_bits, np.uint8), count=table.num_rows).astype(bool)
     rows = np.flatnonzero(keep)
     doc_ids = table.column("doc_id").to_pylist()
     splits = table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
-    quality = table.column("quality").to_numpy(zero_copy_only=False) if scored else None
+    quality = arrow.to_numpy(table.column("quality"), nulls_as=np.nan) if scored else None
     arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
     for split in SPLITS:
         mine = [int(r) for r in rows if splits[r] == split]

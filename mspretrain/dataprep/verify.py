@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from mspretrain.common import arrow
 from mspretrain.dataprep.write.stray import unexpected_files
 from mspretrain.loader.manifest import (SHARDS_DIR, ManifestError, compute_fingerprint, load_manifest,
                                         sha256_file, shard_faults)
@@ -134,7 +134,7 @@ def _check_provenance(root: Path, m) -> list[str]:
         if not path.is_file():
             faults.append(f"{path}: provenance missing")
             continue
-        ids = pq.read_table(path, columns=["sample_id"]).column("sample_id").to_numpy()
+        ids = arrow.to_numpy(arrow.read_parquet(path, columns=["sample_id"]).column("sample_id"))
         if ids.size and (ids.min() < 0 or ids.max() >= split.num_samples
                          or np.any(np.diff(ids) < 0)):
             faults.append(f"{path}: sample ids out of order or outside [0, {split.num_samples})")

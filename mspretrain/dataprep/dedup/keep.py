@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from mspretrain.common import arrow
 from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup
-from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json
+from mspretrain.common.files import atomic_open, atomic_write_json
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
 ATTRIBUTES_FILE = "documents/attributes.parquet"
@@ -174,7 +174,7 @@ class DedupPass:
         self.result.docs_seen += table.num_rows
         self.result.chunk_rows.append(table.num_rows)
         self.masks.append(keep)
-        return Decisions(keep, pa.table(rows, schema=DUPLICATES_SCHEMA),
+        return Decisions(keep, arrow.table(rows, DUPLICATES_SCHEMA),
                          attributes_table(table, fate))
 
     def _chunk_texts(self, chunk: int) -> pa.ChunkedArray:
@@ -261,5 +261,5 @@ class SeenStore:
 def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:
     """The documents/attributes.parquet rows of one chunk of stage-1 output (both engines)."""
     cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
-    cols["fate"] = pa.array(fate, pa.string())
-    return pa.table(cols, schema=ATTRIBUTES_SCHEMA)
+    cols["fate"] = fate
+    return arrow.table(cols, ATTRIBUTES_SCHEMA)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import io
 from typing import BinaryIO, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mspretrain.common import arrow
 from mspretrain.dataprep.readers.compressed import Damaged
 from mspretrain.dataprep.readers.lines import too_long
 from mspretrain.dataprep.readers.registry import ReadOptions, register
@@ -69,10 +71,10 @@ def read_parquet(inp: InputFile, stream: BinaryIO,
     try:
         for batch in pf.iter_batches(batch_size=_BATCH, row_groups=groups, columns=columns):
             texts = batch.column(0)
-            sizes = pc.binary_length(texts).to_numpy(zero_copy_only=False) if cap > 0 else None
+            sizes = arrow.to_numpy(pc.binary_length(texts), nulls_as=np.nan) if cap > 0 else None
             if sizes is not None and (sizes > cap).any():   # null sizes are NaN: never over
-                over = sizes > cap
-                texts = pc.if_else(pa.array(over), pa.scalar(None, texts.type), texts)
+                over = arrow.array(sizes > cap, pa.bool_())
+                texts = pc.if_else(over, pa.nulls(len(texts), texts.type), texts)
             texts = texts.to_pylist()
             ids = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
             for k, (text, rid) in enumerate(zip(texts, ids)):

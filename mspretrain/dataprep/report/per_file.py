@@ -9,8 +9,8 @@ stream, and hence the samples it reaches, follow from the lengths alone. Memory:
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from mspretrain.common.arrow import read_parquet
 from mspretrain.dataprep.stages import SplitTokens
 
 SPLITS = ("train", "valid")
@@ -25,7 +25,7 @@ def per_file_counts(work, chunks, files: list[str], manifest) -> dict:
     offset = {s: 0 for s in SPLITS}                  # tokens of the split stream so far
     last_sample = {s: {} for s in SPLITS}            # file -> the last sample counted for it
     for index, keep in chunks:
-        table = pq.read_table(work.chunk_file(work.docs, index, "parquet"), columns=["doc_id", "source"])
+        table = read_parquet(work.chunk_file(work.docs, index, "parquet"), columns=["doc_id", "source"])
         sources = np.asarray(table.column("source").to_pylist(), dtype=object)
         source_of = dict(zip(table.column("doc_id").to_pylist(), sources.tolist()))
         for src in dict.fromkeys(sources.tolist()):

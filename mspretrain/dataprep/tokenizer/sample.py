@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from mspretrain.common.arrow import read_parquet
 from mspretrain.dataprep.config import BuildConfig
 from mspretrain.dataprep.stages import unit_hash
 
@@ -20,7 +20,7 @@ def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:
 def write_chunk_sample(f, docs_file: Path, keep: np.ndarray, p: float) -> tuple[int, int]:
     """Append a chunk's share of the tokenizer sample to `f`, one line a sentence: its kept train
     documents whose hash falls under p. Returns (documents, bytes) written."""
-    table = pq.read_table(docs_file, columns=["doc_id", "split", "text"])
+    table = read_parquet(docs_file, columns=["doc_id", "split", "text"])
     ids, splits = table.column("doc_id").to_pylist(), table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
     docs = nbytes = 0

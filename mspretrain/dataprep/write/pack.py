@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mspretrain.common import arrow
 from mspretrain.dataprep.report import summary as reporting
 from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.loader.manifest import SplitInfo
@@ -64,7 +65,7 @@ class ProvenanceWriter:
         merged = {k: np.concatenate([c[k] for c in self._cols]) if k != "doc_id"
                   else [d for c in self._cols for d in c[k]] for k in self.schema.names}
         head = {k: v[:n] for k, v in merged.items()}
-        self._writer.write_table(pa.table(head, schema=self.schema), row_group_size=n)
+        self._writer.write_table(arrow.table(head, self.schema), row_group_size=n)
         rest = {k: v[n:] for k, v in merged.items()}
         self._rows -= n
         self._cols = [rest] if self._rows else []
