@@ -35,7 +35,6 @@ from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.steps.pii import PiiConfig
 from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, Pipeline, QualityClassifier,
                                                  RedactPii, build_steps)
-from mspretrain.dataprep.readers import read_file
 from mspretrain.dataprep.records import BadRecord, Document, InputFile
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
@@ -117,6 +116,9 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
                 chunk_bytes: int, strict: bool, max_record_bytes: int = 0,
                 id_scope: str = "global"):
     """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
+    # imported here: only the main process reads (build.py has imported the readers already), and
+    # a worker that never imports them starts sooner (pyarrow.compute, the decompressors)
+    from mspretrain.dataprep.readers import read_file
     index, docs, bad, size, files_done = 0, [], [], 0, 0
     for f in files:
         try:
@@ -322,8 +324,9 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     for split in SPLITS:
         mine = [int(r) for r in rows if splits[r] == split]
         chunk_texts = [texts[r] for r in mine]
-        # one document at a time, straight to int32: a chunk's ids as Python ints take ~35 B a token
-        ids = [np.asarray(sp.encode(t), np.int32) for t in chunk_texts]
+        # one document at a time, straight to int32: a chunk's ids as Python ints take ~35 B a token,
+        # and building that list cost a fifth of the encoding (sentencepiece hands its buffer over)
+        ids = [sp.encode(t, return_type="numpy") for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
         arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
                                   quality[mine] if scored else None).arrays(split))

@@ -82,6 +82,30 @@ def test_jsonl_bad_records_are_reported_and_reading_goes_on(tmp_path, compressio
     assert all(r.file == inp.rel for r in got if isinstance(r, BadRecord))
 
 
+def test_jsonl_records_read_as_json_reads_them(tmp_path):
+    """Lines where a faster parser would differ from Python's json (which defines the values):
+    integers beyond 64 bits, NaN and 1e400, lone surrogates, repeated keys, trailing garbage."""
+    big = 123456789012345678901234567890
+    lines = [f'{{"id": {big}, "text": "big id"}}', '{"text": NaN}', '{"text": 1e400}',
+             '{"text": 18446744073709551616}', "18446744073709551616", '{"text": "\\ud800"}',
+             '{"text": "others ignored", "n": 1e400, "x": NaN, "y": 99999999999999999999}',
+             '{"text": "first", "text": "last"}', '{"text": "a"} x', '{"id": 1.5, "text": "t"}']
+    inp = _write(tmp_path / "edge.jsonl", "\n".join(lines).encode(), "")
+    got = _read(inp)
+    assert got[0] == Document(str(big), "big id", inp.rel)
+    assert [(r.reason, r.detail) for r in got[1:6]] == [
+        ("text_not_string", "field 'text' is a JSON float"),
+        ("text_not_string", "field 'text' is a JSON float"),
+        ("text_not_string", "field 'text' is a JSON int"),
+        ("not_an_object", "a JSON int, not an object"),
+        ("invalid_unicode", "field 'text' holds a lone surrogate ('\\ud800'), which no UTF-8 text "
+                            "can hold")]
+    assert got[6] == Document(f"{inp.rel}:7", "others ignored", inp.rel)
+    assert got[7] == Document(f"{inp.rel}:8", "last", inp.rel)
+    assert (got[8].reason, got[8].detail) == ("invalid_json", "column 15: Extra data")
+    assert got[9].reason == "invalid_id"
+
+
 @pytest.mark.parametrize("compression", ["gz", "zst"])
 @pytest.mark.parametrize("kind", ["jsonl", "txt"])
 def test_truncated_stream_yields_documents_before_the_damage(tmp_path, compression, kind):

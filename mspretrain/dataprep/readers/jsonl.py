@@ -8,6 +8,8 @@ import json
 import re
 from typing import BinaryIO, Iterator
 
+import orjson
+
 from mspretrain.dataprep.readers.compressed import Damaged
 from mspretrain.dataprep.readers.lines import TooLong, capped_lines, decode_line, too_long
 from mspretrain.dataprep.readers.registry import ReadOptions, file_format, register
@@ -92,13 +94,13 @@ def _read_range(inp: InputFile, raw: BinaryIO, opts: ReadOptions) -> Iterator[Do
 
 
 def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | BadRecord:
+    text_field, id_field = opts.text_field, opts.id_field
     try:
-        rec = json.loads(s)
+        rec = _loads(s, text_field, id_field)
     except json.JSONDecodeError as e:
         return BadRecord(rel, line, "invalid_json", f"column {e.colno}: {e.msg}")
     if not isinstance(rec, dict):
         return BadRecord(rel, line, "not_an_object", f"a JSON {type(rec).__name__}, not an object")
-    text_field, id_field = opts.text_field, opts.id_field
     if text_field not in rec:
         return BadRecord(rel, line, "missing_text_field", f"no field {text_field!r}")
     text = rec[text_field]
@@ -117,6 +119,21 @@ def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | B
                                  f"field {name!r} holds a lone surrogate ({value[e.start]!r}), "
                                  f"which no UTF-8 text can hold")
     return Document(doc_id, text, rel)
+
+
+def _loads(s: str, text_field: str, id_field: str):
+    """json.loads(s), the same values and errors, mostly computed by orjson (twice as fast on a
+    corpus). Where they differ, json decides: orjson refuses what json accepts beyond the standard
+    (NaN, Infinity, 1e400, lone surrogate escapes), and reads an integer beyond 64 bits as a float,
+    which matters only where a build looks: the record itself, its text and its id."""
+    try:
+        rec = orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return json.loads(s)     # json's own error (line and column), or what only json reads
+    if type(rec) is float or (type(rec) is dict and (type(rec.get(text_field)) is float
+                                                     or type(rec.get(id_field)) is float)):
+        return json.loads(s)
+    return rec
 
 
 # a JSON escape of a UTF-16 surrogate: the only way a lone one gets into a decoded line
