@@ -57,7 +57,7 @@ from mspretrain.dataprep.write.parquet_stream import InOrderParquet
 from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
 from mspretrain.dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
-                             tokenize_chunk, worker_setup)
+                             tokenize_chunk, tokenize_chunk_parts, worker_setup)
 from mspretrain.dataprep.tokenizer.model import TokenizerError, copy_tokenizer, tokenizer_info
 from mspretrain.dataprep.tokenizer.sample import sample_fraction, write_chunk_sample
 from mspretrain.dataprep.write.stray import remove_temps
@@ -304,7 +304,7 @@ def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
     def tokenize_settled() -> bool:
         if not settled:
             return False
-        packing.add(tokenize_chunk(packing.task(*settled.popleft())))
+        packing.add(*tokenize_chunk_parts(packing.task(*settled.popleft())))
         return True
 
     with bar, InOrderParquet(work.staging / DUPLICATES_FILE, DUPLICATES_SCHEMA) as duplicates, \
@@ -386,19 +386,22 @@ class PackStage:
         """The tokenize_chunk task of a chunk."""
         return index, np.packbits(keep).tobytes(), self.model
 
-    def add(self, marker: dict) -> None:
-        """Pack the chunk of a tokenize_chunk marker: the next one in input order."""
+    def add(self, marker: dict, parts: dict | None = None) -> None:
+        """Pack the chunk of a tokenize_chunk marker: the next one in input order. `parts`: its
+        SplitTokens by split where this process tokenized it, else read from its file."""
         i, work = marker["index"], self.work
         if i != self.next:   # a bug, never bad input: packing out of order would change bytes
             raise RuntimeError(f"chunk {i} packed after chunk {self.next - 1}")
         self.run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
-        with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
-            for s in SPLITS:
-                part = SplitTokens.load(z, s)
-                if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
-                    raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
-                                     f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
-                self.packers[s].add(part.tokens, part.lens, part.doc_ids, part.quality)
+        if parts is None:
+            with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
+                parts = {s: SplitTokens.load(z, s) for s in SPLITS}
+        for s in SPLITS:
+            part = parts[s]
+            if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
+                raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
+                                 f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
+            self.packers[s].add(part.tokens, part.lens, part.doc_ids, part.quality)
         self.next += 1
 
     def close(self):

@@ -304,11 +304,17 @@ class SplitTokens:
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
     .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
+    return tokenize_chunk_parts(task)[0]
+
+
+def tokenize_chunk_parts(task: tuple[int, bytes, str]) -> tuple[dict, dict | None]:
+    """tokenize_chunk, and the SplitTokens it wrote by split (None for a chunk done earlier), so
+    that a caller in the same process packs them without reading the file back."""
     index, keep_bits, model = task
     setup = _worker.setup
     marker_path = Path(setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():
-        return {**read_json(marker_path), "reused": True}
+        return {**read_json(marker_path), "reused": True}, None
     t0 = time.process_time()
     sp = _worker.processor(model)
     scored = bool(setup.filters.quality.model)
@@ -320,7 +326,8 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     splits = table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
     quality = arrow.to_numpy(table.column("quality"), nulls_as=np.nan) if scored else None
-    arrays, marker = {}, {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
+    arrays, parts = {}, {}
+    marker = {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
     for split in SPLITS:
         mine = [int(r) for r in rows if splits[r] == split]
         chunk_texts = [texts[r] for r in mine]
@@ -328,8 +335,9 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         # and building that list cost a fifth of the encoding (sentencepiece hands its buffer over)
         ids = [sp.encode(t, return_type="numpy") for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
-        arrays.update(SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
-                                  quality[mine] if scored else None).arrays(split))
+        parts[split] = SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
+                                   quality[mine] if scored else None)
+        arrays.update(parts[split].arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
@@ -338,7 +346,7 @@ def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
         np.savez(f, **arrays)
     marker["cpu_s"] = round(time.process_time() - t0, 4)
     atomic_write_json(marker_path, marker)
-    return marker
+    return marker, parts
 
 
 def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:
