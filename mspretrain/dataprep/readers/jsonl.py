@@ -96,7 +96,7 @@ def _read_range(inp: InputFile, raw: BinaryIO, opts: ReadOptions) -> Iterator[Do
 def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | BadRecord:
     text_field, id_field = opts.text_field, opts.id_field
     try:
-        rec = _loads(s, text_field, id_field)
+        rec, by_json = _loads(s, text_field, id_field)
     except json.JSONDecodeError as e:
         return BadRecord(rel, line, "invalid_json", f"column {e.colno}: {e.msg}")
     if not isinstance(rec, dict):
@@ -110,7 +110,9 @@ def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | B
     doc_id = opts.doc_id(rec.get(id_field), rel, line)
     if doc_id is None:
         return BadRecord(rel, line, "invalid_id", f"field {id_field!r} is not a string or integer")
-    if _SURROGATE_ESCAPE.search(s):   # rare: only then is the (costly) check worth it
+    # only json lets a lone surrogate escape through (orjson refuses the line), and only a line
+    # that holds the escape can have one: only then is the (costly) check worth it
+    if by_json and _SURROGATE_ESCAPE.search(s):
         for name, value in ((id_field, doc_id), (text_field, text)):
             try:
                 value.encode("utf-8")
@@ -121,19 +123,20 @@ def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | B
     return Document(doc_id, text, rel)
 
 
-def _loads(s: str, text_field: str, id_field: str):
-    """json.loads(s), the same values and errors, mostly computed by orjson (twice as fast on a
-    corpus). Where they differ, json decides: orjson refuses what json accepts beyond the standard
-    (NaN, Infinity, 1e400, lone surrogate escapes), and reads an integer beyond 64 bits as a float,
-    which matters only where a build looks: the record itself, its text and its id."""
+def _loads(s: str, text_field: str, id_field: str) -> tuple[object, bool]:
+    """(json.loads(s), whether json parsed it): the same values and errors, mostly computed by
+    orjson (twice as fast on a corpus). Where they differ, json decides: orjson refuses what json
+    accepts beyond the standard (NaN, Infinity, 1e400, lone surrogate escapes), and reads an
+    integer beyond 64 bits as a float, which matters only where a build looks: the record itself,
+    its text and its id."""
     try:
         rec = orjson.loads(s)
     except orjson.JSONDecodeError:
-        return json.loads(s)     # json's own error (line and column), or what only json reads
+        return json.loads(s), True   # json's own error (line and column), or what only json reads
     if type(rec) is float or (type(rec) is dict and (type(rec.get(text_field)) is float
                                                      or type(rec.get(id_field)) is float)):
-        return json.loads(s)
-    return rec
+        return json.loads(s), False  # orjson read it: it holds no lone surrogate
+    return rec, False
 
 
 # a JSON escape of a UTF-16 surrogate: the only way a lone one gets into a decoded line
