@@ -55,16 +55,11 @@ def read_jsonl(inp: InputFile, stream: BinaryIO,
     try:
         for raw_line in capped_lines(stream, cap):
             line += 1
-            s = (too_long(inp.rel, line, raw_line, cap) if isinstance(raw_line, TooLong)
-                 else decode_line(inp.rel, line, raw_line))
-            if isinstance(s, BadRecord):
+            item = (too_long(inp.rel, line, raw_line, cap) if isinstance(raw_line, TooLong)
+                    else _line_record(inp.rel, line, raw_line, opts))
+            if item is not None:
                 records += 1
-                yield s
-                continue
-            if not s.strip():
-                continue
-            records += 1
-            yield _json_record(inp.rel, line, s, opts)
+                yield item
     except Damaged as e:
         yield BadRecord(inp.rel, line + 1, e.reason, e.detail)
         return
@@ -86,19 +81,47 @@ def _read_range(inp: InputFile, raw: BinaryIO, opts: ReadOptions) -> Iterator[Do
             yield too_long(inp.rel, line, raw_line, cap)
             continue
         pos += len(raw_line)
-        s = decode_line(inp.rel, line, raw_line)
-        if isinstance(s, BadRecord):
-            yield s
-        elif s.strip():
-            yield _json_record(inp.rel, line, s, opts)
+        item = _line_record(inp.rel, line, raw_line, opts)
+        if item is not None:
+            yield item
 
 
-def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | BadRecord:
-    text_field, id_field = opts.text_field, opts.id_field
+def _line_record(rel: str, line: int, raw: bytes, opts: ReadOptions) -> Document | BadRecord | None:
+    """The record of one line, None for a blank line: what json.loads of the decoded line gives,
+    the same values and errors, mostly computed by orjson (twice as fast on a corpus), from the
+    line's bytes (no str decoded that orjson would encode again). A line orjson refuses takes the
+    way that names what is wrong with it (UTF-8, blank, json's error), or holds what only json
+    reads (NaN, Infinity, 1e400, lone surrogate escapes)."""
+    by_json = False
     try:
-        rec, by_json = _loads(s, text_field, id_field)
-    except json.JSONDecodeError as e:
-        return BadRecord(rel, line, "invalid_json", f"column {e.colno}: {e.msg}")
+        rec = orjson.loads(raw)        # valid UTF-8 and JSON, and so not blank
+    except orjson.JSONDecodeError:
+        s = decode_line(rel, line, raw)
+        if isinstance(s, BadRecord):
+            return s
+        if not s.strip():
+            return None
+        try:
+            rec, by_json = json.loads(s), True
+        except json.JSONDecodeError as e:
+            return BadRecord(rel, line, "invalid_json", f"column {e.colno}: {e.msg}")
+    if not by_json and _inexact(rec, opts.text_field, opts.id_field):
+        rec = json.loads(raw.decode("utf-8"))
+    return _record(rel, line, raw, rec, by_json, opts)
+
+
+def _inexact(rec, text_field: str, id_field: str) -> bool:
+    """Whether orjson may have read a value a build looks at (the record, its text, its id) other
+    than json does: orjson reads an integer beyond 64 bits as a float, json as an int."""
+    return type(rec) is float or (type(rec) is dict and (type(rec.get(text_field)) is float
+                                                         or type(rec.get(id_field)) is float))
+
+
+def _record(rel: str, line: int, raw: bytes, rec, by_json: bool,
+            opts: ReadOptions) -> Document | BadRecord:
+    """The Document or BadRecord of a parsed line. `by_json`: parsed by json, which (unlike orjson,
+    which refuses the line) lets a lone surrogate escape through."""
+    text_field, id_field = opts.text_field, opts.id_field
     if not isinstance(rec, dict):
         return BadRecord(rel, line, "not_an_object", f"a JSON {type(rec).__name__}, not an object")
     if text_field not in rec:
@@ -110,9 +133,9 @@ def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | B
     doc_id = opts.doc_id(rec.get(id_field), rel, line)
     if doc_id is None:
         return BadRecord(rel, line, "invalid_id", f"field {id_field!r} is not a string or integer")
-    # only json lets a lone surrogate escape through (orjson refuses the line), and only a line
-    # that holds the escape can have one: only then is the (costly) check worth it
-    if by_json and _SURROGATE_ESCAPE.search(s):
+    # only a line json parsed and that holds the escape can have one: only then is the (costly)
+    # check worth it
+    if by_json and _SURROGATE_ESCAPE.search(raw):
         for name, value in ((id_field, doc_id), (text_field, text)):
             try:
                 value.encode("utf-8")
@@ -123,21 +146,5 @@ def _json_record(rel: str, line: int, s: str, opts: ReadOptions) -> Document | B
     return Document(doc_id, text, rel)
 
 
-def _loads(s: str, text_field: str, id_field: str) -> tuple[object, bool]:
-    """(json.loads(s), whether json parsed it): the same values and errors, mostly computed by
-    orjson (twice as fast on a corpus). Where they differ, json decides: orjson refuses what json
-    accepts beyond the standard (NaN, Infinity, 1e400, lone surrogate escapes), and reads an
-    integer beyond 64 bits as a float, which matters only where a build looks: the record itself,
-    its text and its id."""
-    try:
-        rec = orjson.loads(s)
-    except orjson.JSONDecodeError:
-        return json.loads(s), True   # json's own error (line and column), or what only json reads
-    if type(rec) is float or (type(rec) is dict and (type(rec.get(text_field)) is float
-                                                     or type(rec.get(id_field)) is float)):
-        return json.loads(s), False  # orjson read it: it holds no lone surrogate
-    return rec, False
-
-
 # a JSON escape of a UTF-16 surrogate: the only way a lone one gets into a decoded line
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
