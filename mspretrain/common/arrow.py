@@ -3,10 +3,11 @@
 pyarrow imports pandas (where installed) the first time `pa.array`, `pa.table`, `pa.scalar`,
 `Array.to_numpy` or `pq.read_table` (through pyarrow.dataset) runs: ~0.35 CPU-s in every process that
 calls one, a twentieth of a whole 64 MB build. Arrays built here from their buffers, and tables from
-such arrays, hold the same values as pyarrow's own conversions and so write the same parquet bytes;
-every dataprep module converts through this one. What still imports pandas: `pa.array`/`pa.table`/
-`pa.scalar` on Python objects, `to_numpy`, pyarrow.compute with Python scalars, `pq.read_table` and
-read filters (pyarrow.dataset).
+such arrays, hold the same values as pyarrow's own conversions and so write the same parquet bytes.
+The local engine and the modules it shares with the Ray engine convert through this one (a test
+builds a dataset and finds no pandas in its processes: tests/dataprep/test_build_imports.py); what
+still imports pandas: `pa.array`/`pa.table`/`pa.scalar` on Python objects, `to_numpy`, pyarrow.compute
+with Python scalars, `pq.read_table` and read filters (pyarrow.dataset).
 """
 from __future__ import annotations
 
@@ -63,8 +64,7 @@ def to_numpy(values: pa.Array | pa.ChunkedArray, nulls_as=None) -> np.ndarray:
             raise ValueError(f"{values.null_count} nulls in a column read as numpy")
         valid = to_numpy(pa.Array.from_buffers(pa.bool_(), len(values),
                                                [None, values.buffers()[0]], offset=values.offset))
-        return np.where(valid, to_numpy(_no_validity(values)),
-                        nulls_as)
+        return np.where(valid, to_numpy(_no_validity(values)), nulls_as)
     n, start = len(values), values.offset
     if values.type == pa.bool_():
         if n == 0:
