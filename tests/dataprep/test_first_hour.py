@@ -201,3 +201,9 @@ def test_per_file_counts_agree_with_the_provenance(reference):
     assert sum(c["docs_read"] for c in report["inputs"].values()) == st["read"]["docs"]
     assert sum(c["docs_kept"] for c in report["inputs"].values()) == st["dedup"]["docs_out"]
     assert sum(c["tokens"] for c in report["inputs"].values()) == sum(st["tokenize"]["tokens"].values())
+
+
+def test_token_plot_ticks_are_short_plain_numbers():
+    from mspretrain.dataprep.report.plots import _short
+    assert [_short(v) for v in (1, 10, 100, 1e3, 2.5e4, 1e6, 3e9)] == \
+        ["1", "10", "100", "1k", "25k", "1M", "3G"]
