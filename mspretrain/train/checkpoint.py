@@ -487,30 +487,66 @@ class BackgroundWriter:
                                   f"stops: {detail}") from e
 
 
-WRITER_NICE = 10        # a background write's niceness above the process's
+WRITER_NICE = 10        # where SCHED_IDLE cannot be undone: a background write's niceness above the process's
 
 
 def _lower_priority() -> int | None:
-    """Lower the calling thread's priority by WRITER_NICE (Linux: per thread); its id, or None where
-    the platform sets priorities per process only."""
+    """Put the calling thread below the training threads (Linux: per thread); its id, or None where
+    the platform sets priorities per process only.
+
+    SCHED_IDLE where this process may take a thread out of it again (`_idle_reversible`): the thread
+    then runs only on a core no other thread wants, and a kernel-pool thread that wakes preempts it
+    at once (at a nice level it may keep the core for a time slice, holding up the pool's op). Where
+    it may not (an unprivileged process: RLIMIT_NICE), WRITER_NICE nice levels instead: a thread
+    stuck in SCHED_IDLE would crawl on a machine busy with other work while the trainer waits."""
     if not sys.platform.startswith("linux"):
         return None
     tid = threading.get_native_id()
     try:
-        base = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, base + WRITER_NICE))
+        if _idle_reversible():
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            base = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, base + WRITER_NICE))
     except OSError:
         return None
     return tid
 
 
 def _restore_priority(tid: int) -> None:
-    """Give thread `tid` the process's priority again; without the privilege to raise a priority
-    (RLIMIT_NICE, CAP_SYS_NICE) it keeps the lower one and finishes in the CPU time left to it."""
+    """Give thread `tid` the process's scheduling policy and priority again; without the privilege to
+    raise a priority (RLIMIT_NICE, CAP_SYS_NICE) it keeps the lower one and finishes in the CPU time
+    left to it (never stuck in SCHED_IDLE: `_lower_priority` uses it only where it can be undone)."""
     try:
+        if os.sched_getscheduler(tid) == os.SCHED_IDLE:
+            os.sched_setscheduler(tid, os.sched_getscheduler(os.getpid()), os.sched_param(0))
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, os.getpid()))
     except OSError:
         pass
+
+
+_IDLE_REVERSIBLE: list = []       # the probe's answer, once
+
+
+def _idle_reversible() -> bool:
+    """Whether a thread of this process may leave SCHED_IDLE once in it (Linux allows it within
+    RLIMIT_NICE or with CAP_SYS_NICE). Probed once on a throwaway thread, which may stay in it."""
+    if not _IDLE_REVERSIBLE:
+        answer = []
+
+        def probe():
+            tid = threading.get_native_id()
+            try:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                os.sched_setscheduler(tid, os.sched_getscheduler(os.getpid()), os.sched_param(0))
+                answer.append(True)
+            except (OSError, AttributeError):       # AttributeError: a Python without SCHED_IDLE
+                answer.append(False)
+        t = threading.Thread(target=probe, name="checkpoint-priority-probe", daemon=True)
+        t.start()
+        t.join()
+        _IDLE_REVERSIBLE.append(bool(answer and answer[0]))
+    return _IDLE_REVERSIBLE[0]
 
 
 def _merge_rank_digests(tmp: Path) -> dict:
