@@ -201,6 +201,22 @@ def test_a_background_snapshot_is_the_file_image_of_the_parameters_at_that_momen
     assert written(image.fill(ckpt.host_copy(state, copy=False)), "smaller.ckpt") == saved("smaller_ms.ckpt")
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+def test_the_snapshot_copy_split_over_threads_copies_every_byte_once(threads):
+    """_copy_in_parallel splits the bytes evenly, cutting pieces across threads: the result is the
+    plain copy whatever the pieces' sizes (empty ones included)."""
+    rng = np.random.default_rng(threads)
+    sizes = [0, 1, 4097, 3, 10000, 0, 77]
+    srcs = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    out = np.zeros(sum(sizes) + 5, np.uint8)
+    copies, at = [], 0
+    for src in srcs:
+        copies.append((out[at:at + len(src)], src))
+        at += len(src)
+    ckpt._copy_in_parallel(copies, threads)
+    assert out[:at].tobytes() == b"".join(src.tobytes() for src in srcs) and not out[at:].any()
+
+
 def test_a_direct_write_the_kernel_refuses_goes_on_through_the_page_cache(tmp_path):
     """_write_direct: an O_DIRECT write of a piece that is not whole blocks is refused (EINVAL, nothing
     written) where O_DIRECT is in force; the fd then drops O_DIRECT and the piece, and every later one,
