@@ -431,6 +431,8 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
         print(notice, flush=True)
     background = background_writer(cfg, dist)
+    if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
+        background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
