@@ -4,10 +4,14 @@
 
 A MindSpore GRAPH_MODE train step (4 dense 1024x1024 layers, AdamW; CPU kernels on MindSpore's thread
 pool, as the trainer's) runs in a loop; at a step boundary a model-file write of --mb MB (the bench
-model's 241 MB by default) starts on a background thread, three ways, alternating:
+model's 241 MB by default) starts on a background thread, in these ways, alternating:
   plain       checkpoint.write_model_file unpaced, at the process's priority (the writer before);
-  paced       paced over 5 step times (checkpoint.Pacer), 8 MiB pieces each flushed to the disk;
-  paced+nice  paced, and the thread's priority lowered (checkpoint._lower_priority: the writer now).
+  paced       the snapshot (checkpoint.ModelImage) written paced over 5 step times (checkpoint.Pacer),
+              in 8 MiB pieces past the page cache (O_DIRECT);
+  paced+nice  paced, and the thread WRITER_NICE nice levels lower (the writer where SCHED_IDLE cannot
+              be undone: an unprivileged process);
+  paced+idle  paced, the thread in SCHED_IDLE (checkpoint._lower_priority where it may: the writer now);
+  idle        unpaced, in SCHED_IDLE.
 Per write: the first step's excess over the median of the 3 steps before it, and the excess of the 6
 steps from the write's start summed (the write's whole cost to training). Medians over --reps. The
 steps are compared with their neighbours in the same process, so a shared machine's drifting load
@@ -28,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("plain", "paced", "paced+nice")
+MODES = ("plain", "paced", "paced+nice", "paced+idle", "idle")
 
 
 def train_step(batch: int, python_s: float = 0.0):
@@ -73,18 +77,21 @@ def tensors(mb: int) -> list:
             for i, n in enumerate(sizes)]
 
 
-def one_write(mode: str, one, state: list, where: str) -> tuple[float, float, float, float]:
+def one_write(mode: str, one, state: list, image, where: str) -> tuple[float, float, float, float]:
     from mspretrain.train import checkpoint as ckpt
 
     ref = statistics.median(one() for _ in range(3))
     hurry, took = threading.Event(), []
-    pace = ckpt.Pacer(5 * ref, hurry) if mode != "plain" else None
+    pace = ckpt.Pacer(5 * ref, hurry) if mode.startswith("paced") else None
     with tempfile.TemporaryDirectory(dir=where) as d:
         def write():
+            tid = threading.get_native_id()
             if mode == "paced+nice":
-                ckpt._lower_priority()
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + ckpt.WRITER_NICE))
+            elif mode.endswith("idle"):
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             t = time.perf_counter()
-            ckpt.write_model_file(os.path.join(d, "model.ckpt"), state, pace=pace)
+            ckpt.write_model_file(os.path.join(d, "model.ckpt"), state if pace is None else image, pace=pace)
             took.append(time.perf_counter() - t)
         th = threading.Thread(target=write)
         th.start()
@@ -102,12 +109,17 @@ def main() -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--python-ms", type=float, default=0.0,
                     help="after each step, this long of Python (holding the GIL), as the training loop's own work")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated choice of {MODES}")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    from mspretrain.train.checkpoint import ModelImage
+
     one, state = train_step(args.batch, args.python_ms / 1000), tensors(args.mb)
-    found = {m: [] for m in MODES}
+    image = ModelImage().fill(state)        # a background write's snapshot, as the trainer takes it
+    found = {m: [] for m in modes}
     for _ in range(args.reps):
-        for mode in MODES:
-            found[mode].append(one_write(mode, one, state, args.dir))
+        for mode in modes:
+            found[mode].append(one_write(mode, one, state, image, args.dir))
     load = os.getloadavg()
     print(f"{args.mb} MB written beside a {statistics.median(r[2] for rs in found.values() for r in rs) * 1000:.0f} ms "
           f"step, {args.reps} alternating reps; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "

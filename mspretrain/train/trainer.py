@@ -204,9 +204,10 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         from mspretrain.train.diskspace import check_free_space
         check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
     if background is not None:
-        tensors = ckpt.host_copy(ts.state_parameters(), buffers=background.buffers)   # the state at this step
+        # the state at this step, copied into the file's image (the previous write has ended)
+        image = background.image.fill(ckpt.host_copy(ts.state_parameters(), copy=False))
         state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
-        background.start(step, lambda pace: ckpt.write_checkpoint(run_dir, step, tensors, state,
+        background.start(step, lambda pace: ckpt.write_checkpoint(run_dir, step, image, state,
                                                                   cfg.checkpoint.keep_max, on_phase=on_phase,
                                                                   pace=pace))
     elif dist.sharded:
@@ -431,6 +432,8 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
         print(notice, flush=True)
     background = background_writer(cfg, dist)
+    if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
+        background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):

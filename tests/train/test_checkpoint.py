@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,12 +156,83 @@ def test_model_file_is_save_checkpoints_bytes_and_its_digest_is_the_files(tmp_pa
     assert loaded["w"].asnumpy().tobytes() == copy[0].data.tobytes() and loaded["w"].shape == (300, 7)
     assert loaded["h"].asnumpy().tobytes() == copy[1].data.tobytes() and int(loaded["global_step"].asnumpy()) == 3
     assert copy[0].data.any() and not state["w"].asnumpy().any()     # the snapshot kept the old values
-    # a background writer's next snapshot goes into the arrays of the previous one
-    buffers = {}
-    first = ckpt.host_copy(state, buffers=buffers)
-    state["w"].set_data(Tensor(np.ones((300, 7), np.float32)))
-    second = ckpt.host_copy(state, buffers=buffers)
-    assert second[0].data is first[0].data and second[0].data.tolist() == [1.0] * 2100
+
+
+def test_a_background_snapshot_is_the_file_image_of_the_parameters_at_that_moment(tmp_path):
+    """checkpoint.async's snapshot (`ModelImage.fill` of the parameters' views) holds ms.save_checkpoint's
+    bytes for the parameters as they were (later changes do not reach it); written (O_DIRECT where the
+    file system takes it) it is that file and its digest, sliced records included; the next snapshot
+    reuses the buffer, and tensors of another layout are laid out anew."""
+    import hashlib
+
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    rng = np.random.default_rng(2)
+    state = {"w": Parameter(Tensor(rng.standard_normal((300, 7)).astype(np.float32)), name="w"),
+             "h": Parameter(Tensor(rng.standard_normal(5).astype(np.float16)), name="h"),
+             "on": Parameter(Tensor(np.array([True, False, True])), name="on"),
+             "global_step": Parameter(Tensor(np.array(3, np.int32)), name="global_step")}
+
+    def saved(name: str) -> bytes:
+        ms.save_checkpoint([{"name": k, "data": p} for k, p in state.items()], str(tmp_path / name))
+        return (tmp_path / name).read_bytes()
+
+    def written(image, name: str) -> bytes:
+        digest = ckpt.write_model_file(tmp_path / name, image)
+        data = (tmp_path / name).read_bytes()
+        assert digest == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        return data
+
+    before = saved("before.ckpt")
+    image = ckpt.ModelImage().fill(ckpt.host_copy(state, copy=False))
+    buffer = image.padded_view().obj
+    state["w"].set_data(Tensor(np.ones((300, 7), np.float32)))      # the next step changes the parameters
+    assert written(image, "first.ckpt") == before
+    assert image.fill(ckpt.host_copy(state, copy=False)) is image and image.padded_view().obj is buffer
+    assert written(image, "second.ckpt") == saved("after.ckpt")
+    # a tensor over a slice is several records, as in write_model_file's list path
+    ckpt.write_model_file(tmp_path / "sliced_list.ckpt", ckpt.host_copy(state), slice_bytes=1000)
+    image.fill(ckpt.host_copy(state, copy=False), slice_bytes=1000)
+    assert written(image, "sliced.ckpt") == (tmp_path / "sliced_list.ckpt").read_bytes()
+    assert ms.load_checkpoint(str(tmp_path / "sliced.ckpt"))["w"].asnumpy().tolist() == [[1.0] * 7] * 300
+    # another layout (fewer tensors, a shorter file, the same padded buffer size or not): laid out anew
+    del state["w"]
+    assert written(image.fill(ckpt.host_copy(state, copy=False)), "smaller.ckpt") == saved("smaller_ms.ckpt")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+def test_the_snapshot_copy_split_over_threads_copies_every_byte_once(threads):
+    """_copy_in_parallel splits the bytes evenly, cutting pieces across threads: the result is the
+    plain copy whatever the pieces' sizes (empty ones included)."""
+    rng = np.random.default_rng(threads)
+    sizes = [0, 1, 4097, 3, 10000, 0, 77]
+    srcs = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    out = np.zeros(sum(sizes) + 5, np.uint8)
+    copies, at = [], 0
+    for src in srcs:
+        copies.append((out[at:at + len(src)], src))
+        at += len(src)
+    ckpt._copy_in_parallel(copies, threads)
+    assert out[:at].tobytes() == b"".join(src.tobytes() for src in srcs) and not out[at:].any()
+
+
+def test_a_direct_write_the_kernel_refuses_goes_on_through_the_page_cache(tmp_path):
+    """_write_direct: an O_DIRECT write of a piece that is not whole blocks is refused (EINVAL, nothing
+    written) where O_DIRECT is in force; the fd then drops O_DIRECT and the piece, and every later one,
+    is written buffered, at the right offsets."""
+    import mmap
+
+    data = memoryview(mmap.mmap(-1, 4 * 4096))[:3 * 4096 + 100]      # page aligned, as ModelImage's
+    data[:] = np.random.default_rng(3).integers(0, 256, len(data), dtype=np.uint8).tobytes()
+    fd, direct = ckpt._open_for_image(tmp_path / "f")
+    try:
+        assert ckpt._write_direct(fd, data[:8192]) == direct
+        assert ckpt._write_direct(fd, data[8192:]) is False       # 4196 bytes: not whole blocks
+        ckpt._write_all(fd, data[len(data):])
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == bytes(data)
 
 
 def test_a_paced_write_is_the_same_file_spread_over_its_budget_until_hurried(tmp_path, monkeypatch):
@@ -208,9 +280,54 @@ def test_background_writer_paces_over_a_share_of_the_checkpoint_interval():
     assert 0.5 * 10 * 0.05 <= w.budget_s() < 0.5 * 10 * 0.05 * 4     # sleep overshoots, never undershoots
     assert ckpt.BackgroundWriter().budget_s() == 0.0
     seen = []
-    w.start(1, lambda pace: seen.append((pace.budget_s, os.getpriority(os.PRIO_PROCESS, 0))))
+    w.start(1, lambda pace: seen.append((pace.budget_s, os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))))
     w.wait()
     assert seen and seen[0][0] > 0
     if sys.platform.startswith("linux"):    # the write runs below the training threads' priority
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        assert seen[0][1] == min(19, base + ckpt.WRITER_NICE) and os.getpriority(os.PRIO_PROCESS, 0) == base
+        base, policy = os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0)
+        if ckpt._idle_reversible():
+            assert seen[0][1:] == (os.SCHED_IDLE, base)
+        else:
+            assert seen[0][1:] == (policy, min(19, base + ckpt.WRITER_NICE))
+        assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == (policy, base)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities: Linux")
+def test_a_waited_for_writer_leaves_sched_idle_where_the_process_may():
+    """`wait` (the training thread waits for the write) takes the writing thread out of SCHED_IDLE when
+    `_idle_reversible` says the process may; the probe's answer is the kernel's (RLIMIT_NICE,
+    CAP_SYS_NICE): an unprivileged process with RLIMIT_NICE 0 may not, and its writer runs
+    WRITER_NICE nice levels lower instead, never in a SCHED_IDLE it could not leave."""
+    import threading
+    import time
+
+    w = ckpt.BackgroundWriter()
+    started, seen = threading.Event(), []
+
+    def write(pace):
+        started.set()
+        time.sleep(0.3)         # the training thread's wait comes while this runs
+        seen.append((os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)))
+    w.start(1, write)
+    assert started.wait(10)
+    time.sleep(0.05)
+    w.wait()
+    process = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+    if ckpt._idle_reversible():
+        assert seen == [process]
+    else:
+        assert seen[0] in (process, (process[0], min(19, process[1] + ckpt.WRITER_NICE)))
+    import shutil
+
+    if shutil.which("setpriv") and shutil.which("prlimit"):
+        # a process without CAP_SYS_NICE and with RLIMIT_NICE 0 (an unprivileged user's default) may
+        # enter SCHED_IDLE but not leave it: its writer runs at a lower nice level instead
+        probe = ("import os; from mspretrain.train import checkpoint as c; c._lower_priority(); "
+                 "print(c._idle_reversible(), os.sched_getscheduler(0) == os.SCHED_IDLE, "
+                 "os.getpriority(os.PRIO_PROCESS, 0))")
+        r = subprocess.run(["prlimit", "--nice=0:0", "setpriv", "--bounding-set", "-sys_nice", "--inh-caps",
+                            "-sys_nice", sys.executable, "-c", probe], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(ckpt.__file__).parents[2])})
+        if r.returncode == 0 or "setpriv" not in r.stderr:     # setpriv may be refused in a container
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.split() == ["False", "False", str(min(19, process[1] + ckpt.WRITER_NICE))]
