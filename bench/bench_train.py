@@ -804,18 +804,20 @@ def checkpoint_cost(argv) -> int:
     every 10 steps, synchronous (`sync`) and with checkpoint.async (`async`), alternating (--repeat N
     pairs). From each run's metrics.jsonl wall-clock times: the interval that holds a checkpoint (from
     a checkpoint step's record to the next step's: the save, then that step) against the median
-    interval of the steps in the second half of a checkpoint interval (`normal`: no save, and the
-    background write of the previous checkpoint, paced over the first half, done), and each checkpoint
+    interval of the steps after the background write (`normal`: no save, and the write of the previous
+    checkpoint, paced over a `BackgroundWriter.share` of the interval, done), and each checkpoint
     interval against the median of the normal steps just before and after it (the load of a shared
     machine drifts over a run). Each interval is also split into the step itself (`step_time_s`: data
     and train_step, where a background write competes for the CPU) and the rest (the save on the
-    training thread), and a checkpoint's whole cost is summed over the first half of its interval.
+    training thread), and a checkpoint's whole cost is summed over the steps of its write.
     Target (issue 22): async checkpoint interval within 10% of a normal one. The async host
     snapshot's memory is faulted in before the first step (every checkpoint reuses it). Also printed: the load average, and the median interval of the steps
     right after a checkpoint (where a background write shares the CPU with training)."""
     import os
     import statistics
     from datetime import datetime
+
+    from mspretrain.train.checkpoint import BackgroundWriter
 
     ap = argparse.ArgumentParser(prog="bench_train.py --checkpoint-cost")
     ap.add_argument("--hidden", type=int, default=512)
@@ -834,6 +836,8 @@ def checkpoint_cost(argv) -> int:
         m: {f"{k}{part}": [] for k in ("ckpt", "after", "during", "normal") for part in ("", "_step", "_rest")}
         | {"local": [], "total": []} for m in ("sync", "async")}
     sizes = []
+    # the steps of a write: `share` of the interval (the steps after it are the normal ones)
+    half = min(args.every - 2, math.ceil(args.every * BackgroundWriter().share))
     for _ in range(args.repeat):
         for mode in ("sync", "async"):
             extra = (f"checkpoint.every_steps={args.every}", f"checkpoint.async={mode == 'async'}",
@@ -851,7 +855,6 @@ def checkpoint_cost(argv) -> int:
             at = {r["step"]: datetime.fromisoformat(r["time"]).timestamp() for r in recs if not r.get("eval")}
             inner = {r["step"]: r["step_time_s"] for r in recs if not r.get("eval")}
             gap = {step: at[step] - at[step - 1] for step in range(3, args.steps + 1)}   # the first compile
-            half = args.every // 2
             for step, g in gap.items():
                 since = (step - 1) % args.every
                 kind = ("ckpt" if since == 0 else "after" if since == 1 else "during" if since <= half
@@ -862,7 +865,7 @@ def checkpoint_cost(argv) -> int:
                 found[mode][kind + "_step"].append(inner[step])
                 found[mode][kind + "_rest"].append(g - inner[step])
                 if kind == "ckpt":      # against the normal steps around it: the machine's load drifts
-                    near = [gap[s] for s in range(step - args.every, step + args.every)
+                    near = [gap[s] for s in range(step - 2 * args.every, step + 2 * args.every)
                             if s in gap and (s - 1) % args.every > half]
                     ref = statistics.median(near)
                     found[mode]["local"].append(g / ref)
@@ -884,8 +887,8 @@ def checkpoint_cost(argv) -> int:
               f"{med['normal_rest'] * 1000:.0f} ms, checkpoint {med['ckpt_rest'] * 1000:.0f} ms; the step "
               f"itself (data + train_step): normal {med['normal_step'] * 1000:.0f} ms, checkpoint "
               f"{med['ckpt_step'] * 1000:.0f} ms, the step after {med['after_step'] * 1000:.0f} ms")
-        print(f"       steps 2-{args.every // 2} after a checkpoint {med['during'] * 1000:.0f} ms; a checkpoint's "
-              f"whole cost (its interval and the next {args.every // 2}, less as many normal ones): "
+        print(f"       steps 2-{half} after a checkpoint {med['during'] * 1000:.0f} ms; a checkpoint's "
+              f"whole cost (its interval and the next {half}, less as many normal ones): "
               f"{med['total'] * 1000:.0f} ms")
     return 0
 
