@@ -107,8 +107,10 @@ def test_a_failed_background_write_stops_the_run_with_one_line(tmp_path, tiny_da
     assert "background write of checkpoint step 8 failed" in errors[0]
     assert f"{FAIL_ENV}: injected write failure at before_rename:8" in errors[0]
     assert "earlier checkpoints are untouched" in errors[0]
-    # stopped at the next step boundary, before another checkpoint; step 4 stays the latest, intact
-    assert 8 <= last_step(out) < 12
+    # stopped at the first step boundary after the failure, at the latest the next checkpoint's (the
+    # write is paced over most of the interval, and that checkpoint waits for it), never writing another;
+    # step 4 stays the latest, intact
+    assert 8 <= last_step(out) <= 12
     assert _latest(out) == "step_00000004"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000004"]
 
