@@ -87,4 +87,16 @@ class WorkDir:
         return done
 
     def remove(self) -> None:
+        """The owner file goes last: a build killed while this runs leaves a work dir that a rerun
+        still recognises as its own, and removes (rmtree alone may take the owner file first)."""
+        if not self.root.is_dir():
+            return
+        for entry in self.root.iterdir():
+            if entry.name == OWNER_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        self.owner_file.unlink(missing_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
