@@ -44,6 +44,7 @@ there).
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import mmap
@@ -193,7 +194,7 @@ class ModelImage:
         views = [_bytes_of(t.data) for t in tensors]
         layout = [(t.name, list(t.dims), t.dtype, len(v)) for t, v in zip(tensors, views)] + [step]
         if layout != self._layout:
-            self._lay_out(tensors, views, step)
+            self._lay_out(tensors, step)
             self._layout = layout
         buf = np.frombuffer(self._mem, np.uint8)
         copies = []         # (to, from) byte arrays, in file order
@@ -206,16 +207,14 @@ class ModelImage:
         _copy_in_parallel(copies, SNAPSHOT_THREADS)
         return self
 
-    def _lay_out(self, tensors, views, step) -> None:
+    def _lay_out(self, tensors, step) -> None:
         heads, places, offset = [], [], 0
-        for t, view in zip(tensors, views):
-            mine = []
-            for i in range(0, len(view), step):
-                n = min(step, len(view) - i)
-                head = _record_head(t, n)
+        for t in tensors:
+            mine, parts = [], _record_parts(t, step)
+            for head, content in zip(parts, parts):      # the file's pieces: head, content, head, ...
                 heads.append((offset, head))
-                mine.append((offset + len(head), n))
-                offset += len(head) + n
+                mine.append((offset + len(head), len(content)))
+                offset += len(head) + len(content)
             places.append(mine)
         padded = max(_ALIGN, -(-offset // _ALIGN) * _ALIGN)
         if self._mem is None or len(self._mem) != padded:
@@ -668,28 +667,24 @@ def _restore_priority(tid: int) -> None:
         pass
 
 
-_IDLE_REVERSIBLE: list = []       # the probe's answer, once
-
-
+@functools.cache
 def _idle_reversible() -> bool:
     """Whether a thread of this process may leave SCHED_IDLE once in it (Linux allows it within
     RLIMIT_NICE or with CAP_SYS_NICE). Probed once on a throwaway thread, which may stay in it."""
-    if not _IDLE_REVERSIBLE:
-        answer = []
+    answer = []
 
-        def probe():
-            tid = threading.get_native_id()
-            try:
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-                os.sched_setscheduler(tid, os.sched_getscheduler(os.getpid()), os.sched_param(0))
-                answer.append(True)
-            except (OSError, AttributeError):       # AttributeError: a Python without SCHED_IDLE
-                answer.append(False)
-        t = threading.Thread(target=probe, name="checkpoint-priority-probe", daemon=True)
-        t.start()
-        t.join()
-        _IDLE_REVERSIBLE.append(bool(answer and answer[0]))
-    return _IDLE_REVERSIBLE[0]
+    def probe():
+        tid = threading.get_native_id()
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(tid, os.sched_getscheduler(os.getpid()), os.sched_param(0))
+            answer.append(True)
+        except (OSError, AttributeError):       # AttributeError: a Python without SCHED_IDLE
+            answer.append(False)
+    t = threading.Thread(target=probe, name="checkpoint-priority-probe", daemon=True)
+    t.start()
+    t.join()
+    return bool(answer and answer[0])
 
 
 def _merge_rank_digests(tmp: Path) -> dict:
