@@ -416,13 +416,13 @@ def _one(corpus: Path, args, model: Path, ref: float, engine: str, cpus: int,
     rep = r["report"]
     size = rep["stages"]["read"]["bytes"] / 1e6
     # CPU seconds: the Ray tasks' own (the report's); the local engine's whole process tree
-    cpu = sum(rep["ray"]["task_cpu_s"].values()) if engine == "ray" else r["cpu"]
+    cpu = sum(rep["executor"]["task_cpu_s"].values()) if engine == "ray" else r["cpu"]
     row = {"size": size, "mbps": size / r["wall"], "mb_cpu": size / cpu,
            "driver_rss": r["driver_rss"] / 2**20}
     print(f"{size:7.1f}M {engine:>6} {cpus:4d} {row['mbps']:7.2f} {row['mbps'] / ref:6.2f} "
           f"{row['driver_rss']:8.0f}MB {row['mb_cpu']:8.2f} {load:5.1f}   stages s {rep['time_s']}")
     if engine == "ray":
-        ray_rep = rep["ray"]
+        ray_rep = rep["executor"]
         print(f"          partitions {ray_rep['partitions']}, units {ray_rep['units']}; stage wall s "
               f"{ray_rep['stage_s']}; task CPU s {ray_rep['task_cpu_s']}")
     return row

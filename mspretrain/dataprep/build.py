@@ -1,72 +1,47 @@
 """`dataprep build`: raw corpus files -> a dataset directory (docs/contracts.md).
 
-Stages (worker processes where it is expensive, the main process where order matters). This is the
-one numbering of the stages: stages.py, dedup_pass.py, workdir.py and the Ray engine (whose tasks
-are named after the stage they belong to) refer to it.
-  1. docs      [workers]  read (main, streamed) -> normalise -> quality filters -> exact key -> MinHash,
-                          per chunk of documents            (stages.clean_chunk)
-  2. dedup     [main]     in input order: duplicate doc_ids, exact dedup, near dedup (LSH); the first
-                          document in input order is the one kept            (dedup_pass.DedupPass)
-  3. tokenizer [main]     train sentencepiece on a hash-chosen sample of the kept train documents,
-                          or copy --tokenizer MODEL                           (tokenizer.py)
-  4. tokenize  [workers]  encode kept documents per chunk, EOS after each    (stages.tokenize_chunk)
-  5. pack+write [main]    in input order: split streams -> samples of seq_length+1 -> MindRecord
-                          shards under the byte cap, provenance              (pack.py)
-  6. finish     manifest (fingerprint over config, tokenizer and shard checksums), report, publish.
-Stages 2 and 5 consume the worker results in input order while the workers run ahead (workers.py).
-With --tokenizer MODEL (no training, so no need to wait for stage 2 to end) and fewer workers than
-cores, stages 4 and 5 start during stage 1: while the main process waits for the next stage-1 result,
-it tokenizes and packs the chunks stage 2 has settled (tokenize_chunk is pure: the same tokens
-whoever runs it), so the workers and the main process work at the same time; the chunks left at the
-end of stage 1 go to the workers.
+The build is one stage plan (plan/run.py; its stages are listed in plan/__init__.py) run by an
+executor: worker processes on this machine (executor/local.py, run.engine local) or a Ray cluster
+(executor/ray.py, run.engine ray). The plan's tasks write every intermediate to the work dir and
+return small markers; the plan decides every byte, the executor only where a task runs, so DIR is
+the same for either engine and any number of workers or nodes.
 
-Determinism: everything that decides bytes happens in input order in the main process, and the chunk
-boundaries depend only on the inputs and `run.chunk_bytes`; so DIR is the same for any --workers.
+Determinism: chunk boundaries depend only on the inputs and `run.chunk_bytes`, work units only on
+the inputs and `run.ray_unit_bytes`; every order-dependent decision follows input order.
 report.json / report.md hold timings and worker pids, so they are the one part of DIR that differs
 between runs; every other byte (manifest included) is identical.
 
-Resume (workdir.py): per-chunk outputs and stage markers live in DIR/.build/, written atomically.
-A rerun of the same command skips every completed chunk and stage and replays the order-dependent
-stages from them; the result is byte-identical to an uninterrupted build. DIR/.build is removed on
-success. Guards: an unfinished build with a different config, or a DIR holding a different dataset
-(or anything else), is an error and nothing is touched; the same command on a finished identical
-build says so and succeeds.
+Resume (workdir.py): every task's outputs and its marker live in DIR/.build/, written atomically.
+A rerun of the same command skips every completed task and redoes the rest; the result is
+byte-identical to an uninterrupted build. DIR/.build is removed on success. Guards: an unfinished
+build with a different config, or a DIR holding a different dataset (or anything else), is an error
+and nothing is touched; the same command on a finished identical build says so and succeeds.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
 import shutil
-import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-from tqdm import tqdm
-
-from mspretrain.dataprep.report import failure
-from mspretrain.dataprep.report import summary as reporting
 from mspretrain.dataprep.config import BuildConfig, manifest_config
 from mspretrain.dataprep.dedup.detect import describe
-from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
-                                 DUPLICATES_SCHEMA, DedupPass, DedupResult)
-from mspretrain.dataprep.write.pack import SplitPacker
-from mspretrain.dataprep.write.parquet_stream import InOrderParquet
+from mspretrain.dataprep.dedup.keep import DedupResult
+from mspretrain.dataprep.errors import BuildError, NoDatasetError
+from mspretrain.dataprep.executor.base import Executor
+from mspretrain.dataprep.executor.local import LocalExecutor, WorkerDied, WorkerPool
+from mspretrain.dataprep.plan.run import hash_inputs, run_plan
 from mspretrain.dataprep.readers import InputPathError, list_inputs
-from mspretrain.dataprep.errors import BuildError, NoDatasetError, check_ids, stopped
-from mspretrain.dataprep.stages import (SPLITS, SplitTokens, clean_chunk, init_worker, read_chunks,
-                             tokenize_chunk, tokenize_chunk_parts, worker_setup)
-from mspretrain.dataprep.tokenizer.model import TokenizerError, copy_tokenizer, tokenizer_info
-from mspretrain.dataprep.tokenizer.sample import sample_fraction, write_chunk_sample
-from mspretrain.dataprep.write.stray import remove_temps
-from mspretrain.dataprep.tokenizer.vocab_fit import train_fitted
+from mspretrain.dataprep.report import failure
+from mspretrain.dataprep.report import summary as reporting
+from mspretrain.dataprep.stages import worker_setup
+from mspretrain.dataprep.tokenizer.model import tokenizer_info
 from mspretrain.dataprep.verify import file_faults
-from mspretrain.dataprep.executor.local import WorkerDied, WorkerPool
 from mspretrain.dataprep.workdir import WorkDir
-from mspretrain.common.arrow import read_parquet
-from mspretrain.common.files import atomic_open, atomic_write_json
+from mspretrain.dataprep.write.stray import remove_temps
 from mspretrain.loader.manifest import (FORMAT_VERSION, MANIFEST_FILE, Manifest, ManifestError,
                              compute_fingerprint, load_manifest, sha256_file, write_manifest)
 
@@ -89,11 +64,22 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
     if not files:
         raise BuildError(f"no input files found under {', '.join(map(str, inputs))}"
                          f"{_left_out_note(left_out)}")
+    try:
+        with _executor(cfg, out) as executor:
+            return _build(out, files, cfg, executor, left_out)
+    except WorkerDied as e:
+        raise BuildError(str(e)) from None
+
+
+@contextlib.contextmanager
+def _executor(cfg: BuildConfig, out: Path):
     if cfg.run.engine == "ray":
-        from mspretrain.dataprep.executor.ray.driver import ray_session
-        with ray_session(cfg) as stages:
-            return _build(out, files, cfg, stages, left_out)
-    return _build(out, files, cfg, None, left_out)
+        from mspretrain.dataprep.executor.ray import ray_executor
+        with ray_executor(cfg) as executor:
+            yield executor
+    else:
+        with WorkerPool(cfg.run.workers, worker_setup(cfg, WorkDir(out))) as pool:
+            yield LocalExecutor(pool, cfg.run.progress)
 
 
 def _left_out_note(left_out: dict) -> str:
@@ -103,10 +89,10 @@ def _left_out_note(left_out: dict) -> str:
                                       for k, v in left_out.items()) + ")"
 
 
-def _build(out: Path, files, cfg: BuildConfig, stages, left_out: dict) -> BuildResult:
-    """`stages`: the Ray engine's stage runner (dataprep.ray_engine.driver.Stages), or None.
-    `left_out`: what list_inputs left out of the input directories, for the report."""
-    config = resolved_config(cfg, files, stages.hash_inputs if stages else None)
+def _build(out: Path, files, cfg: BuildConfig, executor: Executor, left_out: dict) -> BuildResult:
+    """`left_out`: what list_inputs left out of the input directories, for the report."""
+    executor.check_inputs(files)
+    config = resolved_config(cfg, files, executor)
     created = not out.exists()
     done = _check_out(out, config, cfg)
     if done is not None:
@@ -116,39 +102,10 @@ def _build(out: Path, files, cfg: BuildConfig, stages, left_out: dict) -> BuildR
         _unpublish(out, work)
     else:
         work.create(work_owner(config, cfg))
-    run = {"time_s": {}, "chunks_reused": {"docs": 0, "tokenize": 0}, "left_out": left_out}
-    if stages is not None:
-        from mspretrain.dataprep.executor.ray.driver import build_stages
-        try:
-            dedup, splits, tails, hist = build_stages(stages, files, cfg, work, run)
-            return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
-        except NoDatasetError:
-            _remove_work(out, work, created)
-            raise
-    return _build_local(out, work, files, cfg, config, run, created)
-
-
-def _build_local(out: Path, work: WorkDir, files, cfg: BuildConfig, config: dict, run: dict,
-                 created: bool) -> BuildResult:
-    times = run["time_s"]
+    run = {"time_s": {}, "left_out": left_out}
     try:
-        with _worker_pool(cfg, work) as pool:
-            # a given tokenizer and a core to spare: stages 4 and 5 start with stage 1 (see the
-            # module docstring); with a core per worker, the main process would only slow them
-            packing = None
-            if cfg.tokenizer.model and cfg.run.workers < len(os.sched_getaffinity(0)):
-                model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, None)
-                packing = PackStage(cfg, work, model, run)
-            dedup = _timed(times, "docs+dedup", _docs_and_dedup, pool, files, cfg, work, run,
-                           packing)
-            if packing is None:
-                model = _timed(times, "tokenizer", _tokenizer_stage, cfg, work, dedup)
-                packing = PackStage(cfg, work, model, run)
-            splits, tails, hist = _timed(times, "tokenize+pack+write", _tokenize_and_write,
-                                         pool, cfg, dedup, packing)
+        dedup, splits, tails, hist = run_plan(executor, files, cfg, work, run)
         return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
-    except WorkerDied as e:
-        raise BuildError(str(e)) from None
     except NoDatasetError as e:
         bad = failure.bad_records(work)
         _remove_work(out, work, created)
@@ -166,47 +123,30 @@ def _remove_work(out: Path, work: WorkDir, created: bool) -> None:
 
 # The version of the work dir's intermediate files; bumped when they change, so that a rerun of a
 # build killed under an older version is refused with a clear message, not failed mid-stage.
-# 2: chunk files hold each document's split, tokens files the doc ids.
-WORK_LAYOUT = 2
+# 2: chunk files hold each document's split, tokens files the doc ids. 3: one stage plan for both
+# engines (plan/).
+WORK_LAYOUT = 3
 
 
 def work_owner(config: dict, cfg: BuildConfig) -> dict:
     """The build a work dir belongs to (.build/build.json), which a rerun must equal to resume it:
-    the config, the chunking, the engine (each engine lays out its intermediate files its own way)
-    and the layout of those files (WORK_LAYOUT)."""
-    owner = {"config": config, "chunk_bytes": cfg.run.chunk_bytes, "layout": WORK_LAYOUT}
-    if cfg.run.engine != "local":
-        owner.update(engine=cfg.run.engine, partitions=cfg.run.ray_partitions,
-                     unit_bytes=cfg.run.ray_unit_bytes)
-    return owner
+    the config, the chunking, the work units and partitions, and the layout of the intermediate
+    files (WORK_LAYOUT). Not the engine: a build killed under one resumes under the other."""
+    return {"config": config, "chunk_bytes": cfg.run.chunk_bytes, "layout": WORK_LAYOUT,
+            "partitions": cfg.run.ray_partitions, "unit_bytes": cfg.run.ray_unit_bytes}
 
 
-def resolved_config(cfg: BuildConfig, files, hash_files=None) -> dict:
+def resolved_config(cfg: BuildConfig, files, executor: Executor) -> dict:
     """The manifest's config: settings, dedup scheme, tokenizer source and the inputs' checksums
-    (`hash_files(files)` -> their sha256s, where given: the Ray engine hashes on the cluster)."""
+    (hashed by the executor's workers)."""
     config = manifest_config(cfg)
     config["dedup_scheme"] = describe(cfg.dedup)
     if cfg.tokenizer.model:
         config["tokenizer"]["model"] = "sha256:" + sha256_file(cfg.tokenizer.model)
-    if hash_files is None:
-        bar = tqdm(files, desc="hash inputs", unit="file", disable=not cfg.run.progress,
-                   leave=False)
-        sums = [_input_sha256(f.path) for f in bar]
-    else:
-        sums = hash_files(files)
+    sums = hash_inputs(executor, files)
     config["inputs"] = [{"file": f.rel, "bytes": f.path.stat().st_size, "sha256": s}
                         for f, s in zip(files, sums)]
     return config
-
-
-def _input_sha256(path: Path) -> str:
-    """An input file's sha256 (for the manifest), or a BuildError naming a file that cannot be read
-    (permissions, an I/O error): every input is part of the dataset's identity."""
-    try:
-        return sha256_file(path)
-    except OSError as e:
-        raise BuildError(f"{path}: cannot read this input file ({e.strerror or e}); fix its "
-                         f"permissions or leave it out") from None
 
 
 def _check_out(out: Path, config: dict, cfg: BuildConfig) -> Manifest | None:
@@ -267,151 +207,6 @@ def _unpublish(out: Path, work: WorkDir) -> None:
     for entry in sorted(out.iterdir()):
         if entry.name != work.root.name and not (work.staging / entry.name).exists():
             os.replace(entry, work.staging / entry.name)
-
-
-def _worker_pool(cfg: BuildConfig, work: WorkDir) -> WorkerPool:
-    setup = worker_setup(cfg, work)
-    init_worker(setup)   # the main process runs tokenize_chunk too, while it waits on stage 1
-    return WorkerPool(cfg.run.workers, setup)     # started by `with`
-
-
-def _timed(times: dict, name: str, fn, *args):
-    t0 = time.perf_counter()
-    result = fn(*args)
-    times[name] = round(time.perf_counter() - t0, 3)
-    return result
-
-
-# ---------------------------------------------------------------------------------- stages
-
-def _docs_and_dedup(pool, files, cfg: BuildConfig, work: WorkDir, run: dict,
-                    packing: "PackStage | None") -> DedupResult:
-    if DedupResult.exists(work.root):
-        result = DedupResult.load(work.root)
-        run["chunks_reused"]["docs"] = result.num_chunks
-        return result
-    tasks = read_chunks(files, cfg.input.text_field, cfg.input.id_field, cfg.input.text_unit,
-                        cfg.run.chunk_bytes, cfg.run.strict, cfg.input.max_record_bytes,
-                        cfg.input.id_scope)
-    dedup = DedupPass(cfg.dedup,
-                      texts=lambda chunk: read_parquet(work.chunk_file(work.docs, chunk, "parquet"),
-                                                       columns=["text"]).column("text"),
-                      spill=work.root / "near", hot_docs=cfg.run.dedup_memory_docs)
-    bar = tqdm(total=len(files), desc="clean+filter+minhash", unit="file",
-               disable=not cfg.run.progress)
-    settled: deque = deque()   # (chunk, keep mask): deduplicated, not yet tokenized
-
-    def tokenize_settled() -> bool:
-        if not settled:
-            return False
-        packing.add(*tokenize_chunk_parts(packing.task(*settled.popleft())))
-        return True
-
-    with bar, InOrderParquet(work.staging / DUPLICATES_FILE, DUPLICATES_SCHEMA) as duplicates, \
-            InOrderParquet(work.staging / ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA) as attributes:
-        for marker in pool.map_ordered(clean_chunk, tasks, tokenize_settled if packing else None):
-            if "stop" in marker:
-                raise stopped(marker)
-            table = read_parquet(work.chunk_file(work.docs, marker["index"], "parquet"),
-                                 columns=DedupPass.COLUMNS)
-            run["chunks_reused"]["docs"] += bool(marker.get("reused"))
-            decided = dedup.consume(table, np.dtype(marker["sig_dtype"] or "uint32"))
-            duplicates.add(decided.duplicates)
-            attributes.add(decided.attributes)
-            if packing:
-                settled.append((marker["index"], decided.keep))
-            bar.update(marker["files_done"])
-        result = dedup.finish()
-        check_ids(result.duplicate_ids, cfg.run.strict)
-        if result.kept_docs == 0:
-            run["docs_read"] = result.docs_seen
-            raise NoDatasetError(failure.empty_message(work, result.docs_seen, cfg))
-    result.save(work.root)
-    return result
-
-
-def _tokenizer_stage(cfg: BuildConfig, work: WorkDir, dedup: DedupResult | None) -> Path:
-    model = work.staging / "tokenizer.model"
-    try:
-        if cfg.tokenizer.model:
-            copy_tokenizer(cfg.tokenizer.model, model)
-        elif not (work.root / "tokenizer.json").is_file():
-            sample = work.root / "tokenizer_sample.txt"
-            stats = _write_tokenizer_sample(sample, cfg, work, dedup)
-            stats["vocab_size"] = train_fitted(sample, model, cfg.tokenizer)
-            atomic_write_json(work.root / "tokenizer.json", stats)
-    except TokenizerError as e:
-        raise NoDatasetError(str(e)) from None
-    return model
-
-
-def _write_tokenizer_sample(path: Path, cfg: BuildConfig, work: WorkDir,
-                            dedup: DedupResult) -> dict:
-    """Kept train documents whose hash falls under sample_bytes / train bytes, one line a sentence."""
-    p = sample_fraction(cfg, dedup.train_bytes)
-    docs = nbytes = 0
-    with atomic_open(path, "w", encoding="utf-8") as f:
-        for i in tqdm(range(dedup.num_chunks), desc="tokenizer sample", unit="chunk",
-                      disable=not cfg.run.progress, leave=False):
-            n, b = write_chunk_sample(f, work.chunk_file(work.docs, i, "parquet"), dedup.keep(i), p)
-            docs, nbytes = docs + n, nbytes + b
-    return {"sample_docs": docs, "sample_bytes": nbytes, "fraction": p}
-
-
-def _tokenize_and_write(pool, cfg: BuildConfig, dedup: DedupResult, packing: "PackStage"):
-    """The chunks not tokenized and packed yet (all of them, unless stage 1 did some), by the workers."""
-    tasks = (packing.task(i, dedup.keep(i)) for i in range(packing.next, dedup.num_chunks))
-    bar = tqdm(total=dedup.num_chunks, initial=packing.next, desc="tokenize+pack+write",
-               unit="chunk", disable=not cfg.run.progress)
-    with bar:
-        for marker in pool.map_ordered(tokenize_chunk, tasks):
-            packing.add(marker)
-            bar.update(1)
-    return packing.close()
-
-
-class PackStage:
-    """Stages 4-5, in order: chunk after chunk, the tokens of its kept documents into the packers."""
-
-    def __init__(self, cfg: BuildConfig, work: WorkDir, model: Path, run: dict):
-        for sub in ("shards", "provenance"):    # this stage is replayed whole after an interruption
-            shutil.rmtree(work.staging / sub, ignore_errors=True)
-        self.work, self.run, self.model = work, run, str(model)
-        self.info = tokenizer_info(model)
-        self.packers = {s: SplitPacker(work.staging, s, cfg.pack.seq_length, cfg.shards.max_shard_bytes,
-                                       quality=bool(cfg.filters.quality.model)) for s in SPLITS}
-        self.next = 0   # the next chunk to pack
-
-    def task(self, index: int, keep: np.ndarray) -> tuple:
-        """The tokenize_chunk task of a chunk."""
-        return index, np.packbits(keep).tobytes(), self.model
-
-    def add(self, marker: dict, parts: dict | None = None) -> None:
-        """Pack the chunk of a tokenize_chunk marker: the next one in input order. `parts`: its
-        SplitTokens by split where this process tokenized it, else read from its file."""
-        i, work = marker["index"], self.work
-        if i != self.next:   # a bug, never bad input: packing out of order would change bytes
-            raise RuntimeError(f"chunk {i} packed after chunk {self.next - 1}")
-        self.run["chunks_reused"]["tokenize"] += bool(marker.get("reused"))
-        if parts is None:
-            with np.load(work.chunk_file(work.tokens, i, "npz")) as z:
-                parts = {s: SplitTokens.load(z, s) for s in SPLITS}
-        for s in SPLITS:
-            part = parts[s]
-            if part.tokens.size and int(part.tokens.max()) >= self.info.vocab_size:
-                raise BuildError(f"chunk {i}: token id {int(part.tokens.max())} >= vocab size "
-                                 f"{self.info.vocab_size}; {work.tokens} is damaged: delete it")
-            self.packers[s].add(part.tokens, part.lens, part.doc_ids, part.quality)
-        self.next += 1
-
-    def close(self):
-        """(SplitInfo per split, tail tokens dropped per split, document length histogram)."""
-        closed = {s: self.packers[s].close() for s in SPLITS}
-        bins = np.zeros(0, np.int64)
-        for p in self.packers.values():
-            bins = reporting.add_bins(bins, p.length_bins)
-        hist = reporting.histogram_of_bins(bins)
-        return {s: c[0] for s, c in closed.items()}, {s: c[1] for s, c in closed.items()}, hist
 
 
 # ---------------------------------------------------------------------------------- finish

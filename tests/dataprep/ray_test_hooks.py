@@ -1,5 +1,5 @@
-"""Faults for the Ray engine tests, installed with DATAPREP_RAY_HOOKS=<this file>:<spec>
-(see mspretrain/dataprep/executor/ray/hooks.py). Specs:
+"""Faults for the Ray engine tests, installed with DATAPREP_HOOKS=<this file>:<spec>
+(see mspretrain/dataprep/plan/hooks.py). Specs:
 
   kill:POINT:FLAG        the first task to reach POINT creates FLAG and SIGKILLs its own worker
                          process (once: the retry finds FLAG and runs normally)
@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve()
 
 
 def env(spec: str) -> str:
-    """The DATAPREP_RAY_HOOKS value that installs this module with `spec`."""
+    """The DATAPREP_HOOKS value that installs this module with `spec`."""
     return f"{HERE}:{spec}"
 
 

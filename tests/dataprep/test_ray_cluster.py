@@ -12,7 +12,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray binds 12
 import pytest  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from mspretrain.dataprep.executor.ray.hooks import ENV as HOOKS_ENV  # noqa: E402
+from mspretrain.dataprep.plan.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import dataset_bytes, run_build  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_two_nodes_give_the_local_bytes(cluster, corpus, reference, tmp_path):
     out = tmp_path / "data"
     assert _build(corpus, out, cluster, 5) == 0
     assert dataset_bytes(out) == dataset_bytes(reference)
-    ray_report = json.loads((out / "report.json").read_text())["ray"]
+    ray_report = json.loads((out / "report.json").read_text())["executor"]
     assert ray_report["nodes"] == 2 and ray_report["cpus"] == 2
 
 
@@ -60,4 +60,4 @@ def test_a_node_lost_mid_build_is_survived(cluster, corpus, reference, tmp_path,
     thread.join(timeout=300)
     assert result.get("rc") == 0
     assert dataset_bytes(out) == dataset_bytes(reference)
-    assert json.loads((out / "report.json").read_text())["ray"]["nodes"] == 1
+    assert json.loads((out / "report.json").read_text())["executor"]["nodes"] == 1

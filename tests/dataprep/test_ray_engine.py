@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import ray  # noqa: E402
 
 from mspretrain.dataprep.cli import main as dataprep_main  # noqa: E402
-from mspretrain.dataprep.executor.ray.hooks import ENV as HOOKS_ENV  # noqa: E402
+from mspretrain.dataprep.plan.hooks import ENV as HOOKS_ENV  # noqa: E402
 from ray_test_hooks import env as hooks_env  # noqa: E402
 from dataprep_helpers import (DEMO, REPO, TEST_SETTINGS, dataset_bytes, run_build,  # noqa: E402
                               write_messy_corpus)
@@ -68,13 +68,13 @@ def test_demo_corpus_gives_the_local_bytes_for_any_partitioning(ray_address, dem
         assert rep[key] == local[key], key
     for picture in local["plots"]:     # the same data draws the same pixels
         assert (out / picture).read_bytes() == (demo_local / picture).read_bytes(), picture
-    assert rep["ray"]["partitions"] == partitions and rep["ray"]["cpus"] == 2
-    assert rep["ray"]["tasks"]["replay"] == partitions
+    assert rep["executor"]["partitions"] == partitions and rep["executor"]["cpus"] == 2
+    assert rep["executor"]["tasks"]["replay"] == partitions
     if union_find:
-        assert rep["ray"]["tasks"]["components"] == 1 and "labels" not in rep["ray"]["tasks"]
+        assert rep["executor"]["tasks"]["components"] == 1 and "labels" not in rep["executor"]["tasks"]
     else:   # several rounds of one task per partition
-        assert rep["ray"]["tasks"]["labels"] >= 2 * partitions and "components" not in rep["ray"]["tasks"]
-    assert rep["ray"]["tasks"]["docs"] == rep["stages"]["read"]["files"]   # one unit per file
+        assert rep["executor"]["tasks"]["labels"] >= 2 * partitions and "components" not in rep["executor"]["tasks"]
+    assert rep["executor"]["tasks"]["docs"] == rep["stages"]["read"]["files"]   # one unit per file
     assert rep["stages"]["dedup"]["near"]["docs"] > 0 and rep["stages"]["dedup"]["exact"]["docs"] > 0
 
 
@@ -122,8 +122,8 @@ def test_driver_sigkilled_then_rerun_resumes_from_completed_stages(ray_address, 
                      "--set", "run.ray_partitions=3", "--set", "run.chunk_bytes=4KiB") == 0
     assert dataset_bytes(out) == dataset_bytes(reference)
     rep = _report(out)
-    assert rep["ray"]["tasks_reused"]["docs"] == units and rep["ray"]["tasks_reused"]["ids"] == 3
-    assert rep["ray"]["tasks_reused"]["tokenize"] == 0
+    assert rep["executor"]["tasks_reused"]["docs"] == units and rep["executor"]["tasks_reused"]["ids"] == 3
+    assert rep["executor"]["tasks_reused"]["tokenize"] == 0
     assert rep["stages"] == _report(reference)["stages"]
     assert not (out / ".build").exists()
 
@@ -159,8 +159,8 @@ def test_bad_input_is_counted_as_locally_and_strict_names_file_and_line(ray_addr
                      "--set", "run.ray_unit_bytes=8KiB") == 0
     rep, ref = _report(distributed), _report(local)
     # e.jsonl and f.parquet were cut into parts
-    assert rep["ray"]["units"] >= rep["stages"]["read"]["files"] + 2
-    assert rep["ray"]["tasks"]["plan"] == 2
+    assert rep["executor"]["units"] >= rep["stages"]["read"]["files"] + 2
+    assert rep["executor"]["tasks"]["plan"] == 2
     assert rep["bad_records"]["e.jsonl"]["invalid_json"][0] >= 2
     assert rep["bad_records"]["f.parquet"]["missing_text_field"][0] == 5
     assert rep["bad_records"] == ref["bad_records"]
@@ -199,7 +199,7 @@ def test_without_an_address_the_build_starts_its_own_ray_on_loopback_only(corpus
     assert proc.wait() == 0, proc.stderr.read()
     assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
     assert dataset_bytes(out) == dataset_bytes(reference)
-    assert json.loads((out / "report.json").read_text())["ray"]["cpus"] == 1
+    assert json.loads((out / "report.json").read_text())["executor"]["cpus"] == 1
 
 
 def test_an_unreachable_cluster_is_a_clear_error(corpus, tmp_path, capsys):

@@ -1,10 +1,11 @@
-"""The build's worker processes: N spawned processes that take chunks in input order and hand results
-back in input order, with a bounded number of chunks in flight.
+"""`dataprep build` (run.engine local): the stage plan's tasks (plan/run.py) in N spawned worker
+processes on this machine (`LocalExecutor` over a `WorkerPool`).
 
-- 'spawn' start method: safe although the main process holds threads (and later MindSpore).
-- `map_ordered(fn, tasks)` submits at most `2 * N` tasks ahead of the one being consumed, so memory
-  stays bounded by the chunk size however large the corpus, and the main process can do the
-  order-dependent work (dedup, packing, writing) while the workers run ahead.
+- 'spawn' start method: safe although the main process holds threads (and later MindSpore). Formats
+  registered in the main process only (readers.register in a script) are loaded into every worker,
+  so the workers read each file as the main process would.
+- `map_ordered(fn, tasks)` (for callers that stream their own work) submits at most `2 * N` tasks
+  ahead of the one being consumed, so memory stays bounded by the task size.
 - A worker that dies (OOM killer, SIGKILL) breaks the pool: the build stops with WorkerDied instead
   of waiting forever, and a rerun resumes from the completed chunks.
 - Workers start together (a barrier), so one that spawned first does not take every chunk alone, and
@@ -32,10 +33,12 @@ import signal
 import threading
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from mspretrain.dataprep import interrupt
+from mspretrain.dataprep.executor.base import Executor, task_failed, timed_task
+from mspretrain.dataprep.readers import in_process_sources, load_sources
 from mspretrain.dataprep.stages import WorkerSetup, init_worker
 
 # how often a wait for a worker's result looks for a swallowed Ctrl-C (interrupt.check)
@@ -46,12 +49,52 @@ class WorkerDied(RuntimeError):
     pass
 
 
+_DIED = ("a worker process died (killed, out of memory, or failed to start?); rerun the same "
+         "command to resume from the completed tasks")
+
+
+class LocalExecutor(Executor):
+    """The plan's tasks in a WorkerPool's processes, as many at once as it has workers."""
+
+    def __init__(self, pool: "WorkerPool", progress: bool):
+        super().__init__(progress)
+        self.pool = pool
+
+    def check_inputs(self, files) -> None:
+        pass     # the workers load this process's formats (WorkerPool)
+
+    def describe(self) -> dict:
+        return {"engine": "local", "where": f"{self.pool.workers} worker processes on this machine",
+                "workers": self.pool.workers}
+
+    def _start(self, fn, calls: list[tuple]) -> list:
+        return [self.pool.submit(timed_task, fn, *args) for args in calls]
+
+    def _wait(self, handles: list) -> tuple[list, list]:
+        with interrupt.deferred():     # a Ctrl-C meanwhile is raised when the wait ends
+            finished, _ = wait(handles, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+        return [h for h in handles if h in finished], [h for h in handles if h not in finished]
+
+    def _results(self, name: str, handles: list) -> list[dict]:
+        out = []
+        for h in handles:
+            try:
+                with interrupt.deferred():
+                    out.append(h.result())
+            except BrokenProcessPool:
+                raise WorkerDied(_DIED) from None
+            except Exception as e:     # the task's own error, raised in the worker
+                raise task_failed(name, e) from None
+        return out
+
+
 class WorkerPool:
     """`with WorkerPool(n, setup) as pool:` starts the workers when the block is entered and stops
     them when it ends (kills them if it ends by an exception)."""
 
     def __init__(self, workers: int, setup: WorkerSetup):
         self.workers, self._setup = workers, setup
+        self._sources = in_process_sources()
         self._pool = None
 
     def __enter__(self):
@@ -74,12 +117,20 @@ class WorkerPool:
         # a traceback ("Fatal Python error: init_import_site")
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_start_worker,
-                                         initargs=(self._setup, os.getpid(), ready))
+                                         initargs=(self._setup, self._sources, os.getpid(), ready))
         # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
         # barrier needs all of them); not waited for: the main process reads the first chunks
         # while they start, and a worker that fails to start breaks the pool like one that dies
         for _ in range(self.workers):
             self._pool.submit(os.getpid)
+
+    def submit(self, fn, *args):
+        """fn(*args) in a worker: its future (a dead worker: WorkerDied)."""
+        try:
+            with interrupt.deferred():
+                return self._pool.submit(fn, *args)
+        except BrokenProcessPool:
+            raise WorkerDied(_DIED) from None
 
     def map_ordered(self, fn, tasks, idle=None):
         """fn(task) for every task, computed in the workers, yielded in task order. While the next
@@ -95,8 +146,7 @@ class WorkerPool:
             while pending:
                 yield _next_result(pending, idle)
         except BrokenProcessPool:
-            raise WorkerDied("a worker process died (killed, out of memory, or failed to start?); "
-                             "rerun the same command to resume from the completed chunks") from None
+            raise WorkerDied(_DIED) from None
         # the futures left are not cancelled: a build that stops kills the pool (see close)
 
     def close(self, wait: bool = True) -> None:
@@ -171,9 +221,10 @@ def _start_quiet_resource_tracker() -> None:
             os.environ["PYTHONWARNINGS"] = before
 
 
-def _start_worker(setup: WorkerSetup, parent: int, ready) -> None:
+def _start_worker(setup: WorkerSetup, sources: list[str], parent: int, ready) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the main process's to report
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    load_sources(sources)
     init_worker(setup)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:

@@ -15,8 +15,9 @@ from mspretrain.dataprep.readers.compressed import COMPRESSION_SUFFIXES, Damaged
 from mspretrain.dataprep.readers.lines import TooLong, capped_lines
 from mspretrain.dataprep.readers.registry import (ID_SCOPES, PLUGIN_GROUP, TEXT_UNITS, Format,
                                                   ReaderPluginError, ReadOptions, file_format,
-                                                  format_of, read_file, register, split_input,
-                                                  splittable, this_process_only)
+                                                  format_of, in_process_sources, load_sources,
+                                                  read_file, register, split_input, splittable,
+                                                  this_process_only)
 # the built-in formats, registered as they are imported
 from mspretrain.dataprep.readers.jsonl import read_jsonl, split_jsonl
 from mspretrain.dataprep.readers.parquet import read_parquet, split_parquet
@@ -25,6 +26,7 @@ from mspretrain.dataprep.readers.text import read_text
 __all__ = ["BadRecord", "COMPRESSION_SUFFIXES", "Damaged", "Document", "Format", "ID_SCOPES",
            "InputFile", "InputPathError", "LEFT_OUT", "PLUGIN_GROUP", "ReadOptions",
            "ReaderPluginError", "TEXT_UNITS", "TooLong", "capped_lines", "file_format",
-           "format_of", "list_inputs", "read_file", "read_jsonl", "read_parquet", "read_text",
+           "format_of", "in_process_sources", "list_inputs", "load_sources", "read_file",
+           "read_jsonl", "read_parquet", "read_text",
            "register", "split_input", "split_jsonl", "split_parquet", "splittable",
            "this_process_only"]

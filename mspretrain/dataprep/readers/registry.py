@@ -127,6 +127,22 @@ def this_process_only(paths) -> list[str]:
     return sorted({fmt.name for fmt, _ in map(format_of, paths) if not fmt.everywhere})
 
 
+def in_process_sources() -> list[str]:
+    """The source files of the formats registered only in this process, for worker processes on
+    this machine to load (`load_sources`): they then read every file as this process would."""
+    formats = {*_BY_SUFFIX.values(), *_DEFAULT.values()}
+    return sorted({f.read.__code__.co_filename for f in formats if not f.everywhere})
+
+
+def load_sources(paths: list[str]) -> None:
+    """Run each source file once as a module of its own (its @register calls register its formats)."""
+    import importlib.util
+    load_plugins()
+    for k, path in enumerate(paths):
+        spec = importlib.util.spec_from_file_location(f"mspretrain_in_process_reader_{k}", path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
 def split_input(inp: InputFile, part_bytes: int) -> list[InputFile]:
     """A large uncompressed file of a format that splits (jsonl, parquet) as parts of about
     part_bytes, in file order; the file itself where it cannot or need not be cut (a compressed

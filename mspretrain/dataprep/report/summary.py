@@ -84,7 +84,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                          "tail_tokens_dropped": tails[s]} for s, sp in manifest.splits.items()},
         },
         "bad_records": bad,
-        "inputs": per_file_counts(work, _chunk_keeps(work, dedup, docs),
+        "inputs": per_file_counts(work, _chunk_keeps(work, docs),
                                   [f["file"] for f in manifest.config["inputs"]], manifest),
         "skipped_files": skipped_files(bad),
         "id_conflicts": id_conflicts(dedup.duplicate_ids),
@@ -107,7 +107,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                   "tokenize": round(sum(m["cpu_s"] for m in toks), 3)},
         "chunks": len(docs),
         "fingerprint": manifest.fingerprint,
-        **({"ray": run["ray"]} if "ray" in run else {}),   # engine ray: cluster size, tasks per stage
+        "executor": run["executor"],   # where the tasks ran, tasks per stage
         **document_stages(docs, cfg),
     }
 
@@ -230,12 +230,10 @@ def to_markdown(r: dict) -> str:
     lines += ["", f"## Time ({r['workers']} workers)", "", "| stage | wall s |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in r["time_s"].items()]
     lines += ["", f"Worker CPU s: {json.dumps(r['cpu_s'])}", ""]
-    if "ray" in r:
-        ray = r["ray"]
-        lines += [f"Ray cluster: {ray['nodes']} node(s), {ray['cpus']} CPUs", "",
-                  "| stage | tasks | reused |", "|---|---:|---:|"]
-        lines += [f"| {k} | {v} | {ray['tasks_reused'].get(k, 0)} |" for k, v in ray["tasks"].items()]
-        lines += [""]
+    ex = r["executor"]
+    lines += [f"Executor: {ex['where']}", "", "| stage | tasks | reused |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v} | {ex['tasks_reused'].get(k, 0)} |" for k, v in ex["tasks"].items()]
+    lines += [""]
     return "\n".join(lines)
 
 
@@ -282,11 +280,7 @@ def summary(r: dict) -> str:
          for k, v in r.get("left_out", {}).items()])
 
 
-def _chunk_keeps(work, dedup, docs: list[dict]):
-    """(chunk index, keep mask) of every stage-1 chunk in input order: the local engine holds the
-    masks in its DedupResult, the Ray engine wrote one file per chunk (ray_engine.tasks_units)."""
-    for position, marker in enumerate(docs):
-        if dedup.keep_mask is not None:
-            yield marker["index"], dedup.keep(position)
-        else:
-            yield marker["index"], np.load(work.root / "ray" / "keep" / f"{marker['index']}.npy")
+def _chunk_keeps(work, docs: list[dict]):
+    """(chunk index, keep mask) of every stage-1 chunk in input order (plan/units.settle_unit)."""
+    for marker in docs:
+        yield marker["index"], np.load(work.root / "plan" / "keep" / f"{marker['index']}.npy")

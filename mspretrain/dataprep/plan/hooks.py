@@ -1,6 +1,6 @@
-"""Extension points inside the Ray tasks, empty in production.
+"""Extension points inside the plan's tasks, empty in production.
 
-`DATAPREP_RAY_HOOKS=/path/to/hooks.py:ARG` in the driver's environment: the driver hands the value to
+`DATAPREP_HOOKS=/path/to/hooks.py:ARG` in the driver's environment: the driver hands the value to
 every task (task processes do not share its environment), and each task, at its named points, loads
 that file once and calls its `reached(point, arg)`. Nothing in the engine branches on a test setting;
 the test suite uses this to SIGKILL a task's worker process mid-task, or to hold a task on a node that
@@ -12,7 +12,7 @@ import functools
 import importlib.util
 import os
 
-ENV = "DATAPREP_RAY_HOOKS"
+ENV = "DATAPREP_HOOKS"
 
 
 def from_env() -> str:

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
                                  DUPLICATES_SCHEMA, DedupPass)
 from mspretrain.dataprep.write.parquet_stream import InOrderParquet
-from mspretrain.dataprep.executor.ray.layout import (Ctx, done, finish, read_parquets, unit_files,
+from mspretrain.dataprep.plan.layout import (Ctx, done, finish, read_parquets, unit_files,
                                         write_by_unit, write_parquet)
-from mspretrain.dataprep.executor.ray.shuffle import part_files
+from mspretrain.dataprep.plan.shuffle import part_files
 from mspretrain.common.files import atomic_path
 
 EDGES_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep.executor.ray.layout import Ctx, done, finish, read_parquets, stable_partition, write_parquet
-from mspretrain.dataprep.executor.ray.shuffle import PartitionedWriter, part_files
+from mspretrain.dataprep.plan.layout import Ctx, done, finish, read_parquets, stable_partition, write_parquet
+from mspretrain.dataprep.plan.shuffle import PartitionedWriter, part_files
 
 ADJ_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 MSG_SCHEMA = pa.schema([("node", pa.int64()), ("label", pa.int64())])

@@ -10,8 +10,8 @@ import numpy as np
 
 from mspretrain.dataprep.report import summary as reporting
 from mspretrain.dataprep.write.pack import PROVENANCE_DIR, ProvenanceStream
-from mspretrain.dataprep.executor.ray import hooks
-from mspretrain.dataprep.executor.ray.layout import Ctx, done, finish
+from mspretrain.dataprep.plan import hooks
+from mspretrain.dataprep.plan.layout import Ctx, done, finish
 from mspretrain.dataprep.write.shards import ShardWriter
 from mspretrain.dataprep.stages import SplitTokens
 

@@ -1,4 +1,4 @@
-"""Where the Ray engine keeps its intermediates inside the work dir, and the small helpers every task
+"""Where the plan's tasks keep their intermediates inside the work dir, and the small helpers every task
 uses: order keys, partitioning hashes, atomic parquet writes, task markers."""
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ class Ctx:
         return WorkDir(Path(self.out))
 
     @property
-    def ray_dir(self) -> Path:
-        return self.work.root / "ray"
+    def plan_dir(self) -> Path:
+        return self.work.root / "plan"
 
     def stage_dir(self, stage: str) -> Path:
-        d = self.ray_dir / stage
+        d = self.plan_dir / stage
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -45,7 +45,7 @@ class Ctx:
         return self.stage_dir("done") / f"{stage}-{name}.json"
 
     def setup_worker(self) -> None:
-        """The local engine's per-process setup, so its chunk functions run unchanged here."""
+        """The process's setup for the chunk functions (a no-op when it has it already)."""
         from mspretrain.dataprep.stages import worker_setup
         init_worker(worker_setup(self.cfg, self.work))
 
@@ -104,7 +104,7 @@ def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:
 def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
     """A reduce task's output (sorted by order) cut into one file per work unit it touches, so that
     a per-unit task later reads only its own rows: `unit_files(stage_dir, unit, partitions)`."""
-    from mspretrain.dataprep.executor.ray.shuffle import part_file
+    from mspretrain.dataprep.plan.shuffle import part_file
     units = table.column("order").to_numpy() >> UNIT_BITS if table.num_rows else np.zeros(0, int)
     starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if len(units) else []
     for k, s in enumerate(starts):
@@ -113,7 +113,7 @@ def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
 
 
 def unit_files(stage_dir: Path, unit: int, partitions: int) -> list[Path]:
-    from mspretrain.dataprep.executor.ray.shuffle import part_file
+    from mspretrain.dataprep.plan.shuffle import part_file
     return [part_file(stage_dir, unit, p) for p in range(partitions)]
 
 

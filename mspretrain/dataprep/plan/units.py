@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 
 from mspretrain.dataprep.dedup.detect import NearDedup
 from mspretrain.dataprep.dedup.keep import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
-from mspretrain.dataprep.executor.ray import hooks
-from mspretrain.dataprep.executor.ray.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
+from mspretrain.dataprep.plan import hooks
+from mspretrain.dataprep.plan.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
                                         finish, in_range, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
-from mspretrain.dataprep.executor.ray.shuffle import PartitionedWriter
+from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
@@ -197,7 +197,7 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
 
 
 def keep_mask(ctx: Ctx, index: int) -> np.ndarray:
-    return np.load(ctx.ray_dir / "keep" / f"{index}.npy")
+    return np.load(ctx.plan_dir / "keep" / f"{index}.npy")
 
 
 def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dict:
@@ -218,7 +218,8 @@ def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dic
 
 def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     """Concatenate the sample pieces in unit order (the local sample file, byte for byte) and train."""
-    from mspretrain.dataprep.tokenizer.model import TokenizerError, train_tokenizer
+    from mspretrain.dataprep.tokenizer.model import TokenizerError
+    from mspretrain.dataprep.tokenizer.vocab_fit import train_fitted
     work = ctx.work
     marker = work.root / "tokenizer.json"
     if marker.is_file():
@@ -226,14 +227,14 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     sample = work.root / "tokenizer_sample.txt"
     with atomic_open(sample) as out:
         for u in range(units):
-            with open(ctx.ray_dir / "sample" / f"u{u:06d}.txt", "rb") as f:
+            with open(ctx.plan_dir / "sample" / f"u{u:06d}.txt", "rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
     hooks.reached(ctx.hooks, "tokenizer")
     try:
-        train_tokenizer(sample, work.staging / "tokenizer.model", ctx.cfg.tokenizer)
+        vocab_size = train_fitted(sample, work.staging / "tokenizer.model", ctx.cfg.tokenizer)
     except TokenizerError as e:
         return {"error": str(e)}
-    atomic_write_json(marker, stats)
+    atomic_write_json(marker, {**stats, "vocab_size": vocab_size})
     return {"reused": False}
 
 
