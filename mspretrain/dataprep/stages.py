@@ -1,8 +1,8 @@
-"""The expensive, order-free work of a build, run over chunks of documents in worker processes
-(stage numbers as in build.py).
+"""The per-chunk work of a build, which the plan's per-unit tasks (plan/units.py) run chunk by chunk
+(stage numbers as in plan/__init__.py).
 
-- `read_chunks` (main process): streams the inputs in order and cuts the documents into chunks of
-  about `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
+- `read_chunks`: streams a unit's input in order and cuts the documents into chunks of about
+  `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
 - `clean_chunk` (worker, stage 1): every document of a chunk through the step pipeline (steps/pipeline.py:
   normalise, quality filters, language, decontamination, PII, quality classifier), its split, then the exact
   key and MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
@@ -14,8 +14,8 @@
 - A document's split is computed once, by `clean_chunk` (the `split` column of its chunk file); every
   later stage reads it from there, and stage 5 takes the doc ids from the tokens file.
 
-Workers skip a chunk whose marker already exists (a resumed build), so the main process can hand every
-chunk to the pool in order and consume the results in order with `Pool.imap`.
+A chunk whose marker already exists (written by an earlier try of its task) is read back, not
+computed again.
 """
 from __future__ import annotations
 
@@ -304,17 +304,11 @@ class SplitTokens:
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
     .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
-    return tokenize_chunk_parts(task)[0]
-
-
-def tokenize_chunk_parts(task: tuple[int, bytes, str]) -> tuple[dict, dict | None]:
-    """tokenize_chunk, and the SplitTokens it wrote by split (None for a chunk done earlier), so
-    that a caller in the same process packs them without reading the file back."""
     index, keep_bits, model = task
     setup = _worker.setup
     marker_path = Path(setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():
-        return {**read_json(marker_path), "reused": True}, None
+        return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
     sp = _worker.processor(model)
     scored = bool(setup.filters.quality.model)
@@ -326,7 +320,7 @@ def tokenize_chunk_parts(task: tuple[int, bytes, str]) -> tuple[dict, dict | Non
     splits = table.column("split").to_pylist()
     texts = table.column("text").to_pylist()
     quality = arrow.to_numpy(table.column("quality"), nulls_as=np.nan) if scored else None
-    arrays, parts = {}, {}
+    arrays = {}
     marker = {"index": index, "pid": os.getpid(), "tokens": {}, "docs": {}, "bytes": {}}
     for split in SPLITS:
         mine = [int(r) for r in rows if splits[r] == split]
@@ -335,9 +329,9 @@ def tokenize_chunk_parts(task: tuple[int, bytes, str]) -> tuple[dict, dict | Non
         # and building that list cost a fifth of the encoding (sentencepiece hands its buffer over)
         ids = [sp.encode(t, return_type="numpy") for t in chunk_texts]
         tokens, lens = _with_eos(ids, sp.eos_id())
-        parts[split] = SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
-                                   quality[mine] if scored else None)
-        arrays.update(parts[split].arrays(split))
+        part = SplitTokens(tokens, lens, [doc_ids[r] for r in mine],
+                           quality[mine] if scored else None)
+        arrays.update(part.arrays(split))
         marker["tokens"][split] = int(tokens.size)
         marker["docs"][split] = len(mine)
         marker["bytes"][split] = sum(map(utf8_len, chunk_texts))
@@ -346,7 +340,7 @@ def tokenize_chunk_parts(task: tuple[int, bytes, str]) -> tuple[dict, dict | Non
         np.savez(f, **arrays)
     marker["cpu_s"] = round(time.process_time() - t0, 4)
     atomic_write_json(marker_path, marker)
-    return marker, parts
+    return marker
 
 
 def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:

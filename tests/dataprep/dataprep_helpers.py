@@ -47,3 +47,17 @@ def write_messy_corpus(root: Path, corpus: Path, good: str, lines: list[bytes], 
                                   + "\n" for i in range(gz_docs)).encode(), mtime=0)
     (root / "c-cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     return root
+
+
+def sleepy_task(delay: float, value: str) -> dict:
+    """A plan-style task for executor tests: sleeps, then returns its value and pid; the values
+    "build-error" and "zero" fail the way a reader and a bug would."""
+    import os
+    import time
+    from mspretrain.dataprep.errors import BuildError
+    time.sleep(delay)
+    if value == "build-error":
+        raise BuildError("a.jsonl: line 3 is bad")
+    if value == "zero":
+        return {"value": 1 / 0}
+    return {"value": value, "pid": os.getpid()}

@@ -1,4 +1,4 @@
-"""A process for test_interrupt.py: a WorkerPool whose workers take seconds to start (as in a fresh
+"""A process for test_interrupt.py: a LocalExecutor whose workers take seconds to start (as in a fresh
 clone), tasks larger than a pipe's buffer queued behind them, and a Ctrl-C while the main process
 waits for the first result. Prints "interrupted" and exits 130, as the dataprep command does."""
 import os
@@ -11,25 +11,23 @@ if __name__ == "__mp_main__":   # a spawned worker imports this file first: a sl
     time.sleep(3)
 
 
-def slow(task):
-    delay, payload = task
+def slow(delay, payload):
     time.sleep(delay)
-    return len(payload)
+    return {"bytes": len(payload)}
 
 
 def main() -> int:
     from mspretrain.dataprep import interrupt
     from mspretrain.dataprep.config import load_build_config
-    from mspretrain.dataprep.executor.local import WorkerPool
+    from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
     from mspretrain.dataprep.stages import WorkerSetup
     cfg = load_build_config(None, {}, [])
     setup = WorkerSetup("/nonexistent", "/nonexistent", cfg.filters, cfg.dedup, 0.0, 0)
     try:
         with interrupt.catching(), WorkerPool(2, setup) as pool:
             threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-            tasks = ((0.1, b"x" * (1 << 20)) for _ in range(100))
-            for _ in pool.map_ordered(slow, tasks):
-                pass
+            LocalExecutor(pool, progress=False).run("slow", slow,
+                                                    [(0.1, b"x" * (1 << 20))] * 100)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -5,6 +5,8 @@
                          process (once: the retry finds FLAG and runs normally)
   hold:POINT:FLAG:NODE   a task reaching POINT on node NODE (hex id) creates FLAG and sleeps until
                          the node is gone; on any other node it only waits 2 s
+  litter:POINT:DIR       a task reaching POINT writes .tokenizer.tmp424242.model and .vocab into DIR
+                         (what a step killed under another pid leaves behind)
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ def reached(point: str, spec: str) -> None:
             return
         os.close(fd)
         os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "litter":
+        for ext in ("model", "vocab"):
+            (flag / f".tokenizer.tmp424242.{ext}").write_bytes(b"partial")
     elif kind == "hold":
         import ray
         if ray.get_runtime_context().get_node_id() != rest[0]:

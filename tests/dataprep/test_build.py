@@ -168,27 +168,26 @@ def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsy
     assert '"failed": true' in (out / "report.json").read_text()
 
 
-def test_map_ordered_runs_idle_work_while_waiting_and_keeps_order(tmp_path):
-    """While the next result is not ready the main process does its own work (`idle`), until idle
-    says it has none; results still come back in task order."""
-    import time
-
+def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_stage(tmp_path):
+    """Tasks that finish out of order come back in task order, counted per stage; a task's own
+    BuildError reaches the caller unchanged, any other failure names its stage."""
+    from dataprep_helpers import sleepy_task
     from mspretrain.dataprep.config import BuildConfig
+    from mspretrain.dataprep.errors import BuildError
+    from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
     from mspretrain.dataprep.stages import WorkerSetup
-    from mspretrain.dataprep.executor.local import WorkerPool
     cfg = BuildConfig()
     setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
-    calls = []
-
-    def idle() -> bool:
-        calls.append(time.monotonic())
-        return len(calls) < 3
-
-    with WorkerPool(1, setup) as pool:
-        results = list(pool.map_ordered(abs, [-3, -1, -2]))
-        assert results == [3, 1, 2] and calls == []
-        assert list(pool.map_ordered(time.sleep, [0.5], idle)) == [None]
-    assert len(calls) == 3    # called while the sleep ran, and not again once it said False
+    with WorkerPool(2, setup) as pool:
+        ex = LocalExecutor(pool, progress=False)
+        results = ex.run("sleepy", sleepy_task, [(0.6, "a"), (0.0, "b"), (0.3, "c")])
+        assert [r["value"] for r in results] == ["a", "b", "c"]
+        assert len({r["pid"] for r in results}) == 2       # both workers ran tasks
+        assert ex.tasks == {"sleepy": 3} and ex.reused == {"sleepy": 0}
+        with pytest.raises(BuildError, match="^a.jsonl: line 3 is bad$"):
+            ex.run("reading", sleepy_task, [(0.0, "build-error")])
+        with pytest.raises(BuildError, match="^stage sums: ZeroDivisionError"):
+            ex.run("sums", sleepy_task, [(0.0, "zero")])
 
 
 def test_with_eos_puts_each_document_then_eos_back_to_back():

@@ -48,15 +48,17 @@ def test_sigkill_mid_stage_then_rerun_gives_the_same_bytes(corpus, reference, tm
     work = out / ".build"
     total = json.loads((reference / "report.json").read_text())["chunks"]
 
+    settled = work / "plan" / "done"     # the plan's task markers: "settle" ends stage 2
+
     # 1) killed during stage 1 (clean+filter+minhash), a few chunks in
     done = _kill_when(_start(corpus, out), work / "docs", 3)
     docs_done = len(list((work / "docs").glob("[0-9]*.json")))
-    assert not (out / "manifest.json").exists() and not (work / "dedup.json").exists()
+    assert not (out / "manifest.json").exists() and not list(settled.glob("settle-*"))
     assert 3 <= docs_done == done
 
     # 2) rerun, killed during stage 4 (tokenize), a few chunks in
     _kill_when(_start(corpus, out), work / "tokens", 3)
-    assert (work / "dedup.json").exists() and not (out / "manifest.json").exists()
+    assert list(settled.glob("settle-*")) and not (out / "manifest.json").exists()
     tokens_done = len(list((work / "tokens").glob("[0-9]*.json")))
 
     # 3) rerun to the end
@@ -130,10 +132,9 @@ def _same_data(out: Path, reference: Path) -> None:
 
 
 @pytest.mark.slow
-def test_given_tokenizer_overlapped_stages_and_a_sigkill_give_the_same_bytes(corpus, reference,
-                                                                             tmp_path):
-    """With --tokenizer, the main process tokenizes and packs while stage 1 runs: the same bytes,
-    uninterrupted or killed once some chunks are tokenized and rerun."""
+def test_given_tokenizer_and_a_sigkill_give_the_same_bytes(corpus, reference, tmp_path):
+    """With --tokenizer (no training): the same bytes, uninterrupted or killed once some chunks are
+    tokenized and rerun."""
     given = ["--tokenizer", str(reference / "tokenizer.model")]
     settings = [a for a in TEST_SETTINGS if a not in ("--vocab-size", "1200")]
     out = tmp_path / "straight"

@@ -97,17 +97,13 @@ def test_a_vocabulary_the_corpus_cannot_fill_is_fitted_with_a_warning(corpus, tm
 
 def test_temporary_files_of_an_interrupted_step_never_reach_the_dataset(corpus, tmp_path,
                                                                          monkeypatch):
-    import mspretrain.dataprep.build as build_mod
-    real = build_mod.train_fitted
-
-    def after_a_killed_run(sample, model, cfg):
-        # what a Ctrl-C during sentencepiece training under another pid leaves behind
-        for ext in ("model", "vocab"):
-            (model.parent / f".tokenizer.tmp424242.{ext}").write_bytes(b"partial")
-        return real(sample, model, cfg)
-
-    monkeypatch.setattr(build_mod, "train_fitted", after_a_killed_run)
+    import ray_test_hooks
+    from mspretrain.dataprep.workdir import WorkDir
+    # what a Ctrl-C during sentencepiece training under another pid leaves behind: written by the
+    # tokenizer task's worker just before it trains
     out = tmp_path / "data"
+    monkeypatch.setenv("DATAPREP_HOOKS",
+                       ray_test_hooks.env(f"litter:tokenizer:{WorkDir(out).staging}"))
     assert run_build([corpus / "en.txt"], out) == 0
     assert not [p for p in out.rglob(".*") if p.is_file()]
 

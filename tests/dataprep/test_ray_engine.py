@@ -102,7 +102,7 @@ def _start_driver(corpus, out, address) -> subprocess.Popen:
 def test_driver_sigkilled_then_rerun_resumes_from_completed_stages(ray_address, corpus, reference,
                                                                   tmp_path):
     out = tmp_path / "data"
-    done = out / ".build" / "ray" / "done"
+    done = out / ".build" / "plan" / "done"
     proc = _start_driver(corpus, out, ray_address)
     deadline = time.monotonic() + 180
     while not list(done.glob("groups-*.json")) if done.is_dir() else True:
@@ -122,8 +122,9 @@ def test_driver_sigkilled_then_rerun_resumes_from_completed_stages(ray_address, 
                      "--set", "run.ray_partitions=3", "--set", "run.chunk_bytes=4KiB") == 0
     assert dataset_bytes(out) == dataset_bytes(reference)
     rep = _report(out)
-    assert rep["executor"]["tasks_reused"]["docs"] == units and rep["executor"]["tasks_reused"]["ids"] == 3
-    assert rep["executor"]["tasks_reused"]["tokenize"] == 0
+    reused = rep["executor"]["tasks_reused"]
+    assert reused["docs"] == units and reused["ids"] == 3
+    assert reused["tokenize"] == 0
     assert rep["stages"] == _report(reference)["stages"]
     assert not (out / ".build").exists()
 

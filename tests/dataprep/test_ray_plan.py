@@ -92,7 +92,7 @@ def test_compressed_and_small_files_are_one_unit(tmp_path):
 
 def test_partitions_come_from_the_input_size_unless_given(tmp_path):
     from mspretrain.dataprep.config import load_build_config
-    from mspretrain.dataprep.executor.ray.driver import partitions_for
+    from mspretrain.dataprep.plan.run import partitions_for
 
     small = tmp_path / "a.jsonl"
     small.write_bytes(b"x" * 1000)

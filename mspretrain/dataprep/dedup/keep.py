@@ -1,4 +1,4 @@
-"""Stage 2 (dedup; numbers as in build.py), in the main process and in input order: duplicate ids, exact dedup, near dedup.
+"""Stage 2's keep rule (dedup), in input order: duplicate ids, exact dedup, near dedup.
 
 For each document that passed the quality filters, in input order:
   1. a doc_id seen before (in any earlier document) is a bad record `duplicate_doc_id`: ids must be
@@ -12,17 +12,19 @@ The first document in input order is always the one kept. Every dropped document
 dedup/duplicates.parquet (doc_id, kept_doc_id, kind, similarity). Every document read becomes one
 row of documents/attributes.parquet (input order): its language and score, quality score, PII
 matches, matched evaluation items and its fate (kept, the filter that dropped it, exact or near),
-so that a user can join it with provenance on doc_id and re-filter. The result (keep mask per chunk
-and counts) is saved in the work dir so a resumed build skips stage 1 and 2 entirely.
+so that a user can join it with provenance on doc_id and re-filter.
+
+The plan runs this rule once per partition over the documents that share an exact key or an LSH
+cell with another (plan/dedup.py `replay` says why that gives the decisions of one pass over the
+whole corpus); the documents that share nothing are kept without it.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import json
 import shutil
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,6 @@ import pyarrow as pa
 
 from mspretrain.common import arrow
 from mspretrain.dataprep.dedup.detect import DedupConfig, NearDedup
-from mspretrain.common.files import atomic_open, atomic_write_json
 
 DUPLICATES_FILE = "dedup/duplicates.parquet"
 ATTRIBUTES_FILE = "documents/attributes.parquet"
@@ -45,7 +46,7 @@ DUPLICATES_SCHEMA = pa.schema([("doc_id", pa.string()), ("kept_doc_id", pa.strin
 
 @dataclass
 class DedupResult:
-    chunk_rows: list[int] = field(default_factory=list)
+    """Stage 2's counts over the whole corpus (the report's)."""
     docs_seen: int = 0
     kept_docs: int = 0
     kept_bytes: int = 0
@@ -53,32 +54,6 @@ class DedupResult:
     exact: list[int] = field(default_factory=lambda: [0, 0])        # docs, bytes dropped
     near: list[int] = field(default_factory=lambda: [0, 0])
     duplicate_ids: list[list] = field(default_factory=list)   # [source, doc_id, first source]
-    keep_mask: np.ndarray | None = None                             # all chunks, concatenated
-
-    @property
-    def num_chunks(self) -> int:
-        return len(self.chunk_rows)
-
-    def keep(self, chunk: int) -> np.ndarray:
-        start = sum(self.chunk_rows[:chunk])
-        return self.keep_mask[start:start + self.chunk_rows[chunk]]
-
-    @staticmethod
-    def exists(root: Path) -> bool:
-        return (root / "dedup.json").is_file()
-
-    def save(self, root: Path) -> None:
-        mask_path = root / "dedup_keep.npy"
-        with atomic_open(mask_path) as f:
-            np.save(f, self.keep_mask)
-        d = asdict(self)
-        d.pop("keep_mask")
-        atomic_write_json(root / "dedup.json", d)   # the stage's marker: written last
-
-    @classmethod
-    def load(cls, root: Path) -> "DedupResult":
-        d = json.loads((root / "dedup.json").read_text())
-        return cls(**d, keep_mask=np.load(root / "dedup_keep.npy"))
 
 
 @dataclass
@@ -110,7 +85,7 @@ class DedupPass:
         self.seen = SeenStore(spill / "seen.sqlite" if spill is not None else None)
         self._texts: dict[int, pa.ChunkedArray] = {}     # a few chunks' texts, read on demand
         self.result = DedupResult()
-        self.masks: list[np.ndarray] = []
+        self.chunks = 0     # consumed so far: the number `texts` takes
 
     def consume(self, table: pa.Table, sig_dtype: np.dtype) -> Decisions:
         """One chunk of stage-1 output, in input order.
@@ -122,7 +97,8 @@ class DedupPass:
         duplicates.parquet, do not depend on where the chunk boundaries fall."""
         c = {name: table.column(name).to_pylist()
              for name in ("doc_id", "source", "reason", "key", "sig", "bytes_clean", "split")}
-        chunk = len(self.masks)
+        chunk = self.chunks
+        self.chunks += 1
         keep = np.zeros(table.num_rows, bool)
         drops: list[tuple] = []   # (row, doc_id, kept_doc_id, kind, similarity, bytes)
         near_rows, first_row, same_as = [], {}, {}
@@ -172,8 +148,6 @@ class DedupPass:
             for name, value in zip(DUPLICATES_SCHEMA.names, (doc_id, kept, kind, sim)):
                 rows[name].append(value)
         self.result.docs_seen += table.num_rows
-        self.result.chunk_rows.append(table.num_rows)
-        self.masks.append(keep)
         return Decisions(keep, arrow.table(rows, DUPLICATES_SCHEMA),
                          attributes_table(table, fate))
 
@@ -205,8 +179,6 @@ class DedupPass:
             r.train_bytes += nbytes
 
     def finish(self) -> DedupResult:
-        self.result.keep_mask = (np.concatenate(self.masks) if self.masks
-                                 else np.zeros(0, bool))
         return self.result
 
 

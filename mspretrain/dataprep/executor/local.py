@@ -4,15 +4,15 @@ processes on this machine (`LocalExecutor` over a `WorkerPool`).
 - 'spawn' start method: safe although the main process holds threads (and later MindSpore). Formats
   registered in the main process only (readers.register in a script) are loaded into every worker,
   so the workers read each file as the main process would.
-- `map_ordered(fn, tasks)` (for callers that stream their own work) submits at most `2 * N` tasks
-  ahead of the one being consumed, so memory stays bounded by the task size.
+- A stage's tasks are all submitted at once (their arguments are small: the outputs are files), and
+  their results come back in task order.
 - A worker that dies (OOM killer, SIGKILL) breaks the pool: the build stops with WorkerDied instead
-  of waiting forever, and a rerun resumes from the completed chunks.
-- Workers start together (a barrier), so one that spawned first does not take every chunk alone, and
+  of waiting forever, and a rerun resumes from the completed tasks.
+- Workers start together (a barrier), so one that spawned first does not take every task alone, and
   leave on their own if the main process is killed.
 - A build that stops early (Ctrl-C, an error) kills its workers, and its exit must not wait on the
   executor's internals, or Python 3.11 can hang for good: the call queue's feeder thread blocks
-  writing a task (a chunk is larger than a pipe's buffer) to a pipe no worker reads, and the exit
+  writing a task (one larger than a pipe's buffer) to a pipe no worker reads, and the exit
   joins that thread (CPython gh-107219, gh-132969). Only the executor's manager thread unblocks it
   (in `terminate_broken`), and that thread died (InvalidStateError) on a future its caller had
   cancelled: tasks queued behind workers that still start are cancellable. So the futures are never
@@ -32,7 +32,6 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -132,23 +131,6 @@ class WorkerPool:
         except BrokenProcessPool:
             raise WorkerDied(_DIED) from None
 
-    def map_ordered(self, fn, tasks, idle=None):
-        """fn(task) for every task, computed in the workers, yielded in task order. While the next
-        result is not ready, `idle()` (if given) does a piece of the main process's own work; it
-        returns False when it has none left."""
-        pending: deque = deque()
-        try:
-            for task in tasks:
-                with interrupt.deferred():
-                    pending.append(self._pool.submit(fn, task))
-                if len(pending) >= 2 * self.workers:
-                    yield _next_result(pending, idle)
-            while pending:
-                yield _next_result(pending, idle)
-        except BrokenProcessPool:
-            raise WorkerDied(_DIED) from None
-        # the futures left are not cancelled: a build that stops kills the pool (see close)
-
     def close(self, wait: bool = True) -> None:
         """wait=True: let the workers finish (a build that ended well has nothing left for them).
         wait=False: a build that stops early kills them first (see the module docstring)."""
@@ -177,19 +159,6 @@ class WorkerPool:
 
     def __exit__(self, exc_type, exc, tb):
         self.close(wait=exc_type is None)
-
-
-def _next_result(pending: deque, idle):
-    head = pending[0]
-    while not head.done():
-        interrupt.check()     # a Ctrl-C that a library swallowed stops the build here
-        if idle is None or not idle():
-            idle = None       # no main-process work left: wait, a short while at a time, so
-            with interrupt.deferred():        # that a Ctrl-C is not held up (raised at the end)
-                wait([head], timeout=_POLL_S)
-    interrupt.check()
-    with interrupt.deferred():
-        return pending.popleft().result()
 
 
 @contextlib.contextmanager

@@ -142,23 +142,30 @@ def components(ctx: Ctx) -> dict:
 
 @per_partition("replay")
 def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
-    """The local keep rule over this partition's groups, in input order; writes the drops."""
+    """The keep rule (DedupPass) over this partition's groups, in input order; writes the drops."""
     t = _in_order(ctx, "groups", units, part)
     out = {n: [] for n in DROPS_SCHEMA.names}
+    frozen = 0
     if t is not None:
         cfg = ctx.cfg
-        texts = t.column("text")
-        decided = DedupPass(cfg.dedup, texts=lambda chunk: texts).consume(
-            t, np.dtype(sig_dtype or "uint32"))
-        dropped = np.flatnonzero(~decided.keep)
-        rows = decided.duplicates.to_pydict()
+        # consumed in slices of run.dedup_memory_docs rows: the index then holds at most about
+        # that many kept documents in memory, the rest in segments on disk (same decisions)
+        hot = cfg.run.dedup_memory_docs
+        slices = [t.slice(i, hot) for i in range(0, t.num_rows, hot)]
+        dedup = DedupPass(cfg.dedup, texts=lambda k: slices[k].column("text"), hot_docs=hot,
+                          spill=ctx.stage_dir("near") / f"p{part:04d}")
+        parts = [dedup.consume(s, np.dtype(sig_dtype or "uint32")) for s in slices]
+        frozen = dedup.near.frozen
+        dropped = np.flatnonzero(~np.concatenate([d.keep for d in parts]))
+        rows = pa.concat_tables([d.duplicates for d in parts]).to_pydict()
         if len(dropped) != len(rows["doc_id"]):   # every group member is kept or dropped
             raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
                                f"{len(rows['doc_id'])} drops")
         out = {**rows, "order": t.column("order").take(pa.array(dropped)),
                "bytes": t.column("bytes_clean").take(pa.array(dropped))}
     write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
-    return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"])}
+    return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"]),
+            "frozen": frozen}
 
 
 def write_duplicates(ctx: Ctx, units: int) -> dict:

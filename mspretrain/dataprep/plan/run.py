@@ -5,6 +5,7 @@ depend on the engine. The plan holds only per-unit and per-chunk markers (counts
 O(files + chunks), never documents, signatures or the LSH index."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from mspretrain.dataprep.readers import InputFile, file_format, splittable
 from mspretrain.dataprep.report import failure
 from mspretrain.dataprep.stages import SPLITS
 from mspretrain.dataprep.tokenizer.sample import sample_fraction
+from mspretrain.dataprep.tokenizer.vocab_fit import fit_warning
 from mspretrain.dataprep.workdir import WorkDir
 from mspretrain.dataprep.write.shards import shard_capacity
 from mspretrain.loader.manifest import ShardInfo, SplitInfo
@@ -61,13 +63,14 @@ def run_plan(stages: Executor, files: list[InputFile], cfg: BuildConfig, work: W
     times["tokenize+write"] = _lap(t0) - sum(times.values())
     run["chunks_reused"] = {"docs": _chunks_reused(units), "tokenize": _chunks_reused(tokens)}
     run["executor"] = {**stages.describe(), "partitions": ctx.partitions, "units": len(units),
-                       **stages.summary()}
+                       "index_spills": run.pop("index_spills"), **stages.summary()}
     return dedup, splits, tails, hist
 
 
 def _chunks_reused(units: list[dict]) -> int:
-    """Chunks whose unit's task a rerun found done (a task is redone whole otherwise)."""
-    return sum(len(u["chunks"]) for u in units if u.get("reused"))
+    """Chunks a rerun found done: every chunk of a task found done, and within a task redone, the
+    chunks whose outputs an earlier try had written (they are read back, not computed again)."""
+    return sum(u.get("reused") or c["reused"] for u in units for c in u["chunks"])
 
 
 def partitions_for(cfg: BuildConfig, files: list[InputFile]) -> int:
@@ -116,12 +119,13 @@ def _dedup_stages(stages: Executor, ctx: Ctx, units: list[dict], run: dict) -> D
     stages.run("groups", unit_tasks.group_unit,
                [(ctx, u["unit"], u["chunks"], label_files) for u in units])
     sig_dtype = next((u["sig_dtype"] for u in units if u.get("sig_dtype")), "")
-    stages.run("replay", dedup_tasks.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
+    replayed = stages.run("replay", dedup_tasks.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
+    # how often the LSH index went to disk (run.dedup_memory_docs), for the report
+    run["index_spills"] = sum(m.get("frozen", 0) for m in replayed)
     settled, _ = stages.run_many(
         ("settle", unit_tasks.settle_unit, [(ctx, u["unit"], u["chunks"]) for u in units]),
         ("duplicates", dedup_tasks.write_duplicates, [(ctx, U)]))
-    result = DedupResult(chunk_rows=[c["rows"] for u in units for c in u["chunks"]])
-    result.docs_seen = sum(result.chunk_rows)
+    result = DedupResult(docs_seen=sum(c["rows"] for u in units for c in u["chunks"]))
     for s in settled:
         result.kept_docs += s["kept_docs"]
         result.kept_bytes += s["kept_bytes"]
@@ -180,6 +184,8 @@ def _tokenizer_stage(stages: Executor, ctx: Ctx, units: list[dict], dedup: Dedup
     (r,) = stages.run("tokenizer", unit_tasks.train_tokenizer_task, [(ctx, len(units), stats)])
     if "error" in r:
         raise NoDatasetError(r["error"])
+    if r["vocab_size"] != cfg.tokenizer.vocab_size and not r["reused"]:
+        print(fit_warning(cfg.tokenizer.vocab_size, r["vocab_size"]), file=sys.stderr, flush=True)
     return model
 
 

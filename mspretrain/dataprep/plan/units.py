@@ -21,6 +21,7 @@ from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.workdir import read_json
 from mspretrain.common.files import atomic_open, atomic_write_json
 
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
@@ -76,7 +77,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                              stable_partition(bytes_key64(keys), P))
         sig_dtype = m.get("sig_dtype") or sig_dtype
         _map_cells(writers["cells"], near, table, ok, order, seen_keys, sig_dtype, P)
-        chunks.append({"index": m["index"], "rows": n})
+        chunks.append({"index": m["index"], "rows": n, "reused": bool(m.get("reused"))})
         rows += n
     for w in writers.values():
         w.commit()
@@ -223,7 +224,7 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     work = ctx.work
     marker = work.root / "tokenizer.json"
     if marker.is_file():
-        return {"reused": True}
+        return {"reused": True, "vocab_size": read_json(marker)["vocab_size"]}
     sample = work.root / "tokenizer_sample.txt"
     with atomic_open(sample) as out:
         for u in range(units):
@@ -235,7 +236,7 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     except TokenizerError as e:
         return {"error": str(e)}
     atomic_write_json(marker, {**stats, "vocab_size": vocab_size})
-    return {"reused": False}
+    return {"reused": False, "vocab_size": vocab_size}
 
 
 def tokenize_unit(ctx: Ctx, unit: int, chunks: list[dict], model: str) -> dict:
@@ -249,5 +250,5 @@ def tokenize_unit(ctx: Ctx, unit: int, chunks: list[dict], model: str) -> dict:
         keep = keep_mask(ctx, c["index"])
         m = tokenize_chunk((c["index"], np.packbits(keep).tobytes(), model))
         hooks.reached(ctx.hooks, "tokenize")
-        out.append({"index": c["index"], "tokens": m["tokens"]})
+        out.append({"index": c["index"], "tokens": m["tokens"], "reused": bool(m.get("reused"))})
     return finish(marker, {"unit": unit, "chunks": out})

@@ -9,7 +9,6 @@ The same sample always gives the same N, so a fitted build stays deterministic.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +18,8 @@ _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a
 
 
 def train_fitted(sample_file: Path, model_path: Path, cfg) -> int:
-    """Train as `train_tokenizer` does; returns the vocabulary size used."""
+    """Train as `train_tokenizer` does; returns the vocabulary size used (`fit_warning` says when it
+    is not the one asked for)."""
     try:
         train_tokenizer(sample_file, model_path, cfg)
         return cfg.vocab_size
@@ -28,8 +28,11 @@ def train_fitted(sample_file: Path, model_path: Path, cfg) -> int:
         if not m:
             raise
         fit = int(m.group(2))
-    print(f"dataprep build: warning: tokenizer.vocab_size={cfg.vocab_size} is more than this corpus "
-          f"can fill; training with the largest size that works, {fit} (the manifest records it as "
-          f"tokenizer.vocab_size)", file=sys.stderr, flush=True)
     train_tokenizer(sample_file, model_path, replace(cfg, vocab_size=fit))
     return fit
+
+
+def fit_warning(asked: int, used: int) -> str:
+    return (f"dataprep build: warning: tokenizer.vocab_size={asked} is more than this corpus can "
+            f"fill; training with the largest size that works, {used} (the manifest records it "
+            f"as tokenizer.vocab_size)")

@@ -1,5 +1,5 @@
-"""Packing: documents back to back into samples of seq_length + 1 tokens, written as MindRecord shards
-with their provenance.
+"""Packing: documents back to back into samples of seq_length + 1 tokens (written as MindRecord shards
+by plan/write.py, each over a fixed range of samples), with their provenance.
 
 Each document ends in EOS. The documents of a split form one token stream in input order; sample k of
 the split is stream[k*(L) : (k+1)*L] with L = seq_length + 1, so sample ids are global and contiguous.
@@ -24,9 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mspretrain.common import arrow
-from mspretrain.dataprep.report import summary as reporting
-from mspretrain.dataprep.write.shards import ShardWriter
-from mspretrain.loader.manifest import SplitInfo
 
 PROVENANCE_DIR = "provenance"
 PROVENANCE_SCHEMA = pa.schema([("sample_id", pa.int64()), ("doc_id", pa.string()),
@@ -118,38 +115,3 @@ class ProvenanceStream:
         if quality is not None:
             rows["quality"] = np.asarray(quality, np.float64)[doc]
         return rows
-
-
-class SplitPacker:
-    """Packs one split's documents, chunk by chunk in input order, into shards and provenance."""
-
-    def __init__(self, root: Path, split: str, seq_length: int, max_shard_bytes: int,
-                 quality: bool = False):
-        self.split, self.L = split, seq_length + 1
-        self.writer = ShardWriter(root, split, seq_length, max_shard_bytes)
-        self.provenance = ProvenanceStream(root / PROVENANCE_DIR / f"{split}.parquet", seq_length,
-                                           quality)
-        self._carry = np.zeros(0, np.int32)   # tokens of the partial sample
-        self.samples = 0
-        self.docs = 0
-        self.length_bins = np.zeros(0, np.int64)   # the report's document length histogram
-
-    def add(self, tokens: np.ndarray, lens: np.ndarray, doc_ids: list[str],
-            quality: np.ndarray | None = None) -> None:
-        if not len(lens):
-            return
-        self.provenance.add(lens, doc_ids, quality)
-        self.docs += len(lens)
-        self.length_bins = reporting.add_bins(self.length_bins, reporting.length_bins(lens - 1))
-        buf = np.concatenate([self._carry, tokens])
-        full = buf.size // self.L
-        if full:
-            self.writer.write(buf[: full * self.L].reshape(full, self.L))
-        self._carry = buf[full * self.L:]
-        self.samples += full
-
-    def close(self) -> tuple[SplitInfo, int]:
-        """(the split's SplitInfo, tail tokens dropped)."""
-        self.provenance.close()
-        shards = tuple(self.writer.close())
-        return SplitInfo(self.samples, self.samples * self.L, shards), int(self._carry.size)
