@@ -260,8 +260,8 @@ def main() -> None:
         t = rep["time_s"]
         per = lambda s: mb / s / workers                     # noqa: E731
         e2e = mb / r["wall"]
-        print(f"{mb:7.1f}M {workers:7d} {per(t['docs+dedup']):11.2f} "
-              f"{per(t['tokenize+pack+write']):14.2f} {e2e / workers:11.2f} {e2e / ref:6.2f} "
+        print(f"{mb:7.1f}M {workers:7d} {per(t['docs'] + t['dedup']):11.2f} "
+              f"{per(t['tokenize+write']):14.2f} {e2e / workers:11.2f} {e2e / ref:6.2f} "
               f"{mb / r['cpu']:8.2f} {mb / r['cpu'] / ref_cpu:9.2f} {r['peak_rss'] / 2**20:7.0f}MB")
         print(f"          stages s {t}, worker cpu s {rep['cpu_s']}, tree cpu {r['cpu']:.1f}s, "
               f"wall {r['wall']:.1f}s, docs {rep['stages']['read']['docs']} -> "

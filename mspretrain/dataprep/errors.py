@@ -1,4 +1,4 @@
-"""The build's own errors, raised by both engines (build.py and ray_engine/)."""
+"""The build's own errors, raised by the plan, its tasks and both executors."""
 
 
 class BuildError(RuntimeError):
