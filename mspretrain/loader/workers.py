@@ -133,11 +133,6 @@ class WorkerPool:
     def free_slots(self) -> int:
         return len(self._free)
 
-    @property
-    def in_flight(self) -> int:
-        """Batches submitted and not yet taken back."""
-        return len(self._pending)
-
     def submit(self, cursor: int) -> None:
         if not self._free:
             raise LoaderError("internal: more batches submitted than prefetch slots")

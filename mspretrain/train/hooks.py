@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 HOOKS_ENV = "TRAIN_HOOKS"
@@ -27,15 +27,15 @@ def _nothing(*args) -> None:
 @dataclass
 class Hooks:
     # (train step, DistInfo, model) -> the object the loop calls instead of the train step
-    wrap_step: Callable = field(default=_same_step)
+    wrap_step: Callable = _same_step
     # (phase, step): the checkpoint writer reached `phase` ("model_written", "before_rename",
     # "before_latest"); with checkpoint.async it is called on the background writer thread
-    checkpoint_phase: Callable = field(default=_nothing)
+    checkpoint_phase: Callable = _nothing
     # (phase, step): a spike rollback decided after `step` reached `phase` ("rollback_start",
     # "rollback_loaded": the checkpoint reloaded and metrics.jsonl cut, the event not yet logged)
-    spike_phase: Callable = field(default=_nothing)
+    spike_phase: Callable = _nothing
     # (open results file, records written so far, the next line): `train eval` is about to write it
-    eval_record: Callable = field(default=_nothing)
+    eval_record: Callable = _nothing
 
 
 _loaded: Hooks | None = None
