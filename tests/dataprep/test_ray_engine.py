@@ -1,6 +1,7 @@
 """`dataprep build --engine ray` on one local Ray instance (started once for the module, bound to
 127.0.0.1): the same bytes as `--engine local` for several partition and chunk settings, a Ray worker
-killed mid-task, the driver killed and the command rerun, and bad input counted as locally."""
+killed mid-task, the driver killed and the command rerun, a local build resumed on Ray, and bad
+input counted as locally."""
 from __future__ import annotations
 
 import json
@@ -87,6 +88,23 @@ def test_a_worker_killed_mid_task_is_retried_and_the_bytes_are_unchanged(ray_add
     out = tmp_path / "data"
     assert run_build([corpus], out, "--engine", "ray", "--set", "run.ray_partitions=2") == 0
     assert flag.exists()   # a task really killed its own worker process (SIGKILL) mid-task
+    assert dataset_bytes(out) == dataset_bytes(reference)
+
+
+@pytest.mark.slow
+def test_a_local_build_whose_worker_died_resumes_on_ray(ray_address, corpus, reference, tmp_path,
+                                                       monkeypatch):
+    """Both engines run one plan over one work dir: what the local build finished, Ray reuses."""
+    flag = tmp_path / "killed"
+    monkeypatch.setenv(HOOKS_ENV, hooks_env(f"kill:tokenize:{flag}"))
+    out = tmp_path / "data"
+    assert run_build([corpus], out, "--workers", "2") == 1     # a worker died: stopped, work kept
+    assert flag.exists() and (out / ".build").is_dir() and not (out / "manifest.json").exists()
+    monkeypatch.delenv(HOOKS_ENV)
+    assert run_build([corpus], out, "--engine", "ray", "--ray-address", ray_address) == 0
+    ex = _report(out)["executor"]
+    assert ex["engine"] == "ray" and ex["tasks_reused"]["docs"] == ex["units"]
+    assert ex["tasks_reused"]["settle"] == ex["units"]      # dedup was not redone either
     assert dataset_bytes(out) == dataset_bytes(reference)
 
 
