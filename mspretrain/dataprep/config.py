@@ -65,19 +65,21 @@ class ShardConfig:
 @dataclass
 class RunConfig:
     """Runtime-only: never changes the output bytes, so not part of the manifest or fingerprint."""
-    workers: int = 1               # worker processes of the local engine (--workers)
+    workers: int = 1               # engine local: worker processes that run the tasks (--workers)
     strict: bool = False           # first bad record fails the build
-    chunk_bytes: Size = 4 << 20     # raw input text per work unit sent to a worker
+    chunk_bytes: Size = 4 << 20     # raw input text per chunk inside a work unit (memory per task)
     progress: bool = True          # progress bars on stderr (--no-progress)
-    engine: str = "local"          # local (worker processes) | ray (Ray core tasks, docs/scale-out.md)
+    engine: str = "local"          # who runs the stage plan: local (worker processes) | ray (Ray
+                                   # core tasks, docs/scale-out.md); the same bytes either way
     ray_address: str = ""          # engine ray: "" starts a local Ray instance; auto | HOST:PORT joins
-    ray_partitions: int = 0        # engine ray: shuffle partitions of the dedup stages (0: one per
-                                   # GiB of input, 2 to 256: from the inputs, never the cluster)
+    ray_partitions: int = 0        # both engines: shuffle partitions of the dedup stages (0: one per
+                                   # GiB of input, 2 to 256: from the inputs, never the machines)
     ray_cpus: int = 0              # engine ray, local instance only: CPUs it may use (0: all)
-    ray_union_find_edges: int = 20_000_000   # engine ray: more dedup edges -> min-label rounds
-    ray_unit_bytes: Size = 256 << 20   # engine ray: jsonl/parquet files cut into work units of this
-    # engine local: kept documents whose near-dedup signatures and LSH entries stay in memory
-    # (~2 KB each); beyond, the index is frozen into segments in DIR/.build (same results)
+    ray_union_find_edges: int = 20_000_000   # both engines: more dedup edges -> min-label rounds
+    ray_unit_bytes: Size = 256 << 20   # both engines: uncompressed jsonl/parquet files cut into
+                                       # work units of this size (the docs stage's parallelism)
+    # both engines: documents a dedup replay task holds in its in-memory LSH index (~2 KB each);
+    # beyond, the index is frozen into segments in DIR/.build (same results)
     dedup_memory_docs: int = 1 << 15
 
 
