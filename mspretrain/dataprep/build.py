@@ -32,6 +32,7 @@ from mspretrain.dataprep.dedup.detect import describe
 from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError
 from mspretrain.dataprep.executor.base import Executor
+from mspretrain.dataprep.executor.inline import InlineExecutor
 from mspretrain.dataprep.executor.local import LocalExecutor, WorkerDied, WorkerPool
 from mspretrain.dataprep.plan.run import hash_inputs, run_plan
 from mspretrain.dataprep.readers import InputPathError, list_inputs
@@ -77,6 +78,8 @@ def _executor(cfg: BuildConfig, out: Path):
         from mspretrain.dataprep.executor.ray import ray_executor
         with ray_executor(cfg) as executor:
             yield executor
+    elif cfg.run.workers == 1:
+        yield InlineExecutor(cfg.run.progress)
     else:
         with WorkerPool(cfg.run.workers, worker_setup(cfg, WorkDir(out))) as pool:
             yield LocalExecutor(pool, cfg.run.progress)

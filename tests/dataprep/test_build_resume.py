@@ -19,9 +19,9 @@ from dataprep_helpers import REPO, TEST_SETTINGS, dataset_bytes, run_build
 COMMAND = ["--workers", "1", "--set", "run.chunk_bytes=4KiB"]
 
 
-def _start(corpus: Path, out: Path) -> subprocess.Popen:
+def _start(corpus: Path, out: Path, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus), "--out", str(out),
-            *TEST_SETTINGS, *COMMAND]
+            *TEST_SETTINGS, *COMMAND, *extra]
     return subprocess.Popen(argv, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -96,13 +96,13 @@ def test_crash_while_publishing_then_rerun_gives_the_same_bytes(corpus, referenc
 def test_a_killed_worker_stops_the_build_cleanly_and_a_rerun_resumes(corpus, reference, tmp_path):
     import psutil
     out = tmp_path / "data"
-    proc = _start(corpus, out)
+    proc = _start(corpus, out, "--workers", "2")   # 1 worker: the tasks run in the build's process
     deadline = time.monotonic() + 120
     while len(list((out / ".build" / "docs").glob("[0-9]*.json"))) < 3:
         assert proc.poll() is None and time.monotonic() < deadline, "build ended too early"
         time.sleep(0.005)
     workers = [p for p in psutil.Process(proc.pid).children() if _is_worker(p)]
-    assert len(workers) == 1                      # COMMAND runs one worker
+    assert len(workers) == 2
     workers[0].send_signal(signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "worker process died" in stderr
