@@ -3,6 +3,7 @@ the dataset contract, provenance, dedup output, shard caps and the guards around
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -32,6 +33,9 @@ def test_bytes_and_fingerprint_do_not_depend_on_workers_and_workers_are_real(
     for stage in ("docs", "tokenize"):               # every worker process did some of each stage
         assert len(report["worker_pids"][stage]) == workers, report["worker_pids"]
     assert not (out / ".build").exists()
+    one = json.loads((reference / "report.json").read_text())    # --workers 1: in the build's process
+    assert one["worker_pids"] == {"docs": [os.getpid()], "tokenize": [os.getpid()]}
+    assert one["executor"]["where"] == "the build's own process (run.workers 1)"
 
 
 def test_reference_build_satisfies_the_contract(reference):
