@@ -128,7 +128,7 @@ def test_repeated_ids_and_exact_keys_are_caught_across_chunks_from_the_store_on_
         t = t.set_column(0, "doc_id", pa.array(ids[s:s + per_chunk]))
         t = t.set_column(t.schema.get_field_index("key"), "key", pa.array(keys[s:s + per_chunk]))
         decided = dp.consume(t, np.dtype("uint32"))
-        got += decided.attributes.column("fate").to_pylist()
+        got += decided.fate
         dups += zip(decided.duplicates.column("doc_id").to_pylist(),
                     decided.duplicates.column("kept_doc_id").to_pylist())
     assert got == [fate for fate, _ in want]

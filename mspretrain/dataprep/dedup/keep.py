@@ -61,7 +61,7 @@ class Decisions:
     """What stage 2 decided for one chunk of stage-1 output."""
     keep: np.ndarray         # bool per row
     duplicates: pa.Table     # its rows of dedup/duplicates.parquet, in input order
-    attributes: pa.Table     # its rows of documents/attributes.parquet
+    fate: list[str]          # per row: kept, the filter's reason, duplicate_doc_id, exact or near
 
 
 class DedupPass:
@@ -137,9 +137,6 @@ class DedupPass:
                 else:
                     drops.append((i, c["doc_id"][i], hit[0], "near", hit[1], c["bytes_clean"][i]))
         self.seen.add(chunk, new_ids, keep, c["key"], c["source"])
-        fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
-        for i, _, _, kind, _, _ in drops:
-            fate[i] = kind
         rows: dict[str, list] = {name: [] for name in DUPLICATES_SCHEMA.names}
         for _, doc_id, kept, kind, sim, nbytes in sorted(drops):
             counts = self.result.exact if kind == "exact" else self.result.near
@@ -148,8 +145,10 @@ class DedupPass:
             for name, value in zip(DUPLICATES_SCHEMA.names, (doc_id, kept, kind, sim)):
                 rows[name].append(value)
         self.result.docs_seen += table.num_rows
-        return Decisions(keep, arrow.table(rows, DUPLICATES_SCHEMA),
-                         attributes_table(table, fate))
+        fate = [r or ("kept" if k else "duplicate_doc_id") for r, k in zip(c["reason"], keep)]
+        for i, _, _, kind, _, _ in drops:
+            fate[i] = kind
+        return Decisions(keep, arrow.table(rows, DUPLICATES_SCHEMA), fate)
 
     def _chunk_texts(self, chunk: int) -> pa.ChunkedArray:
         """The text column of a consumed chunk (the last few read are kept)."""
@@ -231,7 +230,7 @@ class SeenStore:
 
 
 def attributes_table(table: pa.Table, fate: list[str]) -> pa.Table:
-    """The documents/attributes.parquet rows of one chunk of stage-1 output (both engines)."""
+    """The documents/attributes.parquet rows of one chunk of stage-1 output (plan/units.settle_unit)."""
     cols = {n: table.column(n) for n in ATTRIBUTES_SCHEMA.names if n in table.column_names}
     cols["fate"] = fate
     return arrow.table(cols, ATTRIBUTES_SCHEMA)
