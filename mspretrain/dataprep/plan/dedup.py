@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
                                  DUPLICATES_SCHEMA, DedupPass)
 from mspretrain.dataprep.write.parquet_stream import InOrderParquet
-from mspretrain.dataprep.plan.layout import (Ctx, done, finish, read_parquets, unit_files,
-                                        write_by_unit, write_parquet)
+from mspretrain.dataprep.plan.layout import (LABELS_SCHEMA, Ctx, done, finish, read_parquets,
+                                             unit_files, write_by_unit, write_parquet)
 from mspretrain.dataprep.plan.shuffle import part_files
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path
 
 EDGES_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
@@ -71,7 +72,7 @@ def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
                 rows["first_source"].append(seen[doc_id])
             else:
                 seen[doc_id] = source
-    write_by_unit(ctx.stage_dir("dupids"), part, pa.table(rows, schema=DUPIDS_SCHEMA))
+    write_by_unit(ctx.stage_dir("dupids"), part, arrow.table(rows, DUPIDS_SCHEMA))
     return {"part": part, "duplicate_ids": len(rows["order"])}
 
 
@@ -89,7 +90,7 @@ def exact_reduce(ctx: Ctx, part: int, units: int) -> dict:
             else:
                 first[key] = order
     write_parquet(ctx.stage_dir("edges") / f"exact-p{part:04d}.parquet",
-                  pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
+                  arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
     return {"part": part, "edges": len(a)}
 
 
@@ -99,8 +100,8 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
     t = read_parquets(part_files(ctx.stage_dir("cells"), units, part))
     a = b = np.zeros(0, np.int64)
     if t is not None:
-        cell = t.column("cell").to_numpy()
-        order = t.column("order").to_numpy()
+        cell = arrow.to_numpy(t.column("cell"))
+        order = arrow.to_numpy(t.column("order"))
         idx = np.lexsort((order, cell))
         cell, order = cell[idx], order[idx]
         start = np.r_[True, cell[1:] != cell[:-1]]
@@ -110,7 +111,7 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
             pairs = np.unique(np.stack([order[first][linked], order[linked]], axis=1), axis=0)
             a, b = pairs[:, 0], pairs[:, 1]
     write_parquet(ctx.stage_dir("edges") / f"cells-p{part:04d}.parquet",
-                  pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
+                  arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
     return {"part": part, "edges": int(len(a))}
 
 
@@ -127,7 +128,7 @@ def components(ctx: Ctx) -> dict:
     nodes = labels = np.zeros(0, np.int64)
     n_comp = 0
     if t is not None:
-        a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
+        a, b = arrow.to_numpy(t.column("a")), arrow.to_numpy(t.column("b"))
         nodes = np.unique(np.concatenate([a, b]))
         ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
         graph = coo_matrix((np.ones(len(ia), np.int8), (ia, ib)), shape=(len(nodes), len(nodes)))
@@ -136,7 +137,8 @@ def components(ctx: Ctx) -> dict:
         labels = nodes[first][comp]
     path = ctx.stage_dir("labels") / "all.parquet"
     with atomic_path(path) as tmp:
-        pq.write_table(pa.table({"order": nodes, "label": labels}), tmp, row_group_size=1 << 16)
+        pq.write_table(arrow.table({"order": nodes, "label": labels}, LABELS_SCHEMA), tmp,
+                       row_group_size=1 << 16)
     return finish(marker, {"docs": int(len(nodes)), "components": int(n_comp)})
 
 
@@ -155,9 +157,10 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
         if len(dropped) != len(rows["doc_id"]):   # every group member is kept or dropped
             raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
                                f"{len(rows['doc_id'])} drops")
-        out = {**rows, "order": t.column("order").take(pa.array(dropped)),
-               "bytes": t.column("bytes_clean").take(pa.array(dropped))}
-    write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
+        take = arrow.array(dropped, pa.int64())
+        out = {**rows, "order": t.column("order").take(take),
+               "bytes": t.column("bytes_clean").take(take)}
+    write_by_unit(ctx.stage_dir("drops"), part, arrow.table(out, DROPS_SCHEMA))
     return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"])}
 
 
