@@ -50,6 +50,29 @@ def test_numpy_columns_round_trip(tmp_path):
     assert arrow.read_parquet(tmp_path / "t.parquet", columns=["f"]).column_names == ["f"]
 
 
+def test_a_range_read_equals_pyarrows_filtered_read(tmp_path):
+    order = np.arange(0, 3000, 3, dtype=np.int64)
+    schema = pa.schema([("order", pa.int64()), ("label", pa.int64())])
+    path = tmp_path / "t.parquet"
+    pq.write_table(arrow.table({"order": order, "label": order // 7}, schema), path,
+                   row_group_size=100)
+    for lo, hi in ((0, 3000), (299, 301), (300, 301), (301, 303), (1000, 1000), (-5, 1),
+                   (2998, 10**9)):
+        want = pq.read_table(path, filters=[("order", ">=", lo), ("order", "<", hi)])
+        got = arrow.read_parquet(path, where=("order", lo, hi))
+        assert got.equals(want), (lo, hi)
+        only = arrow.read_parquet(path, ["label"], where=("order", lo, hi))
+        assert only.column_names == ["label"]
+        assert only.column("label").equals(want.column("label")), (lo, hi)
+
+
+def test_an_empty_table_writes_the_same_bytes(tmp_path):
+    for name, table in (("ours", arrow.empty_table(SCHEMA)), ("theirs", SCHEMA.empty_table())):
+        assert table.schema == SCHEMA and table.num_rows == 0
+        pq.write_table(table, tmp_path / f"{name}.parquet", compression="zstd")
+    assert (tmp_path / "ours.parquet").read_bytes() == (tmp_path / "theirs.parquet").read_bytes()
+
+
 def test_to_numpy_of_slices_chunks_and_booleans():
     a = arrow.array(np.arange(10, dtype=np.int32), pa.int32())
     np.testing.assert_array_equal(arrow.to_numpy(a.slice(3, 4)), [3, 4, 5, 6])
@@ -84,6 +107,7 @@ def test_no_pandas_is_imported():
             "pq.write_table(t, p)\n"
             "back = arrow.read_parquet(p, ['bytes', 'doc_id'])\n"
             "arrow.to_numpy(back.column('bytes')); back.column('doc_id').to_pylist()\n"
+            "arrow.read_parquet(p, ['doc_id'], where=('bytes', 0, 8)); arrow.empty_table(SCHEMA)\n"
             "print('pandas' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=__file__.rsplit("/", 1)[0])

@@ -6,8 +6,9 @@ calls one, a twentieth of a whole 64 MB build. Arrays built here from their buff
 such arrays, hold the same values as pyarrow's own conversions and so write the same parquet bytes.
 The local engine and the modules it shares with the Ray engine convert through this one (a test
 builds a dataset and finds no pandas in its processes: tests/dataprep/test_build_imports.py); what
-still imports pandas: `pa.array`/`pa.table`/`pa.scalar` on Python objects, `to_numpy`, pyarrow.compute
-with Python scalars, `pq.read_table` and read filters (pyarrow.dataset).
+still imports pandas: `pa.array`/`pa.table`/`pa.scalar` on Python objects, `take` of a Python list,
+`to_numpy`, pyarrow.compute with Python scalars, `Schema.empty_table`, `pq.read_table` and read
+filters (pyarrow.dataset).
 """
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def table(columns: dict, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([array(columns[f.name], f.type) for f in schema], schema=schema)
 
 
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of `schema` with no rows (`Schema.empty_table` imports pandas); written, the same
+    parquet bytes."""
+    return pa.Table.from_batches([], schema=schema)
+
+
 def to_numpy(values: pa.Array | pa.ChunkedArray, nulls_as=None) -> np.ndarray:
     """The values of a fixed-width or boolean column as numpy (read-only: a view of Arrow's memory
     where the column is one chunk). A null is `nulls_as` (NaN for a float column, as Arrow's own
@@ -77,13 +84,39 @@ def to_numpy(values: pa.Array | pa.ChunkedArray, nulls_as=None) -> np.ndarray:
     return np.frombuffer(values.buffers()[1], dtype, count=n, offset=start * dtype.itemsize)
 
 
-def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None) -> pa.Table:
-    """A whole parquet file (only `columns`, where given), as `pq.read_table` reads one file."""
+def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None,
+                 where: tuple[str, int, int] | None = None) -> pa.Table:
+    """A whole parquet file (only `columns`, where given), as `pq.read_table` reads one file. With
+    `where` = (name, lo, hi): only the rows whose value of integer column `name` (no nulls) is in
+    [lo, hi), as read filters [(name, ">=", lo), (name, "<", hi)] give; a row group whose statistics
+    say it holds none is not read."""
+    cols = list(columns) if columns is not None else None
     with pq.ParquetFile(path) as f:
-        return f.read(columns=list(columns) if columns is not None else None)
+        if where is None:
+            return f.read(columns=cols)
+        name, lo, hi = where
+        groups = [g for g in range(f.metadata.num_row_groups)
+                  if _may_hold(f.metadata.row_group(g), name, lo, hi)]
+        need = cols if cols is None or name in cols else [*cols, name]
+        table = f.read_row_groups(groups, columns=need)
+    values = to_numpy(table.column(name))
+    table = table.filter(array((values >= lo) & (values < hi), pa.bool_()))
+    return table if need is cols else table.select(cols)
 
 
 # --------------------------------------------------------------------------------- internals
+
+def _may_hold(group: pq.RowGroupMetaData, name: str, lo: int, hi: int) -> bool:
+    """Whether a row group may hold a value of column `name` in [lo, hi) (yes without statistics)."""
+    for i in range(group.num_columns):
+        column = group.column(i)
+        if column.path_in_schema == name:
+            stats = column.statistics
+            if stats is None or not stats.has_min_max:
+                return True
+            return stats.max >= lo and stats.min < hi
+    raise KeyError(f"no column {name!r}")
+
 
 def _validity(values) -> np.ndarray | None:
     """Arrow's validity bitmap of a sequence with Nones, None when there is none."""

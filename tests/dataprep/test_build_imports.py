@@ -28,8 +28,8 @@ atexit.register(_record)
 NEVER = ("pandas", "pyarrow.dataset")
 
 
-def _build(corpus, out, record, *extra: str) -> list[dict]:
-    """Records of the build's main process and its worker."""
+def _build(corpus, out, record, workers: int, *extra: str) -> list[dict]:
+    """Records of the build's main process and its workers."""
     settings = list(TEST_SETTINGS)
     if "--tokenizer" in extra:      # instead of training one
         i = settings.index("--vocab-size")
@@ -40,7 +40,7 @@ def _build(corpus, out, record, *extra: str) -> list[dict]:
     env = {**os.environ, "RECORD_MODULES": str(record),
            "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "mspretrain.dataprep", "build", str(corpus),
-                             "--out", str(out), *settings, "--workers", "1", *extra],
+                             "--out", str(out), *settings, "--workers", str(workers), *extra],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
@@ -51,14 +51,14 @@ def _build(corpus, out, record, *extra: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_no_build_process_imports_pandas(corpus, tmp_path):
-    """A build that trains its tokenizer (workers tokenize), then one given that tokenizer (the main
-    process tokenizes while the worker cleans, where a core is spare)."""
-    trained = _build(corpus, tmp_path / "a", tmp_path / "rec-a")
-    given = _build(corpus, tmp_path / "b", tmp_path / "rec-b",
-                   "--tokenizer", str(tmp_path / "a" / "tokenizer.model"))
-    for records in (trained, given):
-        kinds = sorted(r["process"] for r in records)
-        assert kinds == ["MainProcess", "SpawnProcess-1"], kinds
+    """A build in one process (--workers 1: the tasks run in the build's own) that trains its
+    tokenizer, then one given that tokenizer whose tasks run in two worker processes."""
+    alone = _build(corpus, tmp_path / "a", tmp_path / "rec-a", 1)
+    pooled = _build(corpus, tmp_path / "b", tmp_path / "rec-b", 2,
+                    "--tokenizer", str(tmp_path / "a" / "tokenizer.model"))
+    for records, kinds in ((alone, ["MainProcess"]),
+                           (pooled, ["MainProcess", "SpawnProcess-1", "SpawnProcess-2"])):
+        assert sorted(r["process"] for r in records) == kinds
         for r in records:
             assert "pyarrow.parquet" in r["modules"]     # the record is of a process that built
             imported = [m for m in NEVER if m in r["modules"]]

@@ -66,8 +66,7 @@ class Decisions:
 
 class DedupPass:
     # the stage-1 columns `consume` reads
-    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "language", "script",
-               "language_score", "quality", "pii", "decontam", "split"]
+    COLUMNS = ["doc_id", "source", "reason", "key", "sig", "bytes_clean", "split"]
 
     def __init__(self, cfg: DedupConfig, texts: Callable[[int], pa.ChunkedArray] | None = None,
                  spill: Path | None = None, hot_docs: int = 1 << 15):

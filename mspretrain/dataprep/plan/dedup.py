@@ -1,4 +1,4 @@
-"""Ray engine tasks of stage 2 (dedup): reduce sides of the shuffles, connected components, and the
+"""The plan's tasks of stage 2 (dedup): reduce sides of the shuffles, connected components, and the
 replay of the local keep rule (dedup_pass.DedupPass, unchanged) over each partition's groups.
 
 Why replaying gives the local result: the local pass drops a document when its exact key equals a
@@ -19,12 +19,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mspretrain.dataprep.dedup.components import min_labels
 from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, DUPLICATES_FILE,
                                  DUPLICATES_SCHEMA, DedupPass)
 from mspretrain.dataprep.write.parquet_stream import InOrderParquet
-from mspretrain.dataprep.plan.layout import (Ctx, done, finish, read_parquets, unit_files,
-                                        write_by_unit, write_parquet)
+from mspretrain.dataprep.plan.layout import (LABELS_SCHEMA, Ctx, done, finish, read_parquets,
+                                             unit_files, write_by_unit, write_parquet)
 from mspretrain.dataprep.plan.shuffle import part_files
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path
 
 EDGES_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
@@ -71,7 +73,7 @@ def ids_reduce(ctx: Ctx, part: int, units: int) -> dict:
                 rows["first_source"].append(seen[doc_id])
             else:
                 seen[doc_id] = source
-    write_by_unit(ctx.stage_dir("dupids"), part, pa.table(rows, schema=DUPIDS_SCHEMA))
+    write_by_unit(ctx.stage_dir("dupids"), part, arrow.table(rows, DUPIDS_SCHEMA))
     return {"part": part, "duplicate_ids": len(rows["order"])}
 
 
@@ -89,7 +91,7 @@ def exact_reduce(ctx: Ctx, part: int, units: int) -> dict:
             else:
                 first[key] = order
     write_parquet(ctx.stage_dir("edges") / f"exact-p{part:04d}.parquet",
-                  pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
+                  arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
     return {"part": part, "edges": len(a)}
 
 
@@ -99,8 +101,8 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
     t = read_parquets(part_files(ctx.stage_dir("cells"), units, part))
     a = b = np.zeros(0, np.int64)
     if t is not None:
-        cell = t.column("cell").to_numpy()
-        order = t.column("order").to_numpy()
+        cell = arrow.to_numpy(t.column("cell"))
+        order = arrow.to_numpy(t.column("order"))
         idx = np.lexsort((order, cell))
         cell, order = cell[idx], order[idx]
         start = np.r_[True, cell[1:] != cell[:-1]]
@@ -110,34 +112,29 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
             pairs = np.unique(np.stack([order[first][linked], order[linked]], axis=1), axis=0)
             a, b = pairs[:, 0], pairs[:, 1]
     write_parquet(ctx.stage_dir("edges") / f"cells-p{part:04d}.parquet",
-                  pa.table({"a": a, "b": b}, schema=EDGES_SCHEMA))
+                  arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
     return {"part": part, "edges": int(len(a))}
 
 
 def components(ctx: Ctx) -> dict:
-    """Connected components of all edges (one union-find, scipy's), labelled by their smallest order
-    key; written as ray/labels/all.parquet sorted by order, row groups small enough to skip by
-    range. (Too many edges for one task: tasks_labels.py.)"""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    """Connected components of all edges (one union-find: dedup/components.py), labelled by their
+    smallest order key; written as plan/labels/all.parquet sorted by order, row groups small enough
+    to skip by range. (Too many edges for one task: labels.py.)"""
     marker = ctx.marker("components", "all")
     if (m := done(marker)) is not None:
         return m
     t = read_parquets(sorted(ctx.stage_dir("edges").glob("*.parquet")))
     nodes = labels = np.zeros(0, np.int64)
-    n_comp = 0
     if t is not None:
-        a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
+        a, b = arrow.to_numpy(t.column("a")), arrow.to_numpy(t.column("b"))
         nodes = np.unique(np.concatenate([a, b]))
-        ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
-        graph = coo_matrix((np.ones(len(ia), np.int8), (ia, ib)), shape=(len(nodes), len(nodes)))
-        n_comp, comp = connected_components(graph, directed=False)
-        _, first = np.unique(comp, return_index=True)   # nodes ascend: first = smallest order
-        labels = nodes[first][comp]
+        # nodes ascend, so the smallest node index of a component is its smallest order key
+        labels = nodes[min_labels(len(nodes), np.searchsorted(nodes, a), np.searchsorted(nodes, b))]
     path = ctx.stage_dir("labels") / "all.parquet"
     with atomic_path(path) as tmp:
-        pq.write_table(pa.table({"order": nodes, "label": labels}), tmp, row_group_size=1 << 16)
-    return finish(marker, {"docs": int(len(nodes)), "components": int(n_comp)})
+        pq.write_table(arrow.table({"order": nodes, "label": labels}, LABELS_SCHEMA), tmp,
+                       row_group_size=1 << 16)
+    return finish(marker, {"docs": int(len(nodes)), "components": int(len(np.unique(labels)))})
 
 
 @per_partition("replay")
@@ -161,9 +158,10 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
         if len(dropped) != len(rows["doc_id"]):   # every group member is kept or dropped
             raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
                                f"{len(rows['doc_id'])} drops")
-        out = {**rows, "order": t.column("order").take(pa.array(dropped)),
-               "bytes": t.column("bytes_clean").take(pa.array(dropped))}
-    write_by_unit(ctx.stage_dir("drops"), part, pa.table(out, schema=DROPS_SCHEMA))
+        take = arrow.array(dropped, pa.int64())
+        out = {**rows, "order": t.column("order").take(take),
+               "bytes": t.column("bytes_clean").take(take)}
+    write_by_unit(ctx.stage_dir("drops"), part, arrow.table(out, DROPS_SCHEMA))
     return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"]),
             "frozen": frozen}
 

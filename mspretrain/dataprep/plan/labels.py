@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from mspretrain.dataprep.plan.layout import Ctx, done, finish, read_parquets, stable_partition, write_parquet
+from mspretrain.dataprep.plan.layout import (LABELS_SCHEMA, Ctx, done, finish, read_parquets,
+                                             stable_partition, write_parquet)
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter, part_files
+from mspretrain.common import arrow
 
 ADJ_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 MSG_SCHEMA = pa.schema([("node", pa.int64()), ("label", pa.int64())])
@@ -23,12 +24,14 @@ def adjacency_map(ctx: Ctx, edge_file: int, paths: list[str]) -> dict:
     if (m := done(marker)) is not None:
         return m
     t = read_parquets(paths[edge_file:edge_file + 1])
-    writer = PartitionedWriter(ctx.stage_dir("adjacency"), edge_file, ctx.partitions, ADJ_SCHEMA)
-    if t is not None:
-        a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
-        src, dst = np.concatenate([a, b]), np.concatenate([b, a])
-        writer.add({"src": src, "dst": dst}, stable_partition(src.view(np.uint64), ctx.partitions))
-    writer.commit()
+    with PartitionedWriter(ctx.stage_dir("adjacency"), edge_file, ctx.partitions,
+                           ADJ_SCHEMA) as writer:
+        if t is not None:
+            a, b = arrow.to_numpy(t.column("a")), arrow.to_numpy(t.column("b"))
+            src, dst = np.concatenate([a, b]), np.concatenate([b, a])
+            writer.add({"src": src, "dst": dst},
+                       stable_partition(src.view(np.uint64), ctx.partitions))
+        writer.commit()
     return finish(marker, {"edges": 0 if t is None else t.num_rows})
 
 
@@ -38,32 +41,34 @@ def label_round(ctx: Ctx, rnd: int, part: int, edge_files: int) -> dict:
     if (m := done(marker)) is not None:
         return m
     adj = read_parquets(part_files(ctx.stage_dir("adjacency"), edge_files, part))
-    src = adj.column("src").to_numpy() if adj is not None else np.zeros(0, np.int64)
-    dst = adj.column("dst").to_numpy() if adj is not None else np.zeros(0, np.int64)
+    src = arrow.to_numpy(adj.column("src")) if adj is not None else np.zeros(0, np.int64)
+    dst = arrow.to_numpy(adj.column("dst")) if adj is not None else np.zeros(0, np.int64)
     nodes = np.unique(src)
     if rnd == 0:
         labels, changed = nodes.copy(), np.ones(len(nodes), bool)
     else:
-        labels = pq.read_table(_labels_file(ctx, rnd - 1, part)).column("label").to_numpy().copy()
+        labels = arrow.to_numpy(arrow.read_parquet(_labels_file(ctx, rnd - 1, part), ["label"])
+                                .column("label")).copy()
         msgs = read_parquets(part_files(ctx.stage_dir(f"messages/r{rnd - 1:04d}"),
                                         ctx.partitions, part))
         heard = labels.copy()
         if msgs is not None:
-            idx = np.searchsorted(nodes, msgs.column("node").to_numpy())
-            np.minimum.at(heard, idx, msgs.column("label").to_numpy())
+            idx = np.searchsorted(nodes, arrow.to_numpy(msgs.column("node")))
+            np.minimum.at(heard, idx, arrow.to_numpy(msgs.column("label")))
         changed = heard < labels
         labels = heard
-    write_parquet(_labels_file(ctx, rnd, part), pa.table({"order": nodes, "label": labels}),
+    write_parquet(_labels_file(ctx, rnd, part),
+                  arrow.table({"order": nodes, "label": labels}, LABELS_SCHEMA),
                   row_group_size=1 << 16)   # read by order range, per work unit
     # tell the neighbours of every node whose label changed
-    writer = PartitionedWriter(ctx.stage_dir(f"messages/r{rnd:04d}"), part, ctx.partitions,
-                               MSG_SCHEMA)
     send = changed[np.searchsorted(nodes, src)] if len(src) else np.zeros(0, bool)
-    if send.any():
-        lab = labels[np.searchsorted(nodes, src[send])]
-        writer.add({"node": dst[send], "label": lab},
-                   stable_partition(dst[send].view(np.uint64), ctx.partitions))
-    writer.commit()
+    with PartitionedWriter(ctx.stage_dir(f"messages/r{rnd:04d}"), part, ctx.partitions,
+                           MSG_SCHEMA) as writer:
+        if send.any():
+            lab = labels[np.searchsorted(nodes, src[send])]
+            writer.add({"node": dst[send], "label": lab},
+                       stable_partition(dst[send].view(np.uint64), ctx.partitions))
+        writer.commit()
     return finish(marker, {"changed": int(changed.sum()), "sent": int(send.sum())})
 
 

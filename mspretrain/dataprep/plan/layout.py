@@ -14,10 +14,13 @@ from mspretrain.dataprep.config import BuildConfig
 from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import init_worker
 from mspretrain.dataprep.workdir import WorkDir, read_json
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path, atomic_write_json
 
 UNIT_BITS = 40               # order key = (unit << UNIT_BITS) | row within the unit
 CHUNK_STRIDE = 1_000_000     # chunk c of unit u is the work dir's chunk u * CHUNK_STRIDE + c
+# a labels file: each document's component label (dedup.components, labels.label_round)
+LABELS_SCHEMA = pa.schema([("order", pa.int64()), ("label", pa.int64())])
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,12 @@ def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None
         pq.write_table(table, tmp, compression="lz4", row_group_size=row_group_size)   # scratch
 
 
-def read_parquets(paths, columns=None, filters=None) -> pa.Table | None:
-    """The rows of every existing file in `paths`, concatenated (None if there are none)."""
-    tables = [pq.read_table(p, columns=columns, filters=filters) for p in paths if Path(p).is_file()]
+def read_parquets(paths, columns=None,
+                  order_range: tuple[int, int] | None = None) -> pa.Table | None:
+    """The rows of every existing file in `paths`, concatenated (None if there are none); with
+    `order_range` (lo, hi), only the rows whose order key is in [lo, hi)."""
+    tables = [arrow.read_parquet(p, columns, where=("order", *order_range) if order_range else None)
+              for p in paths if Path(p).is_file()]
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 
@@ -105,7 +111,7 @@ def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
     """A reduce task's output (sorted by order) cut into one file per work unit it touches, so that
     a per-unit task later reads only its own rows: `unit_files(stage_dir, unit, partitions)`."""
     from mspretrain.dataprep.plan.shuffle import part_file
-    units = table.column("order").to_numpy() >> UNIT_BITS if table.num_rows else np.zeros(0, int)
+    units = arrow.to_numpy(table.column("order")) >> UNIT_BITS
     starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if len(units) else []
     for k, s in enumerate(starts):
         e = starts[k + 1] if k + 1 < len(starts) else len(units)
@@ -115,10 +121,6 @@ def write_by_unit(stage_dir: Path, part: int, table: pa.Table) -> None:
 def unit_files(stage_dir: Path, unit: int, partitions: int) -> list[Path]:
     from mspretrain.dataprep.plan.shuffle import part_file
     return [part_file(stage_dir, unit, p) for p in range(partitions)]
-
-
-def in_range(lo: int, hi: int) -> list:
-    return [("order", ">=", lo), ("order", "<", hi)]
 
 
 def done(path: Path) -> dict | None:

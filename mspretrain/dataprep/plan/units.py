@@ -4,30 +4,34 @@ every per-document step is the local one. Each task returns a small marker dict 
 a task whose marker exists returns it at once (a resumed build)."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mspretrain.dataprep.dedup.detect import NearDedup
 from mspretrain.dataprep.dedup.keep import ATTRIBUTES_SCHEMA, DedupPass, attributes_table
 from mspretrain.dataprep.plan import hooks
 from mspretrain.dataprep.plan.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, chunk_index, done,
-                                        finish, in_range, read_parquets, stable_partition,
+                                        finish, read_parquets, stable_partition,
                                         text_key64, unit_files, unit_range, write_parquet)
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
 from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.dataprep.workdir import read_json
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_write_json
 
 IDS_SCHEMA = pa.schema([("doc_id", pa.string()), ("order", pa.int64()), ("source", pa.string())])
 EXACT_SCHEMA = pa.schema([("key", pa.binary()), ("order", pa.int64())])
 CELLS_SCHEMA = pa.schema([("cell", pa.uint64()), ("order", pa.int64())])
 GROUP_KEYS = [("label", pa.int64()), ("order", pa.int64())]
+# what settle_unit reads of a chunk: each document's fate, counts and attribute columns
+SETTLE_COLUMNS = ["split", "reason", "bytes_clean"] + [n for n in ATTRIBUTES_SCHEMA.names
+                                                        if n not in ("fate", "reason")]
 
 
 def plan_file(ctx: Ctx, inp: InputFile) -> dict:
@@ -50,37 +54,39 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
     ctx.setup_worker()
     cfg, P, u = ctx.cfg, ctx.partitions, unit.index
     near = NearDedup(cfg.dedup)   # for its band_hashes: the LSH cells the local index uses
-    writers = {"ids": PartitionedWriter(ctx.stage_dir("ids"), u, P, IDS_SCHEMA),
-               "exact": PartitionedWriter(ctx.stage_dir("exact"), u, P, EXACT_SCHEMA),
-               "cells": PartitionedWriter(ctx.stage_dir("cells"), u, P, CELLS_SCHEMA)}
     chunks, rows, seen_keys, sig_dtype = [], 0, set(), ""
-    for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
-                            cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
-                            cfg.input.max_record_bytes, cfg.input.id_scope):
-        task.index = chunk_index(u, task.index)
-        m, table = clean_chunk_table(task)
-        if "stop" in m:   # strict mode or a reader failure: the driver fails the build
-            return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
-        hooks.reached(ctx.hooks, "docs")
-        if table is None:   # written by an earlier try of this task: read it back once
-            table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
-                                  columns=["doc_id", "source", "reason", "key", "sig"])
-        n = table.num_rows
-        order = np.arange(rows, rows + n, dtype=np.int64) + (u << UNIT_BITS)
-        ids = table.column("doc_id").to_pylist()
-        writers["ids"].add({"doc_id": ids, "order": order,
-                            "source": table.column("source").to_pylist()},
-                           stable_partition(text_key64(ids), P))
-        ok = np.asarray(pc.equal(table.column("reason"), "").to_numpy(zero_copy_only=False), bool)
-        keys = [k for k, good in zip(table.column("key").to_pylist(), ok) if good]
-        writers["exact"].add({"key": keys, "order": order[ok]},
-                             stable_partition(bytes_key64(keys), P))
-        sig_dtype = m.get("sig_dtype") or sig_dtype
-        _map_cells(writers["cells"], near, table, ok, order, seen_keys, sig_dtype, P)
-        chunks.append({"index": m["index"], "rows": n, "reused": bool(m.get("reused"))})
-        rows += n
-    for w in writers.values():
-        w.commit()
+    with contextlib.ExitStack() as stack:   # left without a commit: the unit's files are removed
+        writers = {name: stack.enter_context(PartitionedWriter(ctx.stage_dir(name), u, P, schema))
+                   for name, schema in (("ids", IDS_SCHEMA), ("exact", EXACT_SCHEMA),
+                                        ("cells", CELLS_SCHEMA))}
+        for task in read_chunks([unit.file], cfg.input.text_field, cfg.input.id_field,
+                                cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
+                                cfg.input.max_record_bytes, cfg.input.id_scope):
+            task.index = chunk_index(u, task.index)
+            m, table = clean_chunk_table(task)
+            if "stop" in m:   # strict mode or a reader failure: the driver fails the build
+                return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
+            hooks.reached(ctx.hooks, "docs")
+            if table is None:   # written by an earlier try of this task: read it back once
+                table = arrow.read_parquet(
+                    ctx.work.chunk_file(ctx.work.docs, m["index"], "parquet"),
+                    ["doc_id", "source", "reason", "key", "sig"])
+            n = table.num_rows
+            order = np.arange(rows, rows + n, dtype=np.int64) + (u << UNIT_BITS)
+            ids = table.column("doc_id").to_pylist()
+            writers["ids"].add({"doc_id": ids, "order": order,
+                                "source": table.column("source").to_pylist()},
+                               stable_partition(text_key64(ids), P))
+            ok = np.array([r == "" for r in table.column("reason").to_pylist()], bool)
+            keys = [k for k, good in zip(table.column("key").to_pylist(), ok) if good]
+            writers["exact"].add({"key": keys, "order": order[ok]},
+                                 stable_partition(bytes_key64(keys), P))
+            sig_dtype = m.get("sig_dtype") or sig_dtype
+            _map_cells(writers["cells"], near, table, ok, order, seen_keys, sig_dtype, P)
+            chunks.append({"index": m["index"], "rows": n, "reused": bool(m.get("reused"))})
+            rows += n
+        for w in writers.values():
+            w.commit()
     return finish(marker, {"unit": u, "chunks": chunks, "rows": rows, "sig_dtype": sig_dtype})
 
 
@@ -106,36 +112,37 @@ def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dt
 
 
 def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> dict:
-    """The unit's documents that have a component label (and no duplicate id), with every stage-1
-    column (whatever the keep rule reads, the text included: it settles near-threshold pairs),
-    shuffled by label."""
+    """The unit's documents that have a component label (and no duplicate id), with the stage-1
+    columns the keep rule reads (the text included: it settles near-threshold pairs), shuffled by
+    label."""
     marker = ctx.marker("groups", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
     lo, hi = unit_range(unit)
-    labels = read_parquets(label_files, filters=in_range(lo, hi))
+    labels = read_parquets(label_files, order_range=(lo, hi))
     label_of = dict(zip(labels.column("order").to_pylist(), labels.column("label").to_pylist())) \
         if labels is not None else {}
     dup = _dup_orders(ctx, unit)
     schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0]["index"], "parquet"))
-    columns = list(schema)
-    writer = PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
-                               pa.schema(GROUP_KEYS + columns))
+    columns = [schema.field(n) for n in DedupPass.COLUMNS + ["text"]]
     base, sent = lo, 0
-    for c in chunks:
-        table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                              columns=[f.name for f in columns])
-        order = np.arange(base, base + table.num_rows, dtype=np.int64)
-        rows = [r for r, o in enumerate(order.tolist()) if o in label_of and o not in dup]
-        base += table.num_rows
-        if not rows:
-            continue
-        cols = {n: table.column(n).take(pa.array(rows)) for n in table.column_names}
-        lab = np.array([label_of[o] for o in order[rows].tolist()], np.int64)
-        writer.add({"label": lab, "order": order[rows], **cols},
-                   stable_partition(lab.view(np.uint64), ctx.partitions))
-        sent += len(rows)
-    writer.commit()
+    with PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
+                           pa.schema(GROUP_KEYS + columns)) as writer:
+        for c in chunks:
+            order = np.arange(base, base + c["rows"], dtype=np.int64)
+            rows = [r for r, o in enumerate(order.tolist()) if o in label_of and o not in dup]
+            base += c["rows"]
+            if not rows:
+                continue
+            table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
+                                       [f.name for f in columns])
+            take = arrow.array(rows, pa.int64())
+            cols = {n: table.column(n).take(take) for n in table.column_names}
+            lab = np.array([label_of[o] for o in order[rows].tolist()], np.int64)
+            writer.add({"label": lab, "order": order[rows], **cols},
+                       stable_partition(lab.view(np.uint64), ctx.partitions))
+            sent += len(rows)
+        writer.commit()
     return finish(marker, {"unit": unit, "docs": sent})
 
 
@@ -172,8 +179,8 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     base = lo
     attributes = []
     for c in chunks:
-        table = pq.read_table(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                              columns=DedupPass.COLUMNS)
+        table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
+                                   SETTLE_COLUMNS)
         keep = np.zeros(table.num_rows, bool)
         fate = []
         for r, (split, reason, nbytes) in enumerate(zip(*(table.column(n).to_pylist() for n in
@@ -193,7 +200,8 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
         with atomic_open(path) as f:
             np.save(f, keep)
     write_parquet(ctx.stage_dir("attributes") / f"{unit:06d}.parquet",
-                  pa.concat_tables(attributes) if attributes else ATTRIBUTES_SCHEMA.empty_table())
+                  pa.concat_tables(attributes) if attributes
+                  else arrow.empty_table(ATTRIBUTES_SCHEMA))
     return finish(marker, res)
 
 

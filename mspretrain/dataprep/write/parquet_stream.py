@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path
 
 ROW_GROUP = 1 << 20   # pyarrow's default row group size for write_table
@@ -53,5 +54,5 @@ class InOrderParquet:
         """The buffered rows as one contiguous table: the writer cuts data pages per array chunk,
         so the bytes must not depend on how the rows arrived."""
         if not self._pending:
-            return self.schema.empty_table()
+            return arrow.empty_table(self.schema)
         return pa.concat_tables(self._pending).combine_chunks()
