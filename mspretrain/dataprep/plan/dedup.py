@@ -139,31 +139,42 @@ def components(ctx: Ctx) -> dict:
 
 @per_partition("replay")
 def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
-    """The keep rule (DedupPass) over this partition's groups, in input order; writes the drops."""
-    t = _in_order(ctx, "groups", units, part)
-    out = {n: [] for n in DROPS_SCHEMA.names}
-    frozen = 0
-    if t is not None:
-        cfg = ctx.cfg
-        # consumed in slices of run.dedup_memory_docs rows: the index then holds at most about
-        # that many kept documents in memory, the rest in segments on disk (same decisions)
-        hot = cfg.run.dedup_memory_docs
-        slices = [t.slice(i, hot) for i in range(0, t.num_rows, hot)]
-        dedup = DedupPass(cfg.dedup, texts=lambda k: slices[k].column("text"), hot_docs=hot,
-                          spill=ctx.stage_dir("near") / f"p{part:04d}")
-        parts = [dedup.consume(s, np.dtype(sig_dtype or "uint32")) for s in slices]
-        frozen = dedup.near.frozen
-        dropped = np.flatnonzero(~np.concatenate([d.keep for d in parts]))
-        rows = pa.concat_tables([d.duplicates for d in parts]).to_pydict()
-        if len(dropped) != len(rows["doc_id"]):   # every group member is kept or dropped
-            raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
-                               f"{len(rows['doc_id'])} drops")
-        take = arrow.array(dropped, pa.int64())
-        out = {**rows, "order": t.column("order").take(take),
-               "bytes": t.column("bytes_clean").take(take)}
-    write_by_unit(ctx.stage_dir("drops"), part, arrow.table(out, DROPS_SCHEMA))
-    return {"part": part, "docs": t.num_rows if t is not None else 0, "drops": len(out["doc_id"]),
-            "frozen": frozen}
+    """The keep rule (DedupPass) over this partition's groups, in input order; writes the drops.
+
+    Unit after unit (each unit's file is in input order, and units follow each other), in slices of
+    run.dedup_memory_docs rows: memory holds one slice and the index's documents in memory (the
+    rest in segments on disk), whatever the partition's size. A text is read back from its unit's
+    file only where a near-threshold pair needs it."""
+    cfg, hot = ctx.cfg, ctx.cfg.run.dedup_memory_docs
+    dedup = DedupPass(cfg.dedup, texts=lambda k: _slice_texts(*slices[k]), hot_docs=hot,
+                      spill=ctx.stage_dir("near") / f"p{part:04d}")
+    slices: list[tuple] = []     # (unit file, first row, rows) of each slice consumed
+    docs, drops = 0, []
+    for path in part_files(ctx.stage_dir("groups"), units, part):
+        if not path.is_file():
+            continue
+        t = arrow.read_parquet(path, ["order"] + DedupPass.COLUMNS)
+        for first in range(0, t.num_rows, hot):
+            piece = t.slice(first, hot)
+            slices.append((path, first, piece.num_rows))
+            decided = dedup.consume(piece, np.dtype(sig_dtype or "uint32"))
+            dropped = arrow.array(np.flatnonzero(~decided.keep), pa.int64())
+            if len(dropped) != decided.duplicates.num_rows:  # every group member: kept or dropped
+                raise RuntimeError(f"replay of partition {part}: {len(dropped)} not kept, "
+                                   f"{decided.duplicates.num_rows} drops")
+            found = decided.duplicates
+            drops.append(arrow.table({**{n: found.column(n) for n in found.column_names},
+                                      "order": piece.column("order").take(dropped),
+                                      "bytes": piece.column("bytes_clean").take(dropped)},
+                                     DROPS_SCHEMA))
+        docs += t.num_rows
+    out = pa.concat_tables(drops) if drops else arrow.empty_table(DROPS_SCHEMA)
+    write_by_unit(ctx.stage_dir("drops"), part, out)
+    return {"part": part, "docs": docs, "drops": out.num_rows, "frozen": dedup.near.frozen}
+
+
+def _slice_texts(path, first: int, rows: int) -> pa.ChunkedArray:
+    return arrow.read_parquet(path, ["text"]).column("text").slice(first, rows)
 
 
 def write_duplicates(ctx: Ctx, units: int) -> dict:

@@ -1,5 +1,5 @@
-"""Ray engine tasks of stage 5 (write): one task per shard over a fixed range of global samples, and
-one provenance task per split. Sample k of a split is tokens [k*L, (k+1)*L) of the split's stream
+"""The plan's tasks of stage 5 (write): one task per shard over a fixed range of global samples,
+and one provenance task per split. Sample k of a split is tokens [k*L, (k+1)*L) of the split's stream
 (every chunk's tokens in input order); the driver turns per-chunk token counts into the spans each
 shard reads, so a shard's bytes do not depend on which task or node writes it."""
 from __future__ import annotations
@@ -24,19 +24,22 @@ def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
     if (m := done(marker)) is not None:
         return m
     work, L = ctx.work, ctx.cfg.pack.seq_length + 1
-    parts = []
-    for index, start, stop in spans:
-        with np.load(work.chunk_file(work.tokens, index, "npz")) as z:
-            parts.append(z[f"{split}_tokens"][start:stop])
-    tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    if tokens.size != count * L:
-        raise RuntimeError(f"{split} shard {shard}: {tokens.size} tokens for {count} samples")
     writer = ShardWriter(work.staging, split, ctx.cfg.pack.seq_length,
                          ctx.cfg.shards.max_shard_bytes, first_shard=shard, first_sample=first)
-    rows = tokens.reshape(count, L)
-    writer.write(rows[:count // 2])
-    hooks.reached(ctx.hooks, "write")   # a shard file open and half written
-    writer.write(rows[count // 2:])
+    carry = np.zeros(0, np.int32)   # the tokens of a sample that the next span completes
+    written, halfway = 0, False
+    for index, start, stop in spans:     # a span at a time: memory holds one chunk's tokens
+        with np.load(work.chunk_file(work.tokens, index, "npz")) as z:
+            tokens = np.concatenate([carry, z[f"{split}_tokens"][start:stop]])
+        full = tokens.size // L
+        writer.write(tokens[:full * L].reshape(full, L))
+        carry, written = tokens[full * L:], written + full
+        if not halfway and written >= count // 2:
+            hooks.reached(ctx.hooks, "write")   # a shard file open and half written
+            halfway = True
+    if written != count or carry.size:
+        raise RuntimeError(f"{split} shard {shard}: {written * L + carry.size} tokens for "
+                           f"{count} samples")
     (info,) = writer.close()
     return finish(marker, {"split": split, "shard": asdict(info)})
 
