@@ -38,7 +38,7 @@ from mspretrain.dataprep.plan.run import hash_inputs, run_plan
 from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.report import failure
 from mspretrain.dataprep.report import summary as reporting
-from mspretrain.dataprep.stages import worker_setup
+from mspretrain.dataprep.chunks import worker_setup
 from mspretrain.dataprep.tokenizer.model import tokenizer_info
 from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.workdir import WorkDir

@@ -20,7 +20,7 @@ def main() -> int:
     from mspretrain.dataprep import interrupt
     from mspretrain.dataprep.config import load_build_config
     from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
-    from mspretrain.dataprep.stages import WorkerSetup
+    from mspretrain.dataprep.chunks import WorkerSetup
     cfg = load_build_config(None, {}, [])
     setup = WorkerSetup("/nonexistent", "/nonexistent", cfg.filters, cfg.dedup, 0.0, 0)
     try:

@@ -179,7 +179,7 @@ def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_sta
     from mspretrain.dataprep.config import BuildConfig
     from mspretrain.dataprep.errors import BuildError
     from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
-    from mspretrain.dataprep.stages import WorkerSetup
+    from mspretrain.dataprep.chunks import WorkerSetup
     cfg = BuildConfig()
     setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
     with WorkerPool(2, setup) as pool:
@@ -195,7 +195,7 @@ def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_sta
 
 
 def test_with_eos_puts_each_document_then_eos_back_to_back():
-    from mspretrain.dataprep.stages import _with_eos
+    from mspretrain.dataprep.chunks import _with_eos
     docs = [np.array([5, 6, 7], np.int32), np.zeros(0, np.int32), np.array([9], np.int32)]
     tokens, lens = _with_eos(docs, 2)
     assert tokens.tolist() == [5, 6, 7, 2, 2, 9, 2] and tokens.dtype == np.int32

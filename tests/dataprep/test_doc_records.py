@@ -13,9 +13,9 @@ import sentencepiece as spm
 from mspretrain.dataprep.dedup.detect import DedupConfig
 from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.readers import Document
-from mspretrain.dataprep import stages
+from mspretrain.dataprep import chunks
 from mspretrain.dataprep.steps.pipeline import DocMemo, DocResult, Pipeline
-from mspretrain.dataprep.stages import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk,
+from mspretrain.dataprep.chunks import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk,
                              init_worker, split_of, tokenize_chunk)
 from real_text import man_texts
 
@@ -91,7 +91,7 @@ def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path
             (root / d).mkdir(parents=True)
         init_worker(WorkerSetup(str(root / "docs"), str(root / "tokens"), FilterConfig(),
                                 DedupConfig(), valid_fraction=0.5, split_seed=7))
-        stages._worker.pipeline.memo = memo
+        chunks._worker.pipeline.memo = memo
         markers = [clean_chunk(t) for t in tasks]
         return [{k: v for k, v in m.items() if k not in ("pid", "cpu_s")} for m in markers]
 
@@ -138,7 +138,7 @@ def test_an_evaluation_file_rewritten_under_its_name_is_read_again(tmp_path):
             d.mkdir(parents=True, exist_ok=True)
             for f in d.iterdir():
                 f.unlink()
-        init_worker(stages.worker_setup(cfg, work))
+        init_worker(chunks.worker_setup(cfg, work))
         dropped.append(clean_chunk(ChunkTask(0, docs, [], 1))["filters"]["decontam"][0])
     assert dropped == [1, 0]
 
@@ -147,7 +147,7 @@ def test_a_tokenizer_written_again_at_the_same_path_is_loaded_again(tmp_path):
     sample = tmp_path / "sample.txt"
     model = tmp_path / "m.model"
     sizes = []
-    worker = stages.Worker(None)       # one process that keeps its loaded tokenizer
+    worker = chunks.Worker(None)       # one process that keeps its loaded tokenizer
     for vocab in (60, 90):
         sample.write_text("\n".join(SENTENCES * 3) + "\n")
         spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(tmp_path / "new"),

@@ -38,7 +38,7 @@ from concurrent.futures.process import BrokenProcessPool
 from mspretrain.dataprep import interrupt
 from mspretrain.dataprep.executor.base import Executor, task_failed, timed_task
 from mspretrain.dataprep.readers import in_process_sources, load_sources
-from mspretrain.dataprep.stages import WorkerSetup, init_worker
+from mspretrain.dataprep.chunks import WorkerSetup, init_worker
 
 # how often a wait for a worker's result looks for a swallowed Ctrl-C (interrupt.check)
 _POLL_S = 0.2

@@ -6,7 +6,7 @@ the order in which tasks finish never matters and a rerun resumes from the compl
 The stages, and the task stages they run as (run.py submits them):
 
   plan        the sorted inputs, one work unit per input file (independent of the executor)
-  1 docs      per unit: read, clean, filter, exact key, MinHash (stages.clean_chunk, chunk by
+  1 docs      per unit: read, clean, filter, exact key, MinHash (chunks.clean_chunk, chunk by
               chunk), and the map side of three shuffles: doc ids, exact keys, LSH cells
   2 dedup:
     ids/exact/cells   per partition: duplicate doc ids; exact-key groups; LSH buckets -> edges
@@ -18,7 +18,7 @@ The stages, and the task stages they run as (run.py submits them):
               pass over the whole corpus in input order would make (dedup.py says why)
     settle    per unit: keep mask and counts; duplicates.parquet in input order
   3 tokenizer   sample per unit, concatenated in unit order, trained
-  4 tokenize    per unit (stages.tokenize_chunk, chunk by chunk)
+  4 tokenize    per unit (chunks.tokenize_chunk, chunk by chunk)
   5 write       global sample ids from prefix sums of per-chunk token counts; one task per shard over
               a fixed sample range; one provenance task per split
   6 finish      in the main process (build._finish): manifest, report, publish

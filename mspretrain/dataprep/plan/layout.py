@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from mspretrain.dataprep.config import BuildConfig
 from mspretrain.dataprep.records import InputFile
-from mspretrain.dataprep.stages import init_worker
+from mspretrain.dataprep.chunks import init_worker
 from mspretrain.dataprep.workdir import WorkDir, read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path, atomic_write_json
@@ -49,7 +49,7 @@ class Ctx:
 
     def setup_worker(self) -> None:
         """The process's setup for the chunk functions (a no-op when it has it already)."""
-        from mspretrain.dataprep.stages import worker_setup
+        from mspretrain.dataprep.chunks import worker_setup
         init_worker(worker_setup(self.cfg, self.work))
 
 

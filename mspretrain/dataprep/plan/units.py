@@ -1,5 +1,5 @@
 """Ray engine tasks that run per work unit (one input file): they call the local engine's chunk
-functions (stages.clean_chunk, stages.tokenize_chunk, build.write_chunk_sample) chunk by chunk, so
+functions (chunks.clean_chunk, chunks.tokenize_chunk, build.write_chunk_sample) chunk by chunk, so
 every per-document step is the local one. Each task returns a small marker dict and writes it last;
 a task whose marker exists returns it at once (a resumed build)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mspretrain.dataprep.plan.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, 
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
-from mspretrain.dataprep.stages import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.chunks import clean_chunk_table, read_chunks, tokenize_chunk
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_write_json

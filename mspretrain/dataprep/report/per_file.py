@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mspretrain.common.arrow import read_parquet
-from mspretrain.dataprep.stages import SplitTokens
+from mspretrain.dataprep.chunks import SplitTokens
 
 SPLITS = ("train", "valid")
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from mspretrain.dataprep.errors import id_conflicts, id_warnings
 from mspretrain.dataprep.steps.filters import FILTER_NAMES
-from mspretrain.dataprep.stages import STAGE_REASONS
+from mspretrain.dataprep.chunks import STAGE_REASONS
 from mspretrain.dataprep.report import plots
 from mspretrain.dataprep.report.per_file import per_file_counts
 from mspretrain.common.files import atomic_write_bytes, atomic_write_json
