@@ -140,6 +140,11 @@ class WorkerPool:
         self._tasks[self._turn].send((cursor, slot))
         self._turn = (self._turn + 1) % len(self._tasks)
 
+    @property
+    def in_flight(self) -> int:
+        """Batches submitted and not yet taken back."""
+        return len(self._pending)
+
     def result(self, cursor: int) -> dict[str, np.ndarray]:
         what = f"the batch at cursor {cursor}"
         deadline = time.monotonic() + self.timeout_s
