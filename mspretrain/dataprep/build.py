@@ -1,8 +1,8 @@
 """`dataprep build`: raw corpus files -> a dataset directory (docs/contracts.md).
 
 The build is one stage plan (plan/run.py; its stages are listed in plan/__init__.py) run by an
-executor: worker processes on this machine (executor/local.py, run.engine local) or a Ray cluster
-(executor/ray.py, run.engine ray). The plan's tasks write every intermediate to the work dir and
+executor: this process (executor/inline.py, run.workers 1), worker processes on this machine
+(executor/local.py, run.workers N) or a Ray cluster (executor/ray.py, run.engine ray). The plan's tasks write every intermediate to the work dir and
 return small markers; the plan decides every byte, the executor only where a task runs, so DIR is
 the same for either engine and any number of workers or nodes.
 

@@ -3,11 +3,11 @@
 
 - `read_chunks`: streams a unit's input in order and cuts the documents into chunks of about
   `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
-- `clean_chunk` (worker, stage 1): every document of a chunk through the step pipeline (steps/pipeline.py:
+- `clean_chunk` (stage 1): every document of a chunk through the step pipeline (steps/pipeline.py:
   normalise, quality filters, language, decontamination, PII, quality classifier), its split, then the exact
   key and MinHash signature of the kept ones; writes .build/docs/NNNNN.parquet and then its marker
   NNNNN.json.
-- `tokenize_chunk` (worker, stage 4): encodes the kept documents of a chunk with sentencepiece
+- `tokenize_chunk` (stage 4): encodes the kept documents of a chunk with sentencepiece
   (one document at a time, one thread: the parallelism is across processes), appends EOS to each, and
   writes .build/tokens/NNNNN.npz (a SplitTokens per split: flat token ids, document lengths and
   doc ids), then its marker.
@@ -100,14 +100,15 @@ def init_worker(setup: WorkerSetup) -> None:
         _worker = Worker(setup)
 
 
-# ------------------------------------------------------------------------------------ main: reading
+# ------------------------------------------------------------------------------ stage 1: reading
 
 @dataclass
 class ChunkTask:
     index: int
     docs: list[Document]  # as read, in input order
     bad: list             # (file, line, reason, detail) met while reading this chunk
-    files_done: int       # input files finished while reading this chunk (progress only)
+    files_done: int       # input files finished while reading this chunk (an empty file still
+                          # ends in a chunk, so that every unit has one)
     stop: str = ""        # "strict" (a bad record) or "error" (a reader failure): `bad[-1]` fails
                           # the build, and this chunk is not written
 
@@ -116,9 +117,7 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
                 chunk_bytes: int, strict: bool, max_record_bytes: int = 0,
                 id_scope: str = "global"):
     """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
-    # imported here: only the main process reads (build.py has imported the readers already), and
-    # a worker that never imports them starts sooner (pyarrow.compute, the decompressors)
-    from mspretrain.dataprep.readers import read_file
+    from mspretrain.dataprep.readers import read_file   # only the docs tasks read
     index, docs, bad, size, files_done = 0, [], [], 0, 0
     for f in files:
         try:
@@ -144,7 +143,7 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
         yield ChunkTask(index, docs, bad, files_done)
 
 
-# ------------------------------------------------------------------------------- workers: stage 1
+# ------------------------------------------------------------------------------ stage 1: cleaning
 
 DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reason", pa.string()),
                          ("bytes_in", pa.int64()), ("bytes_clean", pa.int64()),
@@ -220,7 +219,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
         "docs_in": len(task.docs), "bytes_in": sum(rows["bytes_in"]),
         "bytes_clean": sum(rows["bytes_clean"]), "filters": filters,
         "docs_out": kept_docs, "bytes_out": kept_bytes,
-        "bad": aggregate_bad(task.bad), "files_done": task.files_done,
+        "bad": aggregate_bad(task.bad),
         "sig_dtype": sig_dtype, **stats,
     }
     atomic_write_json(marker_path, marker)
@@ -269,7 +268,7 @@ def unit_hash(s: str) -> float:
     return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
 
 
-# ------------------------------------------------------------------------------- workers: stage 4
+# ------------------------------------------------------------------------------ stage 4: tokenizing
 
 @dataclass
 class SplitTokens:

@@ -1,21 +1,21 @@
 """The build's work directory, DIR/.build/: what makes a killed build resumable.
 
-Layout (stage numbers as in build.py):
+Layout (stage numbers as in plan/__init__.py):
   .build/build.json            which build owns this work dir: its resolved config and chunking
   .build/docs/NNNNN.parquet    stage 1 (docs) output per chunk (cleaned text, filter verdict, split,
                                exact key, MinHash)
   .build/docs/NNNNN.json       its completion marker with the chunk's counts (written last)
-  .build/dedup.json            stage 2 (dedup) result, keep mask in dedup_keep.npy
   .build/tokenizer.json        stage 3 (tokenizer) marker; the model is out/tokenizer.model
   .build/tokens/NNNNN.npz      stage 4 (tokenize) output per chunk: token ids, lengths and doc ids
-                               per split (stages.SplitTokens), marker NNNNN.json
-  .build/out/                  the dataset being assembled by stage 5 (pack+write); moved into DIR
-                               by stage 6 (finish)
+                               per split (chunks.SplitTokens), marker NNNNN.json
+  .build/plan/                 the plan's task outputs (shuffle files, labels, keep masks, the
+                               tokenizer sample) and done/STAGE-NAME.json, each task's marker
+  .build/out/                  the dataset being assembled by stage 5 (write); moved into DIR by
+                               stage 6 (finish)
 
-Every file is written under a temporary name and renamed into place, and a chunk counts as done only
-once its marker exists, so a SIGKILL at any moment leaves either nothing or a complete output. Stages
-whose state lives in the main process (dedup, packing and writing) are not checkpointed: on resume they
-replay the completed chunk outputs in input order, which gives the same state in a fraction of the time.
+Every file is written under a temporary name and renamed into place, and a chunk or a task counts as
+done only once its marker exists, so a SIGKILL at any moment leaves either nothing or a complete
+output. A rerun skips what is done and redoes the rest.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class WorkDir:
         self.root = self.out / WORK_DIR
         self.docs = self.root / "docs"
         self.tokens = self.root / "tokens"
+        self.plan = self.root / "plan"
         self.staging = self.root / "out"
 
     @property

@@ -75,8 +75,8 @@ class Executor:
     # ------------------------------------------------------------------ per executor
 
     def check_inputs(self, files) -> None:
-        """BuildError for inputs this executor's workers could not read as this process does."""
-        raise NotImplementedError
+        """BuildError for inputs this executor's workers could not read as this process does
+        (none here: the local workers load this process's formats, see executor/local.py)."""
 
     def describe(self) -> dict:
         """Where the tasks run, for the report: {"engine", "where", ...}."""

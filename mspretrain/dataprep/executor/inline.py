@@ -17,9 +17,6 @@ class InlineExecutor(Executor):
     """Runs each task when the plan waits for it; a task's error is raised when its stage is
     collected, as the other executors do."""
 
-    def check_inputs(self, files) -> None:
-        pass     # the tasks read the files in this process
-
     def describe(self) -> dict:
         return {"engine": "local", "where": "the build's own process (run.workers 1)", "workers": 1}
 

@@ -59,9 +59,6 @@ class LocalExecutor(Executor):
         super().__init__(progress)
         self.pool = pool
 
-    def check_inputs(self, files) -> None:
-        pass     # the workers load this process's formats (WorkerPool)
-
     def describe(self) -> dict:
         return {"engine": "local", "where": f"{self.pool.workers} worker processes on this machine",
                 "workers": self.pool.workers}

@@ -37,7 +37,7 @@ class Ctx:
 
     @property
     def plan_dir(self) -> Path:
-        return self.work.root / "plan"
+        return self.work.plan
 
     def stage_dir(self, stage: str) -> Path:
         d = self.plan_dir / stage

@@ -51,7 +51,7 @@ def run_plan(stages: Executor, files: list[InputFile], cfg: BuildConfig, work: W
     t0 = time.perf_counter()
     units = _docs_stage(stages, ctx, files)
     times["docs"] = _lap(t0)
-    dedup = _dedup_stages(stages, ctx, units, run)
+    dedup, index_spills = _dedup_stages(stages, ctx, units, run)
     times["dedup"] = _lap(t0) - times["docs"]
     attributes = _attributes(stages, ctx, units)
     model = _tokenizer_stage(stages, ctx, units, dedup)
@@ -63,7 +63,7 @@ def run_plan(stages: Executor, files: list[InputFile], cfg: BuildConfig, work: W
     times["tokenize+write"] = _lap(t0) - sum(times.values())
     run["chunks_reused"] = {"docs": _chunks_reused(units), "tokenize": _chunks_reused(tokens)}
     run["executor"] = {**stages.describe(), "partitions": ctx.partitions, "units": len(units),
-                       "index_spills": run.pop("index_spills"), **stages.summary()}
+                       "index_spills": index_spills, **stages.summary()}
     return dedup, splits, tails, hist
 
 
@@ -108,7 +108,9 @@ def _docs_stage(stages: Executor, ctx: Ctx, files: list[InputFile]) -> list[dict
     return units
 
 
-def _dedup_stages(stages: Executor, ctx: Ctx, units: list[dict], run: dict) -> DedupResult:
+def _dedup_stages(stages: Executor, ctx: Ctx, units: list[dict],
+                  run: dict) -> tuple[DedupResult, int]:
+    """The dedup counts, and how often the replays' LSH index went to disk (the report's)."""
     U, P = len(units), ctx.partitions
     parts = [(ctx, p, U) for p in range(P)]
     _, exact, cells = stages.run_many(("ids", dedup_tasks.ids_reduce, parts),
@@ -120,8 +122,6 @@ def _dedup_stages(stages: Executor, ctx: Ctx, units: list[dict], run: dict) -> D
                [(ctx, u["unit"], u["chunks"], label_files) for u in units])
     sig_dtype = next((u["sig_dtype"] for u in units if u.get("sig_dtype")), "")
     replayed = stages.run("replay", dedup_tasks.replay, [(ctx, p, U, sig_dtype) for p in range(P)])
-    # how often the LSH index went to disk (run.dedup_memory_docs), for the report
-    run["index_spills"] = sum(m.get("frozen", 0) for m in replayed)
     settled, _ = stages.run_many(
         ("settle", unit_tasks.settle_unit, [(ctx, u["unit"], u["chunks"]) for u in units]),
         ("duplicates", dedup_tasks.write_duplicates, [(ctx, U)]))
@@ -138,7 +138,7 @@ def _dedup_stages(stages: Executor, ctx: Ctx, units: list[dict], run: dict) -> D
     if result.kept_docs == 0:
         run["docs_read"] = result.docs_seen
         raise NoDatasetError(failure.empty_message(ctx.work, result.docs_seen, ctx.cfg))
-    return result
+    return result, sum(m["frozen"] for m in replayed)
 
 
 def _attributes(stages: Executor, ctx: Ctx, units: list[dict]) -> dict:

@@ -283,4 +283,4 @@ def summary(r: dict) -> str:
 def _chunk_keeps(work, docs: list[dict]):
     """(chunk index, keep mask) of every stage-1 chunk in input order (plan/units.settle_unit)."""
     for marker in docs:
-        yield marker["index"], np.load(work.root / "plan" / "keep" / f"{marker['index']}.npy")
+        yield marker["index"], np.load(work.plan / "keep" / f"{marker['index']}.npy")
