@@ -164,3 +164,35 @@ def test_a_ctrl_c_a_library_turned_into_its_own_error_is_still_one_line():
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "demo: interrupted", r.stderr
+
+
+def test_a_ctrl_c_inside_a_library_that_hides_it_is_acted_on_after_the_block():
+    """matplotlib's renderer, interrupted mid-draw, raises "ValueError: Invalid bounding box" with no
+    trace of the Ctrl-C. Drawing runs under `ctrl_c_deferred`: the draw finishes, then the command
+    ends with its one line and 130. The library stands in here as a function that does the same."""
+    code = "\n".join([
+        "import os, signal, sys, time",
+        "from mspretrain.common.console import ctrl_c_deferred, run",
+        "def draw():                          # turns a Ctrl-C into an error of its own",
+        "    try:",
+        "        os.kill(os.getpid(), signal.SIGINT)",
+        "        time.sleep(0.2)",
+        "    except KeyboardInterrupt:",
+        "        hidden = True",
+        "    else:",
+        "        hidden = False",
+        "    if hidden:",
+        "        raise ValueError('Invalid bounding box')",
+        "    print('drawn', flush=True)",
+        "def command():",
+        "    with ctrl_c_deferred():",
+        "        draw()",
+        "    print('after the block')",
+        "    return 0",
+        "sys.exit(run('demo', lambda: command, exiting=True))",
+    ])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert r.stderr.strip() == "demo: interrupted", r.stderr
+    assert r.stdout.split() == ["drawn"], r.stdout

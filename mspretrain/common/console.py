@@ -15,6 +15,7 @@ modules import nothing at module level, so that window is the interpreter's alon
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -86,6 +87,25 @@ def run(prog: str, load, exiting: bool, interrupted=None, held=None) -> int:
         else:
             _end_at_once_on_interrupt(prog, quiet=code == INTERRUPTED or code is None)
     return code
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred():
+    """A Ctrl-C inside the block is acted on when the block ends, by the handler that was there
+    before it. For short work in C code that an interrupt leaves broken: matplotlib's renderer turns
+    it into an error of its own ("ValueError: Invalid bounding box"), and its ft2font, interrupted
+    mid-import, aborts the process at exit (a C++ static freeing a Python object too late)."""
+    from mspretrain import hold_ctrl_c
+    previous, hit = hold_ctrl_c()
+    if previous is None:        # not ours to arrange (another thread, SIGINT ignored)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hit and callable(previous):
+        previous(signal.SIGINT, None)
 
 
 def _from_ctrl_c(e: BaseException) -> bool:

@@ -188,14 +188,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # the modules each command imports (main imports them first, while a Ctrl-C is only remembered:
-# a KeyboardInterrupt inside MindSpore's import leaves it half-imported, with a traceback)
+# a KeyboardInterrupt inside MindSpore's or matplotlib's import leaves it half-imported)
 _MODULES = {
     "launch": ("mspretrain.train.trainer", "mspretrain.train.console"),
     "launch-msrun": ("mspretrain.train.launch", "mspretrain.train.console"),
     "eval": ("mspretrain.train.evaluate",),
     "eval-tasks": ("mspretrain.train.evalsuite", "mspretrain.train.tasks"),
-    "compare": ("mspretrain.train.metrics", "mspretrain.train.plot"),
-    "plot": ("mspretrain.train.plot",),
+    "compare": ("mspretrain.train.metrics",),
+    "compare-plot": ("mspretrain.train.metrics", "mspretrain.train.plot", "matplotlib.pyplot"),
+    "plot": ("mspretrain.train.plot", "matplotlib.pyplot"),
     "plan": ("mspretrain.train.parallel",),
     "doctor": ("mspretrain.train.doctor",),
     "estimate": ("mspretrain.train.memory",),
@@ -211,6 +212,8 @@ def _command_key(args) -> str:
         return "launch-msrun"
     if args.command == "eval" and (args.tasks or args.run):
         return "eval-tasks"
+    if args.command == "compare" and args.plot:
+        return "compare-plot"
     return args.command
 
 

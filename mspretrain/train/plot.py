@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mspretrain.common.console import UsageError
+from mspretrain.common.console import UsageError, ctrl_c_deferred
 from mspretrain.train.metrics import METRICS_FILE, MetricsError, read_records
 
 PANELS = (("loss", "loss"), ("lr", "learning rate"), ("grad_norm", "gradient norm"),
@@ -34,6 +34,11 @@ def run_records(run) -> list[dict]:
 
 def plot_runs(runs: list[str], out: str, schedule_cfg=None) -> Path:
     """`schedule_cfg`: a train Config whose learning-rate schedule is drawn too (dashed, black)."""
+    with ctrl_c_deferred():     # matplotlib, interrupted mid-draw, raises an error of its own
+        return _plot_runs(runs, out, schedule_cfg)
+
+
+def _plot_runs(runs: list[str], out: str, schedule_cfg) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.common.console import ctrl_c_deferred
+
 FILES = {"doc_lengths": "report_doc_lengths.png", "tokens": "report_tokens.png"}
 _POINTS = 200
 
@@ -39,8 +41,15 @@ def available() -> bool:
 
 
 def write_plots(root: Path, report: dict) -> None:
-    """Draw report["plots"] (from `FILES`) into `root`. Figures are made without pyplot and laid out
-    with fixed margins: pyplot's import and tight_layout were most of a build's last second."""
+    """Draw report["plots"] (from `FILES`) into `root`. A Ctrl-C while matplotlib imports or draws is
+    acted on after it (`ctrl_c_deferred` says why)."""
+    with ctrl_c_deferred():
+        _write_plots(root, report)
+
+
+def _write_plots(root: Path, report: dict) -> None:
+    """Figures are made without pyplot and laid out with fixed margins: pyplot's import and
+    tight_layout were most of a build's last second."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
