@@ -194,7 +194,7 @@ _MODULES = {
     "launch-msrun": ("mspretrain.train.launch", "mspretrain.train.console"),
     "eval": ("mspretrain.train.evaluate",),
     "eval-tasks": ("mspretrain.train.evalsuite", "mspretrain.train.tasks"),
-    "compare": ("mspretrain.train.metrics",),
+    "compare": ("mspretrain.train.metrics", "mspretrain.train.plot"),
     "compare-plot": ("mspretrain.train.metrics", "mspretrain.train.plot", "matplotlib.pyplot"),
     "plot": ("mspretrain.train.plot", "matplotlib.pyplot"),
     "plan": ("mspretrain.train.parallel",),
