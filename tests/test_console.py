@@ -124,6 +124,13 @@ def test_ctrl_c_while_mindspore_imports_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def _run_demo(code: str) -> subprocess.CompletedProcess:
+    """Run `code`, which defines `command()`, as the console command "demo" run by `console.run`."""
+    code += "\nsys.exit(run('demo', lambda: command, exiting=True))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
 def test_an_object_left_half_built_by_ctrl_c_adds_nothing_to_the_line():
     """A Ctrl-C inside a library's constructor (matplotlib's pyparsing, mid-import) leaves an object
     whose __del__ fails: the command still ends with its one line, not "Exception ignored in ..."."""
@@ -139,10 +146,8 @@ def test_an_object_left_half_built_by_ctrl_c_adds_nothing_to_the_line():
         "def command():",
         "    Half()",
         "    return 0",
-        "sys.exit(run('demo', lambda: command, exiting=True))",
     ])
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = _run_demo(code)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "demo: interrupted", r.stderr
 
@@ -158,10 +163,8 @@ def test_a_ctrl_c_a_library_turned_into_its_own_error_is_still_one_line():
         "        raise KeyboardInterrupt",
         "    except KeyboardInterrupt as e:",
         "        raise RuntimeError('Error calling __set_name__') from e",
-        "sys.exit(run('demo', lambda: command, exiting=True))",
     ])
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = _run_demo(code)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "demo: interrupted", r.stderr
 
@@ -189,10 +192,8 @@ def test_a_ctrl_c_inside_a_library_that_hides_it_is_acted_on_after_the_block():
         "        draw()",
         "    print('after the block')",
         "    return 0",
-        "sys.exit(run('demo', lambda: command, exiting=True))",
     ])
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = _run_demo(code)
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert r.stderr.strip() == "demo: interrupted", r.stderr
     assert r.stdout.split() == ["drawn"], r.stdout
