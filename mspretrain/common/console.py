@@ -21,13 +21,15 @@ import signal
 import sys
 import threading
 
+from mspretrain.common.errors import MspretrainError
+
 OK = 0
 FAILED = 1          # a runtime error: the data, a file, the disk, another process (one line, named)
 USAGE = 2           # a usage error: a flag, a config key or value (argparse's code too)
 INTERRUPTED = 130   # Ctrl-C (128 + SIGINT, as a shell reports it)
 
 
-class UsageError(ValueError):
+class UsageError(MspretrainError, ValueError):
     """The command line or the config asks for something that cannot work, whatever the files hold
     (a flag, a config key or value): exit 2. Everything a command finds wrong in the files, the run,
     the dataset, the disk or another process is a runtime error: exit 1."""

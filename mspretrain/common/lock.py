@@ -12,8 +12,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from mspretrain.common.errors import MspretrainError
 
-class LockedError(RuntimeError):
+
+class LockedError(MspretrainError, RuntimeError):
     """Another live process holds the lock; the message names its pid and the directory."""
 
 

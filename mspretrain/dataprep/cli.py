@@ -142,9 +142,10 @@ def _build(args) -> int:
     from mspretrain.common.console import FAILED, UsageError
     from mspretrain.dataprep.build import build
     from mspretrain.dataprep.config import load_build_config
-    from mspretrain.dataprep.errors import BuildError, id_warnings
+    from mspretrain.common.errors import MspretrainError
+    from mspretrain.common.lock import out_dir_lock
+    from mspretrain.dataprep.errors import id_warnings
     from mspretrain.dataprep.report.summary import summary
-    from mspretrain.common.lock import LockedError, out_dir_lock
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag) is not None}
     if args.max_shard_bytes is not None:
@@ -162,7 +163,9 @@ def _build(args) -> int:
         # the lock of the real directory: two aliases of one DIR (a symlink) share it
         with out_dir_lock(os.path.realpath(args.out), f"--out {args.out}"):
             result = build(args.inputs, args.out, cfg)
-    except (BuildError, LockedError) as e:
+    except UsageError:
+        raise
+    except MspretrainError as e:   # the build's, a tokenizer's, a lock's: one line
         print(f"dataprep build: error: {e}", file=sys.stderr)
         return FAILED
     except OSError as e:   # the machine's: a full disk, a read-only or unreadable path

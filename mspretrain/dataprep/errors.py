@@ -1,7 +1,10 @@
 """The build's own errors, raised by the plan, its tasks and both executors."""
 
 
-class BuildError(RuntimeError):
+from mspretrain.common.errors import MspretrainError
+
+
+class BuildError(MspretrainError, RuntimeError):
     """A build that cannot go on; the message says why and names the file, line or key."""
 
 

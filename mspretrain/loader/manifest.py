@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.files import atomic_write_json
 
 FORMAT_VERSION = 1
@@ -34,7 +35,7 @@ def shard_file_name(split: str, index: int) -> str:
     return f"{SHARDS_DIR}/{split}-{index:05d}.mindrecord"
 
 
-class ManifestError(ValueError):
+class ManifestError(MspretrainError, ValueError):
     """A dataset directory that does not satisfy the contract; the message names the file and field."""
 
 

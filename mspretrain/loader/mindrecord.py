@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.loader.manifest import digest_faults
 
 
-class ShardError(RuntimeError):
+class ShardError(MspretrainError, RuntimeError):
     """A shard file that is missing, corrupt or not what the manifest says; names file and row."""
 
 

@@ -32,8 +32,10 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
 
-class LoaderError(RuntimeError):
+
+class LoaderError(MspretrainError, RuntimeError):
     """An error of the loader (bad arguments, bad state, a failed or dead worker)."""
 
 

@@ -62,6 +62,7 @@ from typing import NamedTuple
 import mindspore as ms
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.files import atomic_write_json, atomic_write_text, fsync_path
 from mspretrain.common.fsmode import use_umask
 
@@ -75,7 +76,7 @@ _STEP_RE = re.compile(r"^step_(\d{8})$")
 _DIGESTS = ".digests-rank_{}.json"     # a sharded write: each rank's digests, merged by the main rank
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(MspretrainError, RuntimeError):
     """A checkpoint that cannot be written or read; the message names the path."""
 
 

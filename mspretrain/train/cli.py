@@ -220,8 +220,9 @@ def _command_key(args) -> str:
 def _run(args, argv: list[str]) -> int:
     """The command, with its errors classified: a usage error exits 2, a runtime error 1, each one
     line; anything else is a bug and keeps its traceback."""
-    from mspretrain.common.console import FAILED, UsageError, runtime_error_line
     from mspretrain.common.config import report
+    from mspretrain.common.console import FAILED, UsageError, runtime_error_line
+    from mspretrain.common.errors import MspretrainError
     try:
         return _dispatch(args, argv)
     except UsageError as e:    # ConfigError included
@@ -231,9 +232,7 @@ def _run(args, argv: list[str]) -> int:
             raise               # console.run says "train COMMAND: interrupted"
         from mspretrain.train.console import interrupted
         return interrupted(args, argv)
-    except Exception as e:
-        if type(e).__name__ not in _RUNTIME_ERRORS and not isinstance(e, OSError):
-            raise
+    except (MspretrainError, OSError) as e:
         print(f"train {args.command}: {runtime_error_line(e)}", file=sys.stderr)
         return FAILED
 
@@ -284,13 +283,6 @@ def _dispatch(args, argv: list[str]) -> int:
         return 0
     from mspretrain.train.memory import main as estimate
     return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
-
-
-# runtime errors whose message is the whole story (no traceback, exit 1): they name the file, run or
-# step. By name: importing each module to catch its class would import MindSpore for `train compare`.
-_RUNTIME_ERRORS = {"ResumeError", "CheckpointError", "MetricsError", "StateError", "ManifestError",
-                   "ShardError", "LoaderError", "LockedError", "DataCheckError", "HFError",
-                   "RunInfoError", "InputError", "WorkerError", "TaskError"}
 
 
 if __name__ == "__main__":

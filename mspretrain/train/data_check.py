@@ -18,11 +18,12 @@ import json
 import struct
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.loader.manifest import (ManifestError, compute_fingerprint, digest_faults, load_manifest,
                                         sha256_file, shard_faults)
 
 
-class DataCheckError(RuntimeError):
+class DataCheckError(MspretrainError, RuntimeError):
     """The dataset is damaged or is not the one expected; the message names the file and the fix."""
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 import numpy as np
 from mindspore import Tensor, mutable
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.jsonl import read_json_lines
 from mspretrain.train.models import spec as model_spec
 
 
-class InputError(ValueError):
+class InputError(MspretrainError, ValueError):
     """A prompt or document that cannot be used; the message names the file and line."""
 
 

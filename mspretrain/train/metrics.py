@@ -10,12 +10,13 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.files import atomic_open
 
 METRICS_FILE = "metrics.jsonl"
 
 
-class MetricsError(ValueError):
+class MetricsError(MspretrainError, ValueError):
     """A metrics file that cannot be read; the message names the file and the line."""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.train.optim import lr_at
 
 # keys that may differ on resume without --force (prefixes end in ".")
@@ -34,7 +35,7 @@ SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers",
         "parallel.sequence_parallel", "parallel.vocab_emb_dp")
 
 
-class ResumeError(RuntimeError):
+class ResumeError(MspretrainError, RuntimeError):
     """The run dir and the resume request disagree; the message says what to pass."""
 
 

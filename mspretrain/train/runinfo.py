@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.common.config import validate
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.files import atomic_open, atomic_write_text
 from mspretrain.train.config import Config
 
@@ -25,7 +26,7 @@ _MODEL_ATTR = "model"
 _OPTIMIZER_PREFIXES = ("adam_m.", "adam_v.", "acc.")
 
 
-class RunInfoError(RuntimeError):
+class RunInfoError(MspretrainError, RuntimeError):
     """A run dir that lacks what is needed; the message names the file."""
 
 

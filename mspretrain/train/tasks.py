@@ -33,11 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
+
 METRICS = ("acc", "acc_norm", "acc_bytes")
 FEWSHOT_DELIMITER = "\n\n"
 
 
-class TaskError(ValueError):
+class TaskError(MspretrainError, ValueError):
     """A task file that cannot be scored; the message names the file and line."""
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.dataprep.records import InputFile
 
 LEFT_OUT = ("hidden", "symlinked_dirs", "broken_symlinks", "not_files")
 
 
-class InputPathError(ValueError):
+class InputPathError(MspretrainError, ValueError):
     """An INPUT argument that cannot be read as a file or walked as a directory."""
 
 

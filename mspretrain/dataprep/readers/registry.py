@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.dataprep.readers.binary import HEAD_BYTES, binary_reason
 from mspretrain.dataprep.readers.compressed import (CHUNK, COMPRESSION_SUFFIXES, Damaged,
                                                     compression_of, decompressed, gzip_damage)
@@ -153,7 +154,7 @@ def split_input(inp: InputFile, part_bytes: int) -> list[InputFile]:
     return fmt.split(inp, part_bytes)
 
 
-class ReaderPluginError(RuntimeError):
+class ReaderPluginError(MspretrainError, RuntimeError):
     """A module named by a `mspretrain.readers` entry point failed to import."""
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.dataprep.steps import textunits
 from mspretrain.common.jsonl import read_json_lines
 
@@ -33,7 +34,7 @@ _UNIT = re.compile(rf"[{textunits.CJK}]|[^\W_]+")
 _BITMAP_SLOTS = 64      # bitmap slots per evaluation unit: about 1 in 64 unknown units looks known
 
 
-class DecontamError(ValueError):
+class DecontamError(MspretrainError, ValueError):
     """A bad evaluation file; the message names the file and line."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.dataprep.steps.decontam import DecontamError, read_items
 from mspretrain.common.files import atomic_write_bytes
 
@@ -26,7 +27,7 @@ MAGIC = b"mspretrain-quality-v1\n"
 _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-class QualityModelError(ValueError):
+class QualityModelError(MspretrainError, ValueError):
     """A quality model file that cannot be read; the message names it."""
 
 

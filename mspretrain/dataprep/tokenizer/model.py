@@ -20,11 +20,12 @@ import os
 import shutil
 from pathlib import Path
 
+from mspretrain.common.errors import MspretrainError
 from mspretrain.loader.manifest import TokenizerInfo, sha256_file
 from mspretrain.common.files import atomic_open, file_identity, publish
 
 
-class TokenizerError(RuntimeError):
+class TokenizerError(MspretrainError, RuntimeError):
     pass
 
 

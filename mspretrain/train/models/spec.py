@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from mspretrain.common.config import ConfigError
+from mspretrain.common.errors import MspretrainError
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class OpShard:
     out_strategy: tuple | None = None
 
 
-class HFError(RuntimeError):
+class HFError(MspretrainError, RuntimeError):
     """A Hugging Face directory that cannot be converted; the message names the file and key."""
 
 
