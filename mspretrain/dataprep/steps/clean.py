@@ -19,7 +19,7 @@ Speed (the steps above are the contract): an ASCII text takes steps 4 and 5's ma
 whitespace in one bytes.translate; any other text is scanned once for surrogates, invisible
 characters and whitespace other than space and LF, and steps 1, 4 and that mapping run only where
 the scan finds one (or NFKC changed the text). Runs of blanks are then collapsed by whole-text
-calls. tests/dataprep/test_clean_equivalence.py checks the result against the steps applied one by
+calls. tests/dataprep/steps/test_clean_equivalence.py checks the result against the steps applied one by
 one to every text.
 """
 from __future__ import annotations

@@ -30,7 +30,7 @@ n-gram filter is first decided by upper bounds over hashed units, cheapest first
 characters that the units of one hash bucket cover (times n), the most that the buckets of n units
 in a row cover, the most that the n-grams of one bucket cover. Where a bound is under a limit the
 exact coverage is too, so the text passes; only where none is does the exact Counter-based count
-run. Every result is therefore the exact one (tests/dataprep/test_filters_equivalence.py checks it against the
+run. Every result is therefore the exact one (tests/dataprep/steps/test_filters_equivalence.py checks it against the
 straightforward implementation).
 """
 from __future__ import annotations

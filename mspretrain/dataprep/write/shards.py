@@ -147,7 +147,7 @@ def mindrecord() -> types.ModuleType:
     `mindspore._c_expression` a module whose two functions (used only by MindRecord encryption)
     import the real ones when first called. Both are gone from sys.modules afterwards: a later
     `import mindspore` runs the real package and reuses the submodules already loaded
-    (tests/dataprep/test_shards_import.py)."""
+    (tests/dataprep/write/test_shards_import.py)."""
     if "mindspore" in sys.modules or "mindspore.mindrecord" in sys.modules:
         return importlib.import_module("mindspore.mindrecord")
     package = types.ModuleType("mindspore")

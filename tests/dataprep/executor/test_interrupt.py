@@ -45,7 +45,7 @@ def test_an_interrupt_while_workers_start_with_tasks_queued_ends_at_once(tmp_pat
     (InvalidStateError, a traceback) and the exit joined the blocked feeder for good, in about a
     third of the tries: six processes at once."""
     from dataprep_helpers import REPO
-    child = Path(__file__).with_name("pool_interrupt_child.py")
+    child = Path(__file__).parents[1] / "pool_interrupt_child.py"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, str(child)], cwd=tmp_path, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

@@ -16,7 +16,7 @@ from mspretrain.dataprep.dedup.keep import DedupPass
 from dataprep_helpers import dataset_bytes, run_build
 from neardup_eval import edited, load
 
-DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"   # labelled real near-duplicates
+DATA = Path(__file__).parents[1] / "data" / "neardup.jsonl.zst"   # labelled real near-duplicates
 
 
 def _stream():

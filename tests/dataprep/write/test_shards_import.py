@@ -31,7 +31,7 @@ print("sum:", int((mindspore.Tensor(np.ones(3, np.float32)) + 1).asnumpy().sum()
 
 def _write(root: Path, first: str, *args: str) -> str:
     done = subprocess.run([sys.executable, "-c", _WRITE.format(first=first), str(root), *args],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3])
     assert done.returncode == 0 and "Fatal" not in done.stderr, done.stderr[-2000:]
     return done.stdout
 
@@ -58,5 +58,5 @@ def test_mindrecord_encryption_reaches_the_real_functions_after_the_light_import
             "try:\n    config._encrypt()\n"
             "except TypeError as e:\n    print('real:', 'incompatible function arguments' in str(e))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[2])
+                          cwd=Path(__file__).resolve().parents[3])
     assert "real: True" in done.stdout, done.stderr[-2000:]

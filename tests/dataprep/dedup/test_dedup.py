@@ -13,7 +13,7 @@ from mspretrain.dataprep.dedup.detect import (DedupConfig, NearDedup, describe, 
                             lsh_params, signatures)
 from neardup_eval import edited, estimate, evaluate, load, shingle_set
 
-DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
+DATA = Path(__file__).parents[1] / "data" / "neardup.jsonl.zst"
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from mspretrain.dataprep.steps.filters import (FILTER_NAMES, FilterConfig, char_
 from mspretrain.dataprep.readers import InputFile, read_file
 from neardup_eval import load
 
-DATA = Path(__file__).parent / "data" / "neardup.jsonl.zst"
-DEMO_HTML = Path(__file__).parents[2] / "demo" / "corpus" / "debian-reference-html.jsonl.zst"
+DATA = Path(__file__).parents[1] / "data" / "neardup.jsonl.zst"
+DEMO_HTML = Path(__file__).parents[3] / "demo" / "corpus" / "debian-reference-html.jsonl.zst"
 CFG = FilterConfig()
 
 # Real sentences (GPL-3 preamble; GnuPG's Chinese help) used to build crafted documents.
