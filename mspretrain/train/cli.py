@@ -138,16 +138,16 @@ def _add_hf_commands(sub) -> None:
 
 def _run_hf_command(args) -> int | None:
     if args.command == "export":
-        from mspretrain.train.hf import export_run
+        from mspretrain.train.hf.convert import export_run
         export_run(args.run, args.out, args.step, args.dtype)
         return 0
     if args.command == "generate":
-        from mspretrain.train.generate import Sampling, main as generate
+        from mspretrain.train.eval.generate import Sampling, main as generate
         return generate(args.run, args.prompt, args.prompts,
                         Sampling(args.max_new_tokens, args.temperature, args.top_p, args.seed),
                         step=args.step, out=args.out, batch_size=args.batch_size)
     if args.command == "score":
-        from mspretrain.train.score import main as score
+        from mspretrain.train.eval.score import main as score
         return score(args.run, args.input, args.out, args.step, args.batch_size)
     return None
 
@@ -158,8 +158,8 @@ def _run_tasks(args) -> int:
         raise UsageError("give both RUN and --tasks F.jsonl (or --config F.yaml for the validation loss)")
     if args.all_checkpoints and args.step is not None:
         raise UsageError("--step and --all-checkpoints exclude each other")
-    from mspretrain.train.evalsuite import task_batch_size
-    from mspretrain.train.tasks import main as tasks
+    from mspretrain.train.eval.suite import task_batch_size
+    from mspretrain.train.eval.tasks import main as tasks
     batch = args.batch_size or task_batch_size(args.run)
     return tasks(args.run, args.tasks, args.step, args.all_checkpoints, args.few_shot, args.seed, batch)
 
@@ -192,18 +192,18 @@ def main(argv: list[str] | None = None) -> int:
 _MODULES = {
     "launch": ("mspretrain.train.trainer", "mspretrain.train.console"),
     "launch-msrun": ("mspretrain.train.launch", "mspretrain.train.console"),
-    "eval": ("mspretrain.train.evaluate",),
-    "eval-tasks": ("mspretrain.train.evalsuite", "mspretrain.train.tasks"),
-    "compare": ("mspretrain.train.metrics", "mspretrain.train.plot"),
-    "compare-plot": ("mspretrain.train.metrics", "mspretrain.train.plot", "matplotlib.pyplot"),
-    "plot": ("mspretrain.train.plot", "matplotlib.pyplot"),
-    "plan": ("mspretrain.train.parallel",),
+    "eval": ("mspretrain.train.eval.evaluate",),
+    "eval-tasks": ("mspretrain.train.eval.suite", "mspretrain.train.eval.tasks"),
+    "compare": ("mspretrain.train.observe.metrics", "mspretrain.train.observe.plot"),
+    "compare-plot": ("mspretrain.train.observe.metrics", "mspretrain.train.observe.plot", "matplotlib.pyplot"),
+    "plot": ("mspretrain.train.observe.plot", "matplotlib.pyplot"),
+    "plan": ("mspretrain.train.parallel.plan",),
     "doctor": ("mspretrain.train.doctor",),
     "estimate": ("mspretrain.train.memory",),
-    "export": ("mspretrain.train.hf",),
-    "import": ("mspretrain.train.hf",),
-    "generate": ("mspretrain.train.generate",),
-    "score": ("mspretrain.train.score",),
+    "export": ("mspretrain.train.hf.convert",),
+    "import": ("mspretrain.train.hf.convert",),
+    "generate": ("mspretrain.train.eval.generate",),
+    "score": ("mspretrain.train.eval.score",),
 }
 
 
@@ -240,12 +240,12 @@ def _run(args, argv: list[str]) -> int:
 def _dispatch(args, argv: list[str]) -> int:
     from mspretrain.train.config import load_config
     if args.command == "compare":
-        from mspretrain.train.metrics import compare_runs
-        from mspretrain.train.plot import run_records
+        from mspretrain.train.observe.metrics import compare_runs
+        from mspretrain.train.observe.plot import run_records
         run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
         code = compare_runs(args.run_a, args.run_b)
         if args.plot:
-            from mspretrain.train.plot import plot_runs
+            from mspretrain.train.observe.plot import plot_runs
             print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
         return code
     if args.command in ("export", "generate", "score"):
@@ -256,7 +256,7 @@ def _dispatch(args, argv: list[str]) -> int:
         from mspretrain.common.console import UsageError
         raise UsageError("--config F.yaml is required (or: train eval RUN --tasks F.jsonl)")
     if args.command == "plot":
-        from mspretrain.train.plot import plot_runs
+        from mspretrain.train.observe.plot import plot_runs
         schedule = load_config(args.config, args.set) if args.config or args.set else None
         print(f"plot: {plot_runs(args.runs, args.out, schedule)}")
         return 0
@@ -265,20 +265,20 @@ def _dispatch(args, argv: list[str]) -> int:
         return run_msrun(args)
     cfg = load_config(args.config, args.set)
     if args.command == "import":
-        from mspretrain.train.hf import import_run
+        from mspretrain.train.hf.convert import import_run
         import_run(cfg, args.hf_dir)
         return 0
     if args.command == "launch":
         from mspretrain.train.trainer import launch
         return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
     if args.command == "eval":
-        from mspretrain.train.evaluate import main as evaluate
+        from mspretrain.train.eval.evaluate import main as evaluate
         return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
     if args.command == "doctor":
         from mspretrain.train.doctor import main as doctor
         return doctor(cfg, args.config, args.set, args.nproc, args.out)
     if args.command == "plan":
-        from mspretrain.train.parallel import print_plan
+        from mspretrain.train.parallel.plan import print_plan
         print_plan(cfg, args.world_size)
         return 0
     from mspretrain.train.memory import main as estimate

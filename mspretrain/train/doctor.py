@@ -25,7 +25,7 @@ on the dataset of the config:
                       and the validation within TOLERANCE of the dp=N rung's (reduction order only; the
                       same samples, the same weights and moments)
   resume mp=2 as dp   the mp=2 rung's step-2 checkpoint, its slices merged and resumed data parallel
-                      (Ascend: `train/reshard.py`), likewise against the mp=2 rung
+                      (Ascend: `train/checkpoint/reshard.py`), likewise against the mp=2 rung
 
 Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
 reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
@@ -340,7 +340,7 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
              relayout=True),
         Rung("resume mp=2 as dp", nproc, (f"parallel.data_parallel={nproc}", *FP32), ascend_only=True,
              resume_of="mp=2", relayout=True, parallel=dp,
-             why="mp slices merged and split again at --resume (train/reshard.py)"),
+             why="mp slices merged and split again at --resume (train/checkpoint/reshard.py)"),
     ]
 
 
@@ -450,7 +450,7 @@ def _records(run_dir: Path) -> dict[int, list[dict]]:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    from mspretrain.train.metrics import read_records
+    from mspretrain.train.observe.metrics import read_records
 
     return read_records(run_dir / "metrics.jsonl")
 
@@ -644,12 +644,12 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
 
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.config import load_config
-    from mspretrain.train.evaluate import validation_loss
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.eval.evaluate import validation_loss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.memory import dataset_shape
     from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.reshard import merged_to_one_device
-    from mspretrain.train.step import apply_precision
+    from mspretrain.train.checkpoint.reshard import merged_to_one_device
+    from mspretrain.train.step.precision import apply_precision
 
     cfg = load_config(config, sets)
     source, out = Path(ckpt_dir), Path(out)

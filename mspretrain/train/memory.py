@@ -9,7 +9,7 @@ split by vocabulary, and the LM head), pipeline parallel keeps one stage's layer
 (AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
 plus gradients (level2), plus the compute weights (level3).
 
-Our trainer (mspretrain/train/step.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
+Our trainer (mspretrain/train/step/cell.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
 accumulators when a step has K > 1 micro-batches (`accu_grads.*`, 4 bytes/parameter, sharded with the
 gradients; none when K = 1), and the step's own buffers after backward (unscaled gradients, clipped
 gradients, the zeros that reset the accumulators).
@@ -30,12 +30,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from mspretrain.train.batching import micro_batch, micro_batches
+from mspretrain.train.step.batching import micro_batch, micro_batches
 from mspretrain.train.config import ConfigError
 from mspretrain.train.models import spec as model_spec
 from mspretrain.train.models.spec import reuses_memory
-from mspretrain.train.parallel import stage_layers
-from mspretrain.train.recompute import recompute_plan
+from mspretrain.train.parallel.plan import stage_layers
+from mspretrain.train.parallel.recompute import recompute_plan
 
 GB = 1e9
 BUCKET_CAP = 256 * 2 ** 20          # fused gradient all-reduce bucket, capped (MindSpore comm fusion)
@@ -149,7 +149,7 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
 
 
 def _step_temp_bytes(cfg) -> int:
-    """Bytes per parameter of the update's own buffers (mspretrain/train/step.py): the unscaled fp32 gradients are
+    """Bytes per parameter of the update's own buffers (mspretrain/train/step/cell.py): the unscaled fp32 gradients are
     all live when the global norm is known (clipping needs it), the clipped ones replace them one by
     one, the zeros that reset the accumulators are transient: 4. On CPU every one of them is kept:
     unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
@@ -246,7 +246,7 @@ def _take_from_dp(cfg, key: str):
 
 
 def _valid(cfg) -> bool:
-    from mspretrain.train.parallel import validate
+    from mspretrain.train.parallel.plan import validate
 
     p = cfg.parallel
     try:

@@ -21,9 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train import batching, console, data_check, metrics, resume_policy
+from mspretrain.train import console, data_check
+from mspretrain.train.step import batching
+from mspretrain.train.observe import metrics
+from mspretrain.train.checkpoint import policy as resume_policy
 from mspretrain.train.config import Config, ConfigError
-from mspretrain.train.optim import check_schedule, lr_at
+from mspretrain.train.step.optim import check_schedule, lr_at
 
 EXIT_BAD_STEPS = 3
 STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
@@ -43,13 +46,15 @@ class Session:
 
 
 def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
-    from mspretrain.train import hooks, parallel
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train import hooks
+    from mspretrain.train.parallel import apply as parallel
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models import spec as model_spec
     from mspretrain.train.models.flops import count_params, flops_per_token
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.recompute import apply_recompute
-    from mspretrain.train.step import apply_precision, build_train_step
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.parallel.recompute import apply_recompute
+    from mspretrain.train.step.cell import build_train_step
+    from mspretrain.train.step.precision import apply_precision
 
     family = model_spec.of(cfg)
     args = family.model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
@@ -144,8 +149,9 @@ def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: 
 def resharded(state: dict, ckpt_dir: Path, cfg: Config, dist) -> Path:
     """The checkpoint to load on this layout: `ckpt_dir` itself, or its transformation onto this run's
     (dp, mp, pp, optimizer shard) when they differ and either shards the model (train.reshard)."""
-    from mspretrain.train import distributed, reshard
-    from mspretrain.train.parallel import strategy_path
+    from mspretrain.train.parallel import distributed
+    from mspretrain.train.checkpoint import reshard
+    from mspretrain.train.parallel.apply import strategy_path
 
     if "layout" not in state:       # written before layouts were recorded: resumed as then (same or dp)
         return ckpt_dir
@@ -177,7 +183,9 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
          bad_streak: int, extra: dict | None = None, background: ckpt.BackgroundWriter | None = None) -> None:
     """Checkpoint `step`; with `background` (checkpoint.async) the state is copied to host memory here
     and written on its thread while training goes on."""
-    from mspretrain.train import distributed, hooks, reshard
+    from mspretrain.train import hooks
+    from mspretrain.train.parallel import distributed
+    from mspretrain.train.checkpoint import reshard
     ts = session.train_step
     state = {
         "format_version": STATE_FORMAT_VERSION,
@@ -195,13 +203,13 @@ def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, 
         "layout": reshard.record(reshard.layout_of(cfg, dist.world_size)),   # resume on another: train.reshard
         "bad_streak": bad_streak,
         "last_metrics": record,
-        **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/spike.py)
+        **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/observe/spike.py)
     }
     on_phase = hooks.load().checkpoint_phase
     if background is not None:
         background.wait()   # one write in flight; the free space is counted after the previous one
     if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
-        from mspretrain.train.diskspace import check_free_space
+        from mspretrain.train.checkpoint.diskspace import check_free_space
         check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
     if background is not None:
         # the state at this step, copied into the file's image (the previous write has ended)
@@ -237,7 +245,7 @@ def strategy_files(cfg: Config, dist):
     """The per-rank extra files of a sharded checkpoint: CKPT/strategy/rank_R.ckpt (None if unsharded)."""
     if not dist.sharded:
         return None
-    from mspretrain.train.parallel import copy_strategy
+    from mspretrain.train.parallel.apply import copy_strategy
 
     def add(tmp_dir: Path) -> list[Path]:
         copied = copy_strategy(cfg, dist, tmp_dir)
@@ -300,17 +308,19 @@ def run_lock(run_dir: Path, is_main: bool):
 
 def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_data: bool = False) -> int:
     """`train launch`: returns the process exit code."""
-    from mspretrain.train import distributed, parallel
-    from mspretrain.train.step import accumulate_mode, check_precision
-    from mspretrain.train.recompute import recompute_plan
+    from mspretrain.train.parallel import distributed
+    from mspretrain.train.parallel import plan as parallel_plan
+    from mspretrain.train.step.cell import accumulate_mode
+    from mspretrain.train.step.precision import check_precision
+    from mspretrain.train.parallel.recompute import recompute_plan
 
-    dist = distributed.setup(cfg, parallel.validate)
+    dist = distributed.setup(cfg, parallel_plan.validate)
     accumulate_mode(cfg)
     check_loop_config(cfg)
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
     from mspretrain.train.data import TrainData, check_sources, data_kind
-    from mspretrain.train.spike import check_spike_config
+    from mspretrain.train.observe.spike import check_spike_config
     from mspretrain.train.switches import check_switches
     data_kind(cfg)          # exactly one of data.path, data.blend, data.mixture
     check_spike_config(cfg)
@@ -352,7 +362,7 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak, state = 0, 0, None
-        from mspretrain.train import spike
+        from mspretrain.train.observe import spike
         guard = spike.SpikeGuard(cfg)
         if resume_from is not None:
             state = restore(session, resume_from, loader, cfg, dist, force)
@@ -385,7 +395,7 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     """The eval record: val_loss and val_acc (next-token accuracy) over the valid split; for a blend
     or mixture, val_loss/<source> and val_acc/<source> of each dataset's valid split and val_loss,
     val_acc their means under the weights now in force."""
-    from mspretrain.train.evaluate import validation_loss
+    from mspretrain.train.eval.evaluate import validation_loss
 
     if data.kind == "path":
         extras: dict = {}           # val_acc; val_z_loss with train.z_loss
@@ -413,7 +423,9 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
 
 def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
               bad_streak: int, guard=None, announce: bool = True) -> int:
-    from mspretrain.train import observe, profile, spike
+    from mspretrain.train.observe import monitor as observe
+    from mspretrain.train.observe import profile
+    from mspretrain.train.observe import spike
     from mspretrain.train.data import lr_scale
 
     peak = cfg.train.peak_tflops or measure_peak_tflops()
@@ -428,7 +440,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
-    from mspretrain.train import evalsuite
+    from mspretrain.train.eval import suite as evalsuite
     if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
         print(notice, flush=True)
     background = background_writer(cfg, dist)

@@ -2,21 +2,21 @@ import pytest
 
 from mspretrain.train.config import load_config
 from mspretrain.train.models.llama.model import model_args
-from mspretrain.train.recompute import recompute_plan
-from mspretrain.train.step import check_precision
+from mspretrain.train.parallel.recompute import recompute_plan
+from mspretrain.train.step.precision import check_precision
 from trainer_harness import REPO
 
 
 @pytest.mark.parametrize("name,params_b", [("tiny", None), ("llama-1b", 1.1), ("llama-7b", 6.7),
                                            ("llama-13b", 13.0)])
 def test_shipped_configs_validate(name, params_b):
-    from mspretrain.train import parallel
+    from mspretrain.train.parallel import plan as parallel_plan
 
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
     p = cfg.parallel
-    parallel.validate(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, vocab_size=32000)
+    parallel_plan.validate(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, vocab_size=32000)
     args = model_args(cfg.model, vocab_size=32000, seq_length=4096, device=cfg.device)
     assert args.hidden_size % args.num_heads == 0 and args.num_heads % args.kv_heads == 0
     if params_b:       # the shapes are the advertised size (embeddings and LM head included)

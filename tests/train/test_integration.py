@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mspretrain.train.config import ConfigError, load_config
-from mspretrain.train.distributed import DistInfo, layout
+from mspretrain.train.parallel.distributed import DistInfo, layout
 from trainer_harness import REPO, TINY
 
 LLAMA_7B = REPO / "configs" / "llama-7b.yaml"
@@ -94,7 +94,7 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
     from mindspore import Parameter, Tensor
 
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.parallel import strategy_path
+    from mspretrain.train.parallel.apply import strategy_path
     from mspretrain.train.trainer import strategy_files
 
     run_dir = tmp_path / "run"
@@ -127,8 +127,10 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
-    from mspretrain.train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
-    from mspretrain.train.step import PipelineAccumulator, TrainStepCell
+    from mspretrain.train.parallel.plan import validate
+
+    from mspretrain.train.parallel.apply import pipeline_grad_reducer, pipeline_loss_cell
+    from mspretrain.train.step.cell import PipelineAccumulator, TrainStepCell
     from mspretrain.train.trainer import build_session
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
@@ -166,7 +168,7 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
 def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     import mindspore as ms
 
-    from mspretrain.train import distributed
+    from mspretrain.train.parallel import distributed
 
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)

@@ -115,11 +115,12 @@ BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.in
 
 def make_step(*sets, micro_steps=1, eod=-1):
     """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS)."""
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.recompute import apply_recompute
-    from mspretrain.train.step import apply_precision, build_train_step, check_precision
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.parallel.recompute import apply_recompute
+    from mspretrain.train.step.cell import build_train_step
+    from mspretrain.train.step.precision import apply_precision, check_precision
 
     cfg = load_config(None, list(sets))
     check_precision(cfg)
