@@ -28,7 +28,7 @@ the loader in-process (data.num_workers=0).
     .venv/bin/python bench/bench_train.py --in-process [--pairs 8] (+ the model flags above)
 
 Step time without the noise of separate processes: the bare step and `train launch`'s own step
-(trainer.build_session's cell: grad norm, clipping, the skip test, bias-corrected AdamW; no loader, no
+(assemble.build_session's cell: grad norm, clipping, the skip test, bias-corrected AdamW; no loader, no
 host bookkeeping) built in one process (both graphs at once: about twice one step's RSS), stepped in
 pairs, the order swapped every pair; prints the median of the per-pair time ratios (the tokens/s
 ratio) with its quartiles. Peak RSS ratios come from the default mode (one process per run): here the
@@ -231,7 +231,7 @@ def launch_phases(sets: list[str], steps: int) -> None:
     from mspretrain.train.parallel import plan as parallel_plan
     from mspretrain.train.config import load_config
     from mspretrain.train.data import TrainData
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.assemble import build_session
     _phase("imports (mindspore, mspretrain)")
     cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
     dist = distributed.setup(cfg, parallel_plan.validate)
@@ -453,7 +453,7 @@ def in_process_steps(args) -> int:
     from mspretrain.train.config import load_config
     from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, ModelArgs
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.assemble import build_session
 
     load0 = os.getloadavg()
     sets = [f"model.hidden_size={args.hidden}", f"model.num_layers={args.layers}", f"model.num_heads={args.heads}",

@@ -7,7 +7,7 @@
   train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
   train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
                  [--config F.yaml --set ...]   also the configured lr schedule (runs optional then)
-  train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
+  train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel.apply)
   train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of three-step runs (train.doctor)
   train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
@@ -65,7 +65,7 @@ def parser():
                    help="check every shard's sha256 against the manifest first")
     p.add_argument("run", nargs="?", help="run dir (with --tasks)")
     p.add_argument("--tasks", nargs="+", metavar="F.jsonl",
-                   help='multiple-choice tasks: {"context", "choices", "gold"} lines (train.tasks)')
+                   help='multiple-choice tasks: {"context", "choices", "gold"} lines (train.eval.tasks)')
     p.add_argument("--step", type=int, default=None, help="with --tasks: checkpoint step (default: latest)")
     p.add_argument("--all-checkpoints", action="store_true", help="with --tasks: every checkpoint, a table")
     p.add_argument("--few-shot", type=int, default=0, help="with --tasks: examples before each item")
@@ -103,7 +103,7 @@ def parser():
 
 
 def _add_hf_commands(sub) -> None:
-    """export / import / generate / score (train.hf, train.generate, train.score)."""
+    """export / import / generate / score (train.hf.convert, train.eval.generate, train.eval.score)."""
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face Llama directory")
     p.add_argument("run", help="run dir")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")

@@ -165,7 +165,7 @@ _MOMENT_PREFIXES = ("adam_m.", "adam_v.")
 
 def replica_groups(dp: int, mp: int, pp: int, opt_shard: bool) -> dict[str, tuple]:
     """class -> the groups of ranks whose tensors of that class must be bitwise equal, for the device
-    matrix rank = stage * dp * mp + dp_rank * mp + mp_rank (train.distributed). Pipeline stages hold
+    matrix rank = stage * dp * mp + dp_rank * mp + mp_rank (train.parallel.distributed). Pipeline stages hold
     different layers, so no group crosses a stage. Groups of one rank compare nothing."""
     def rank(stage, d, m):
         return stage * dp * mp + d * mp + m

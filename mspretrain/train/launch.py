@@ -3,7 +3,7 @@ under msrun, one worker per process, and make a failure loud.
 
 msrun (MindSpore 2.10) starts a scheduler and the workers with the `python` first on PATH, so the venv's
 bin goes first; every worker runs `python -m mspretrain.train launch <the same arguments without the launch
-flags>` (built from the parsed arguments) and finds its rank through train.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
+flags>` (built from the parsed arguments) and finds its rank through train.parallel.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
 scheduler.log. msrun's --join kills the job when a worker exits non-zero; we then print the tail of the
 failed worker's log and exit non-zero. A job whose logs stay silent for `hang_timeout` seconds is
 stopped as hung (a worker stuck in a collective never exits on its own).

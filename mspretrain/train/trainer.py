@@ -9,103 +9,25 @@ is a *skipped* step (the scale halves), not a bad one.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train import console, data_check
-from mspretrain.train.step import batching
+from mspretrain.train import console
 from mspretrain.train.observe import metrics
 from mspretrain.train.checkpoint import policy as resume_policy
+from mspretrain.train.assemble import Session, build_session
+from mspretrain.train.checkpoint.checkpointer import Checkpointer
 from mspretrain.train.config import Config, ConfigError
 from mspretrain.train.step.optim import check_schedule, lr_at
 
 EXIT_BAD_STEPS = 3
-STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
-
-
-@dataclass
-class Session:
-    """Everything built for one process: model, loss, optimizer and the train step."""
-    args: object                # the family's model arguments (ModelSpec.model_args)
-    model: object               # the family's model (ModelSpec.build_model), fp32 master weights
-    loss_net: object            # CausalLMLoss over the mixed-precision cell
-    optimizer: object
-    train_step: object          # train.step.TrainStep (after parallelize)
-    flops_per_token: float
-    micro_steps: int
-    eval_net: object            # the loss cell validation runs (parallel-wrapped on Ascend)
-
-
-def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
-    from mspretrain.train import hooks
-    from mspretrain.train.parallel import apply as parallel
-    from mspretrain.train.step.loss import CausalLMLoss
-    from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.models.flops import count_params, flops_per_token
-    from mspretrain.train.step.optim import build_optimizer
-    from mspretrain.train.parallel.recompute import apply_recompute
-    from mspretrain.train.step.cell import build_train_step
-    from mspretrain.train.step.precision import apply_precision
-
-    family = model_spec.of(cfg)
-    args = family.model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
-    if args.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
-                          f"vocabulary ({vocab_size})")
-    local, micro = batching.local_batch(cfg, dist.dp_size), batching.forward_batch(cfg, dist.dp_size)
-    if local % micro:
-        raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = family.build_model(args, cfg.seed)
-    compute = apply_precision(model, cfg.precision)
-    apply_recompute(model, cfg.recompute)
-    eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
-    # validation: the mean, and the next-token hits for val_acc
-    loss_net = CausalLMLoss(compute, args.vocab_size, eod, z_loss=cfg.train.z_loss, hits=True)
-    # the step: token-loss sum / the global batch's token count
-    train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
-    optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
-    if pipeline is None:
-        step = build_train_step(train_loss, optimizer, batching.micro_batches(cfg, dist.dp_size), cfg)
-    else:       # Ascend pipeline stages: its micro-batches are the accumulation
-        step = build_train_step(train_loss, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
-                                splits_batch=True)
-    step.step_cell.grad_reducer = parallel.accumulation_grad_reducer(cfg, optimizer.parameters,
-                                                                     step.micro_steps, step.step_cell)
-    step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
-    step = hooks.load().wrap_step(step, dist, model)
-    eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)
-    return Session(args, model, loss_net, optimizer, step,
-                   flops_per_token(args, count_params(model)), step.micro_steps, eval_net)
-
-
-def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
-    """The checkpoint to continue from, checked (its state.json against its contents, every file's
-    digest), or None to start at step 0; never a start that would overwrite a checkpoint."""
-    if resume is None:
-        existing = ckpt.list_checkpoints(run_dir)
-        if existing or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
-            raise resume_policy.ResumeError(f"{run_dir} already has checkpoints (newest: "
-                              f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
-                              f"it, or set run.dir to a new directory. Nothing was changed.")
-        resume_policy.check_fresh_start(run_dir)
-        return None
-    if resume == "auto":
-        return ckpt.find_resumable(run_dir)
-    path = Path(resume)
-    if not (path / ckpt.STATE_FILE).is_file():
-        raise resume_policy.ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
-    ckpt.check_checkpoint(path)
-    return path
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -117,140 +39,6 @@ def prepare_run_dir(run_dir: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise ckpt.CheckpointError(f"run dir {run_dir} is not writable: {e}") from None
-
-
-def check_state_version(state: dict, ckpt_dir) -> None:
-    """state.json without format_version is version 0 (same fields, read the same way); a newer
-    version than this trainer's is refused."""
-    version = state.get("format_version", 0)
-    if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
-        raise resume_policy.ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
-                          f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
-
-
-def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
-    """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
-    state = ckpt.read_state(ckpt_dir)
-    check_state_version(state, ckpt_dir)
-    if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
-        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path or ", ".join(loader.dirs),
-                                   ckpt_dir, force)
-    rank = dist.rank if dist.sharded else None
-    if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
-        session.train_step.compile((batching.local_batch(cfg, dist.dp_size), loader.seq_length + 1))
-    load_dir = resharded(state, ckpt_dir, cfg, dist)
-    params = session.train_step.state_parameters()
-    ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
-    check_optimizer_step(params, state, ckpt_dir)
-    loader.load_state_dict(state["loader"], force=force)
-    return state
-
-
-def resharded(state: dict, ckpt_dir: Path, cfg: Config, dist) -> Path:
-    """The checkpoint to load on this layout: `ckpt_dir` itself, or its transformation onto this run's
-    (dp, mp, pp, optimizer shard) when they differ and either shards the model (train.reshard)."""
-    from mspretrain.train.parallel import distributed
-    from mspretrain.train.checkpoint import reshard
-    from mspretrain.train.parallel.apply import strategy_path
-
-    if "layout" not in state:       # written before layouts were recorded: resumed as then (same or dp)
-        return ckpt_dir
-    p = reshard.plan(reshard.saved_layout(state), reshard.layout_of(cfg, dist.world_size))
-    if p.kind == "same":
-        return ckpt_dir
-    if dist.is_main:
-        print(f"[train] {p.describe()}", flush=True)
-    if not p.needs_transform:
-        return ckpt_dir
-    return reshard.transform(p, ckpt_dir, Path(cfg.run.dir), dist.rank, strategy_path(cfg, dist).parent,
-                             barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None)
-
-
-def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
-    """The optimizer's own step counter (in model.ckpt) counts the updates that were not skipped,
-    so it can never exceed state.json's step: a step edited upwards or another run's weights."""
-    counter = params.get("global_step")
-    if counter is None:
-        return
-    updates = int(np.asarray(counter.asnumpy()).reshape(-1)[0])
-    if updates > state["step"]:
-        raise ckpt.CheckpointError(f"{ckpt_dir / ckpt.STATE_FILE}: step {state['step']}, but its "
-                                   f"{ckpt.MODEL_FILE} holds {updates} optimizer updates; the state does "
-                                   f"not belong to these weights. Nothing was changed.")
-
-
-def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
-         bad_streak: int, extra: dict | None = None, background: ckpt.BackgroundWriter | None = None) -> None:
-    """Checkpoint `step`; with `background` (checkpoint.async) the state is copied to host memory here
-    and written on its thread while training goes on."""
-    from mspretrain.train import hooks
-    from mspretrain.train.parallel import distributed
-    from mspretrain.train.checkpoint import reshard
-    ts = session.train_step
-    state = {
-        "format_version": STATE_FORMAT_VERSION,
-        "step": step,
-        "loader": loader.state_dict(),
-        "loss_scale": {"value": float(ts.loss_scale.asnumpy()),
-                       "good_steps": int(ts.good_steps.asnumpy()),
-                       "dynamic": cfg.precision.dtype == "fp16"},
-        "config_hash": cfg.hash(),
-        "config": resume_policy.config_record(cfg),
-        "dataset": data_check.identity(loader),
-        "dataset_fingerprint": loader.fingerprint,
-        "consumed": loader.consumed(),      # per source: samples and tokens (train.data)
-        "world_size": dist.world_size,
-        "layout": reshard.record(reshard.layout_of(cfg, dist.world_size)),   # resume on another: train.reshard
-        "bad_streak": bad_streak,
-        "last_metrics": record,
-        **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/observe/spike.py)
-    }
-    on_phase = hooks.load().checkpoint_phase
-    if background is not None:
-        background.wait()   # one write in flight; the free space is counted after the previous one
-    if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
-        from mspretrain.train.checkpoint.diskspace import check_free_space
-        check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
-    if background is not None:
-        # the state at this step, copied into the file's image (the previous write has ended)
-        image = background.image.fill(ckpt.host_copy(ts.state_parameters(), copy=False))
-        state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
-        background.start(step, lambda pace: ckpt.write_checkpoint(run_dir, step, image, state,
-                                                                  cfg.checkpoint.keep_max, on_phase=on_phase,
-                                                                  pace=pace))
-    elif dist.sharded:
-        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
-                              rank=dist.rank, is_main=dist.is_main,
-                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist),
-                              on_phase=on_phase)
-    elif dist.is_main:
-        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
-                              on_phase=on_phase)
-
-
-def background_writer(cfg: Config, dist) -> ckpt.BackgroundWriter | None:
-    """The main rank's background writer when checkpoint.async is on. A sharded model's ranks write
-    their parts between barriers (collectives), which must not run beside the training step's own, so
-    there checkpoints stay synchronous (said once)."""
-    if not cfg.checkpoint.async_ or not dist.is_main:
-        return None
-    if dist.sharded:
-        print("[train] checkpoint.async: this model is sharded across ranks, whose checkpoint writes "
-              "synchronise with each other; writing checkpoints synchronously", file=sys.stderr, flush=True)
-        return None
-    return ckpt.BackgroundWriter(cfg.checkpoint.every_steps)
-
-
-def strategy_files(cfg: Config, dist):
-    """The per-rank extra files of a sharded checkpoint: CKPT/strategy/rank_R.ckpt (None if unsharded)."""
-    if not dist.sharded:
-        return None
-    from mspretrain.train.parallel.apply import copy_strategy
-
-    def add(tmp_dir: Path) -> list[Path]:
-        copied = copy_strategy(cfg, dist, tmp_dir)
-        return [copied] if copied else []
-    return add
 
 
 def measure_peak_tflops(n: int = 1024, reps: int = 5) -> float:
@@ -319,7 +107,7 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     check_loop_config(cfg)
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
-    from mspretrain.train.data import TrainData, check_sources, data_kind
+    from mspretrain.train.data import check_sources, data_kind
     from mspretrain.train.observe.spike import check_spike_config
     from mspretrain.train.switches import check_switches
     data_kind(cfg)          # exactly one of data.path, data.blend, data.mixture
@@ -331,10 +119,11 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     checked = False
     try:
         with run_lock(run_dir, dist.is_main):
-            resume_from = resolve_resume(run_dir, resume)
+            checkpoints = Checkpointer(cfg, dist)
+            resume_from = checkpoints.find(resume)
             check_sources(cfg, verify_data)     # each dataset intact, all of one tokenizer and seq_length
             checked = True
-            return _launch_locked(cfg, dist, run_dir, resume_from, force)
+            return _launch_locked(cfg, dist, checkpoints, resume_from, force)
     finally:
         if created and not checked:     # refused before anything was written: leave no run dir
             _remove_empty_run_dir(run_dir)
@@ -349,7 +138,8 @@ def _remove_empty_run_dir(run_dir: Path) -> None:
         pass
 
 
-def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, force: bool) -> int:
+def _launch_locked(cfg: Config, dist, checkpoints: Checkpointer, resume_from: Path | None, force: bool) -> int:
+    run_dir = checkpoints.run_dir
     import mindspore as ms
 
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
@@ -365,7 +155,7 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
         from mspretrain.train.observe import spike
         guard = spike.SpikeGuard(cfg)
         if resume_from is not None:
-            state = restore(session, resume_from, loader, cfg, dist, force)
+            state = checkpoints.load(session, resume_from, loader, force)
             start, bad_streak = state["step"], state.get("bad_streak", 0)
             guard.load_state_dict(state.get("spike"))
             if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
@@ -385,7 +175,8 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
         first = True
         while True:
             try:
-                return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak, guard, announce=first)
+                return run_steps(cfg, dist, session, loader, checkpoints, start, bad_streak, guard,
+                                 announce=first)
             except spike.Rollback as rb:        # back to a checkpoint before the spikes, past their samples
                 start, bad_streak = spike.roll_back(rb, run_dir, session, loader, guard, dist)
                 first = False       # the graph is compiled and the first peak was told: say neither again
@@ -421,8 +212,9 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     return rec
 
 
-def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
+def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpointer, start: int,
               bad_streak: int, guard=None, announce: bool = True) -> int:
+    run_dir = checkpoints.run_dir
     from mspretrain.train.observe import monitor as observe
     from mspretrain.train.observe import profile
     from mspretrain.train.observe import spike
@@ -443,14 +235,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     from mspretrain.train.eval import suite as evalsuite
     if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
         print(notice, flush=True)
-    background = background_writer(cfg, dist)
-    if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
-        background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
+    checkpoints.start_background(session)
     batches = iter(loader)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
-            if background:
-                background.check()      # a failed background write stops the run here
+            checkpoints.check()      # a failed background write stops the run here
             limits = guard.arm(session.train_step, step)
             observer.before(step)
             window.before(step)
@@ -504,8 +293,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             stop = bad_streak >= cfg.train.max_bad_steps
             if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
                     or stop):
-                save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
-                     {"spike": guard.state_dict()}, background)
+                checkpoints.save(step, session, loader, record, bad_streak, {"spike": guard.state_dict()})
             if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
                 ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
                 suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
@@ -518,8 +306,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 return EXIT_BAD_STEPS
     finally:
         try:
-            if background:
-                background.wait()       # the run ends (or rolls back) with its last checkpoint complete
+            checkpoints.wait()       # the run ends (or rolls back) with its last checkpoint complete
         finally:
             window.close()
             if writer:

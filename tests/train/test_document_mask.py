@@ -142,7 +142,7 @@ def test_eod_loss_ignores_exactly_the_boundary_positions(graph_mode):
 
 def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     """4 micro-batches of 2 with different EOS counts = one batch of 8: the same token mean and update.
-    Every micro-batch's loss sum is divided by the whole batch's token count N (train.step); the mean
+    Every micro-batch's loss sum is divided by the whole batch's token count N (train.step.cell); the mean
     of the 4 micro-batch means, what equal weights would train on, is visibly another number."""
     from mindspore import Tensor
 

@@ -95,7 +95,7 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
 
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.parallel.apply import strategy_path
-    from mspretrain.train.trainer import strategy_files
+    from mspretrain.train.checkpoint.checkpointer import strategy_files
 
     run_dir = tmp_path / "run"
     cfg = ascend("parallel.model_parallel=2", f"run.dir={run_dir}")
@@ -123,15 +123,17 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
 
 # ---------------------------------------------------------------- pipeline wrappers in the session
 
-def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(tiny_data):
+def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(tiny_data, tmp_path, monkeypatch):
+    import mindspore.parallel.auto_parallel as ap
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
     from mspretrain.train.parallel.plan import validate
 
     from mspretrain.train.parallel.apply import pipeline_grad_reducer, pipeline_loss_cell
-    from mspretrain.train.step.cell import PipelineAccumulator, TrainStepCell
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.step.cell import PipelineAccumulator, TrainStep, TrainStepCell
+    from mspretrain.train.assemble import build_session
+    from mspretrain.train.parallel.distributed import layout
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
@@ -146,23 +148,29 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     assert step_cell.network.model is flat.loss_net.model and step_cell.loop and step_cell.micro_steps == 2
     assert isinstance(step_cell.grad_reducer, nn.Identity)
 
-    # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
+    # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun; the
+    # rank functions patched so that AutoParallel can be built without init())
+    monkeypatch.setattr(ap, "get_rank", lambda *a: 0)
     piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false",
-             "eval.every_steps=0"]       # no in-loop validation through pipeline stages
-    no_shard = build_session(load_config(TINY, piped), 128, 32, one).train_step.step_cell
+             "eval.every_steps=0", f"run.dir={tmp_path}"]       # no in-loop validation through pipeline stages
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 2)
+    no_shard_cfg = load_config(TINY, piped)
+    no_shard = build_session(no_shard_cfg, 128, 32, layout(no_shard_cfg, 0, 2), 2).train_step.step_cell
     assert isinstance(no_shard.grad_reducer, PipelineAccumulator)      # PipelineGradReducer's branch fails
     assert sorted(p.name.split(".", 1)[0] for p in no_shard.grad_reducer.get_parameters()) == \
         ["accu_grads"] * len(no_shard.weights)
     piped_cfg = load_config(TINY, [*piped, "parallel.data_parallel=2", "parallel.optimizer_shard=true"])
     validate(piped_cfg, 4)
-    piped = build_session(piped_cfg, 128, 32, one)
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 4)
+    piped = build_session(piped_cfg, 128, 32, layout(piped_cfg, 0, 4), 2)
     piped_cell = piped.train_step.step_cell
     assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.train_step.loss_cell
     assert piped_cell.network.micro_size == 2 and piped_cell.micro_steps == 2    # loss and grads / 2
     assert not piped_cell.loop and not piped_cell.accumulators
     assert isinstance(piped_cell.grad_reducer, PipelineGradReducer) and piped_cell.grad_reducer.opt_shard
-    # the wrapper renames nothing: checkpoints of both layouts hold the same tensors
-    assert sorted(piped.train_step.state_parameters()) == sorted(flat.train_step.state_parameters())
+    # the wrapper renames nothing: both layouts' steps hold the same tensors (each stage saves its own)
+    assert sorted(TrainStep(piped_cell).state_parameters()) == sorted(flat.train_step.state_parameters())
+    assert set(piped.train_step.state_parameters()) < set(flat.train_step.state_parameters())
 
 
 def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
@@ -185,12 +193,13 @@ def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_da
 
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train import trainer
+    from mspretrain.train import assemble
+    from mspretrain.train.checkpoint import checkpointer
 
     cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={tmp_path / 'run'}"])
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     with Loader(cfg.data.path, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, num_workers=0) as ld:
-        session = trainer.build_session(cfg, ld.vocab_size, ld.seq_length, one)
+        session = assemble.build_session(cfg, ld.vocab_size, ld.seq_length, one)
         params = session.train_step.state_parameters()
         ckpt.write_checkpoint(tmp_path / "run", 1, params, {"step": 1, "config_hash": cfg.hash(),
                                                             "dataset_fingerprint": ld.fingerprint,
@@ -199,10 +208,11 @@ def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_da
         compile_step = session.train_step.compile
         monkeypatch.setattr(session.train_step, "compile",
                             lambda shape: (events.append(("compile", shape)), compile_step(shape))[1])
-        load = ckpt.load_params
-        monkeypatch.setattr(ckpt, "load_params", lambda d, p, rank=None, **kw: (events.append(("load", rank)),
-                                                                                  load(d, p, rank=rank, **kw))[1])
+        load = checkpointer.load_params
+        monkeypatch.setattr(checkpointer, "load_params", lambda d, p, rank=None, **kw: (
+            events.append(("load", rank)), load(d, p, rank=rank, **kw))[1])
         sharded = dataclasses.replace(one, sharded=True)
-        trainer.restore(session, tmp_path / "run" / "checkpoints" / "step_00000001", ld, cfg, sharded, False)
+        checkpointer.Checkpointer(cfg, sharded).load(session, tmp_path / "run" / "checkpoints" / "step_00000001",
+                                                     ld, False)
     assert events == [("compile", (8, 33)), ("load", 0)]
     assert session.train_step.step_cell.compile_cache          # really compiled

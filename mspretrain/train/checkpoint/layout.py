@@ -24,6 +24,7 @@ MODEL_FILE = "model.ckpt"
 
 
 STATE_FILE = "state.json"
+STATE_FORMAT_VERSION = 1        # state.json's layout; a resume refuses a newer one
 
 
 RESHARDED = "resharded"       # RUN/resharded/STEP: a resume's files transformed to a new layout (reshard.py)

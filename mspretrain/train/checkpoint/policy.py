@@ -28,7 +28,7 @@ SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers",
         "train.global_batch_size",   # the stream is a function of the cursor, not of the batch size
         "optim.decay_start_step",    # a WSD decay started from a stable checkpoint (optim.py)
         "parallel.data_parallel",    # elastic resume: the loader continues the same sample stream
-        # another layout: the checkpoint is transformed onto it (train.reshard); the same model and
+        # another layout: the checkpoint is transformed onto it (train.checkpoint.reshard); the same model and
         # stream, only the reduction order differs
         "parallel.model_parallel", "parallel.pipeline_stage", "parallel.optimizer_shard",
         "parallel.optimizer_level", "parallel.micro_batch_num", "parallel.stage_offsets",

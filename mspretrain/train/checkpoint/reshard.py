@@ -16,7 +16,7 @@ Strategy files of a pipeline (pp > 1) hold one stage each: they are merged first
 (`mindspore.parallel.merge_pipeline_strategys`), on both sides.
 
 `transform` (Ascend; CPU cannot shard) follows MindFormers' resume with `auto_trans_ckpt`: after the
-step graph is compiled (which writes this rank's destination strategy, train.parallel.strategy_path),
+step graph is compiled (which writes this rank's destination strategy, train.parallel.apply.strategy_path),
 the main rank merges the strategy files, then every rank builds its own file with
 `mindspore.parallel.rank_list_for_transform` + `transform_checkpoint_by_rank` into
 RUN/resharded/step_XXXXXXXX/rank_R/model.ckpt, which it loads like its own. The loader state carries

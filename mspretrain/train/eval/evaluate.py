@@ -19,7 +19,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = N
     valid split of `path` (default data.path). With train.z_loss the z-loss term is taken out (val_loss
     stays the cross entropy, comparable across runs) and its mean goes to extras["val_z_loss"]. A loss
     cell built with hits=True also gives extras["val_acc"]: the next-token accuracy, hits / tokens
-    summed over the batches (ties with the top logit count as hits; train.loss.CausalLMLoss)."""
+    summed over the batches (ties with the top logit count as hits; train.step.loss.CausalLMLoss)."""
     from mspretrain.train.step.cell import z_loss_reading
     from mindspore import Tensor
 
@@ -96,7 +96,7 @@ def main(cfg: Config, checkpoint: str | None = None, verify_data: bool = False) 
 def one_device(ckpt_dir: Path) -> Path:
     """The directory of `ckpt_dir`'s full model.ckpt, its files' digests checked first: itself, or for
     a sharded checkpoint (rank_R/, Ascend model/pipeline parallel or optimizer sharding) its slices
-    merged onto one device (train.reshard.merged_to_one_device, cached in CKPT/merged/)."""
+    merged onto one device (train.checkpoint.reshard.merged_to_one_device, cached in CKPT/merged/)."""
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.checkpoint.reshard import merged_to_one_device
 

@@ -26,7 +26,7 @@ from mindspore.common import dtype as mstype
 class TokenLogProbs(nn.Cell):
     """input_ids int32 [B, S+1] -> log p(input_ids[:, t+1] | input_ids[:, :t+1]), fp32 [B, S]; with
     `hits` also whether each next token is a top-1 prediction, bool [B, S]: its logit equals the
-    largest, ties included (as val_acc counts, train.loss.CausalLMLoss)."""
+    largest, ties included (as val_acc counts, train.step.loss.CausalLMLoss)."""
 
     def __init__(self, model: nn.Cell, hits: bool = False):
         super().__init__()

@@ -2,7 +2,7 @@
 
 - loss, perplexity and **next-token accuracy** (the share of predicted tokens that are the model's
   top-1, first index on ties, over the tokens the loss counts) over the first eval.batches batches of
-  eval.batch_size rows of the valid split's order (as train.evaluate.validation_loss reads them), in
+  eval.batch_size rows of the valid split's order (as train.eval.evaluate.validation_loss reads them), in
   total and **per source** of a blend (eval.blend);
 - **bits per byte**: the nats of the predicted tokens over the UTF-8 bytes of the text behind them,
   so models with different tokenizers compare. A token's bytes come from its sentencepiece piece
@@ -251,7 +251,7 @@ def run_suite(model, cfg: Config, run_dir, tag: str) -> dict:
 
 def _log_probs_and_hits(model):
     """A cell: input_ids [B, S+1] -> (log p of each next token fp32 [B, S], whether it is a top-1
-    prediction bool [B, S]), from one forward (train.score.TokenLogProbs)."""
+    prediction bool [B, S]), from one forward (train.eval.score.TokenLogProbs)."""
     from mspretrain.train.eval.score import TokenLogProbs
     return TokenLogProbs(model, hits=True)
 
@@ -385,7 +385,7 @@ _ONE_DEVICE: dict = {}      # the stand-alone model of `in_loop_from_checkpoint`
 
 def in_loop_from_checkpoint(args, cfg: Config, run_dir, ckpt_dir, step: int) -> dict:
     """`in_loop` for a sharded run: its checkpoint of `step` merged onto one device
-    (train.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone model of
+    (train.checkpoint.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone model of
     the run's `args` and precision, one per process whose weights each call replaces (one compile).
     It holds a full copy of the weights on the main rank's device beside the training state."""
     from mspretrain.train.models import spec as model_spec
@@ -409,7 +409,7 @@ def in_loop(model, cfg: Config, run_dir, step: int) -> dict:
     if every and step % every:
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, prompts=""))
     s = run_suite(model, cfg, run_dir, f"step_{step:08d}")
-    rec = {}        # val_acc comes with val_loss (train.evaluate.validation_loss), of the same batches
+    rec = {}        # val_acc comes with val_loss (train.eval.evaluate.validation_loss), of the same batches
     if s.get("bits_per_byte") is not None:
         rec["val_bits_per_byte"] = s["bits_per_byte"]
     if len(s["per_source"]) > 1:

@@ -219,7 +219,8 @@ def import_run(cfg: Config, hf_dir) -> Path:
     """`train import`: write step 0 of run cfg.run.dir (weights from `hf_dir`, fresh optimizer state),
     so that `train launch --resume auto` continues pretraining from it. Returns the checkpoint dir."""
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train import runinfo, trainer
+    from mspretrain.train import assemble, runinfo, trainer
+    from mspretrain.train.checkpoint.checkpointer import Checkpointer
     from mspretrain.train.parallel import distributed
     from mspretrain.train.parallel import plan as parallel_plan
     from mspretrain.train.checkpoint import policy as resume_policy
@@ -241,7 +242,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
 
     ms.set_seed(cfg.seed)
     with TrainData(cfg, dist) as loader:        # the stream the continued run will read
-        session = trainer.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
+        session = assemble.build_session(cfg, loader.vocab_size, loader.seq_length, dist,
                                         loader.tokenizer.eos_id)
         mapping = hf_mapping(cfg)
         mapping.check_hf_config(hf_dir, session.args)
@@ -250,7 +251,7 @@ def import_run(cfg: Config, hf_dir) -> Path:
         runinfo.record_run(cfg)
         trainer.prepare_run_dir(run_dir)
         record = {"step": 0, "imported_from": str(hf_dir.resolve())}
-        trainer.save(run_dir, 0, session, loader, cfg, dist, record, 0)
+        Checkpointer(cfg, dist).save(0, session, loader, record, 0)
     final = ckpt.latest_checkpoint(run_dir)
     print(f"[import] {hf_dir} -> {final}; continue with: train launch --config ... "
           f"--set run.dir={run_dir} --resume auto")

@@ -19,7 +19,7 @@ from mspretrain.train.parallel.plan import Plan, check_validation, make_plan
 def grad_reducer(dist, parameters):
     """A cell that all-reduces (sums) gradients across CPU/GPU data-parallel ranks; identity on one rank.
     A sum, not a mean: each rank's gradient is already its share of d(loss sum / N) with N the global
-    batch's token count (train.step), so the shares add up to the gradient of the whole batch."""
+    batch's token count (train.step.cell), so the shares add up to the gradient of the whole batch."""
     from mindspore import nn
 
     if dist.world_size == 1:
@@ -65,33 +65,51 @@ def counts_tokens(plan_or_cfg, rank: int) -> bool:
     return rank % mp == 0 and rank // (dp * mp) == 0
 
 
-def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
-    """Make `train_step` (train.step.TrainStep) parallel and return the object to run.
+def reduction(cfg, dist, parameters, micro_steps: int, loop: bool):
+    """How the step combines its ranks' work (train.step.cell.Reduction), chosen before the step is built.
 
-    One rank: unchanged. CPU/GPU data parallel: a DistributedGradReducer (mean over the ranks) in the
-    step cell's `grad_reducer` slot. Ascend: the plan's strategies and stages set on `model`, and the
-    step cell wrapped in AutoParallel: one graph, compiled once. With several ranks the overflow flag
-    is all-reduced in the graph and the reported loss is the global batch's (GlobalLossStep).
+    One rank: nothing. No AutoParallel runs there, so no compiler pass fills `accu_grads`: the step's
+    own accumulated gradients are the sum (an accumulator reducer would read zeros). CPU/GPU data
+    parallel: a summing DistributedGradReducer, the loss a rank's share. Ascend: the compiler reduces;
+    with accumulation the step reads the sums it put into `accu_grads.*`."""
+    from mspretrain.train.step.cell import Reduction
+
+    if dist.world_size == 1:
+        return Reduction()
+    if cfg.device != "Ascend":
+        return Reduction(grad_reducer(dist, parameters), reduce_overflow=True, loss_is_share=True)
+    return Reduction(accumulation_grad_reducer(cfg, parameters, micro_steps, loop), reduce_overflow=True)
+
+
+def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
+    """The object to run for `train_step` (train.step.cell.TrainStep, built with `reduction`): a new one;
+    the step itself is not changed.
+
+    One rank: the step. CPU/GPU data parallel: the step behind GlobalLossStep. Ascend: the plan's
+    strategies and stages set on `model`, and a step whose cell runs inside AutoParallel: one graph,
+    compiled once. With several ranks the reported loss is the global batch's (GlobalLossStep).
     """
     if dist.world_size == 1:
         return train_step
     cell = train_step.step_cell
-    cell.reduce_overflow = True
+    if not cell.reduce_overflow:
+        raise RuntimeError("parallelize: the step was built for one rank; build it with "
+                           "train.parallel.apply.reduction(cfg, dist, ...)")
     if cfg.device != "Ascend":
-        cell.loss_is_share = True
-        cell.grad_reducer = grad_reducer(dist, cell.weights)
         check_grad_reduction(cell)
         return GlobalLossStep(train_step, dist, computes_loss=True, loss_is_share=True)
     plan = make_plan(cfg, dist.world_size, model_vocab(model))
-    annotate(plan, model, getattr(train_step, "loss_cell", None))
+    annotate(plan, model, train_step.loss_cell)
     if loss_cell is not None:       # the validation loss cell: its own primitives
         annotate(plan, model, loss_cell)
-    train_step.cell = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
-    if plan.pp > 1:     # N9: each stage saves (and loads) its own tensors only
-        train_step.keep_state = stage_state_filter(plan, dist.rank // (plan.dp * plan.mp),
-                                                   cfg.model.tie_embeddings)
-    last_stage = dist.rank // (plan.dp * plan.mp) == plan.pp - 1
-    return GlobalLossStep(train_step, dist, computes_loss=last_stage,
+    stage = dist.rank // (plan.dp * plan.mp)
+    # pipeline stages: each saves (and loads) its own tensors only
+    keep = stage_state_filter(plan, stage, cfg.model.tie_embeddings) if plan.pp > 1 else None
+    from mspretrain.train.step.cell import TrainStep
+
+    wrapped = TrainStep(cell, train_step.eod_id, loss_cell=train_step.loss_cell, keep_state=keep,
+                        runner=wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist))))
+    return GlobalLossStep(wrapped, dist, computes_loss=stage == plan.pp - 1,
                           counts_tokens=counts_tokens(cfg, dist.rank))
 
 
@@ -188,7 +206,7 @@ def _refuse_plain_dense(path: str, cell) -> None:
 
 
 def lazy_inline_loss(cfg) -> bool:
-    """The train loss cell as one reused sub-graph (train.loss.ReusedCausalLMLoss, mindspore.lazy_inline,
+    """The train loss cell as one reused sub-graph (train.step.loss.ReusedCausalLMLoss, mindspore.lazy_inline,
     on the outermost cell as MindFormers does): with pipeline stages, which run on Ascend only.
     MindSpore 2.10's CPU backend refuses lazy_inline ("CPU does not support the lazy_inline feature"),
     so it is never on elsewhere."""
@@ -215,7 +233,7 @@ def uses_accumulators(cfg, micro_steps: int, loop: bool) -> bool:
     return cfg.parallel.pipeline_stage > 1 or (micro_steps > 1 and not loop)
 
 
-def accumulation_grad_reducer(cfg, parameters, micro_steps: int = 1, step_cell=None):
+def accumulation_grad_reducer(cfg, parameters, micro_steps: int = 1, loop: bool = False):
     """The step cell's gradient slot for Ascend accumulation (`uses_accumulators`): takes the
     micro-batch gradient sums the compiler accumulated into the `accu_grads.*` buffers, and zeroes
     those; identity otherwise. MindFormers' pattern (MFPipelineWithLossScaleCell, which it uses for
@@ -227,7 +245,6 @@ def accumulation_grad_reducer(cfg, parameters, micro_steps: int = 1, step_cell=N
     name 'grads' is not defined"). Scale 1 in both: the step cell unscales itself."""
     from mindspore import nn
 
-    loop = bool(getattr(step_cell, "loop", False))
     if not uses_accumulators(cfg, micro_steps, loop):
         return nn.Identity()
     if cfg.parallel.optimizer_shard:
@@ -267,7 +284,7 @@ def wrap(plan: Plan, cell, strategy_file: str | None = None, dataset_strategy=No
 
 def check_grad_reduction(train_cell) -> None:
     """Refuse a data-parallel train cell that would not all-reduce (sum) its gradients: its shares
-    of the global batch's gradient (train.step normalises by the global token count)."""
+    of the global batch's gradient (train.step.cell normalises by the global token count)."""
     from mindspore import nn
 
     reducers = [c for _, c in train_cell.cells_and_names() if isinstance(c, nn.DistributedGradReducer)]
@@ -275,7 +292,7 @@ def check_grad_reduction(train_cell) -> None:
         raise RuntimeError(
             f"{type(train_cell).__name__} has no DistributedGradReducer: gradients would not be averaged "
             "across ranks. Give it a `grad_reducer` slot, or build nn.TrainOneStepCell after "
-            "train.distributed.setup() (it reads the DATA_PARALLEL context).")
+            "train.parallel.distributed.setup() (it reads the DATA_PARALLEL context).")
     for r in reducers:
         if r.mean:
             raise RuntimeError("the DistributedGradReducer means gradients; the step's are shares of the "

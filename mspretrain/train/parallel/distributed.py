@@ -81,7 +81,7 @@ def setup(cfg, validate) -> DistInfo:
 
     One process (no msrun env): rank 0 of 1, no process group (a config asking for more than one
     process is an error: launch with --nproc). Under msrun: `communication.init()`, the plan validated
-    (`validate(cfg, world_size)`: train.parallel.validate, passed in so that this module does not
+    (`validate(cfg, world_size)`: train.parallel.plan.validate, passed in so that this module does not
     depend on the plan) and, on CPU/GPU data parallel, the DATA_PARALLEL context with gradients_mean
     set, so that a TrainOneStepCell built afterwards all-reduces (means) its gradients.
     """
@@ -110,7 +110,7 @@ def set_data_parallel_context(cfg, dist: DistInfo) -> None:
     """CPU/GPU data parallel: DATA_PARALLEL with gradients_mean, before the train cell is built.
 
     nn.TrainOneStepCell (and subclasses) read it in __init__ to build their DistributedGradReducer.
-    Ascend runs go through AutoParallel (train.parallel.wrap) instead and set nothing here.
+    Ascend runs go through AutoParallel (train.parallel.apply.wrap) instead and set nothing here.
     """
     if dist.world_size == 1 or cfg.device == "Ascend":
         return

@@ -16,7 +16,7 @@ from mspretrain.train.config import ConfigError
 from mspretrain.train.models import spec as model_spec
 from mspretrain.train.models.spec import OpShard
 from mspretrain.train.parallel.distributed import layout
-from mspretrain.train.step.batching import forward_batch
+from mspretrain.train.step.batching import check_batch, forward_batch
 
 OPTIMIZER_LEVELS = ("level1", "level2", "level3")
 
@@ -69,7 +69,7 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     if pp > 1 and p.micro_batch_num < pp:
         raise ConfigError(f"parallel.micro_batch_num ({p.micro_batch_num}) must be >= "
                           f"parallel.pipeline_stage ({pp})")
-    _validate_batch(cfg, dp)
+    check_batch(cfg, dp)
     if p.sequence_parallel and mp == 1:
         raise ConfigError("parallel.sequence_parallel needs parallel.model_parallel > 1")
     if p.sequence_parallel and seq_length and seq_length % mp:
@@ -83,23 +83,6 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
                           f"got {p.optimizer_level!r}")
     stage_layers(m.num_layers, pp, p.stage_offsets)
     check_validation(cfg)
-
-
-def _validate_batch(cfg, dp: int) -> None:
-    p, t = cfg.parallel, cfg.train
-    g = t.global_batch_size
-    if g < 1:
-        raise ConfigError(f"train.global_batch_size must be >= 1, got {g}")
-    if g % (dp * p.micro_batch_num):
-        raise ConfigError(f"train.global_batch_size ({g}) must be divisible by parallel.data_parallel ({dp}) "
-                          f"* parallel.micro_batch_num ({p.micro_batch_num})")
-    if t.micro_batch_size and (g // dp) % t.micro_batch_size:
-        raise ConfigError(f"train.global_batch_size ({g}) / parallel.data_parallel ({dp}) = {g // dp} samples "
-                          f"per rank must be divisible by train.micro_batch_size ({t.micro_batch_size})")
-    if p.pipeline_stage > 1 and t.micro_batch_size and t.micro_batch_size != g // dp:
-        raise ConfigError(f"train.micro_batch_size ({t.micro_batch_size}) with parallel.pipeline_stage "
-                          f"({p.pipeline_stage}): the pipeline's micro-batches (parallel.micro_batch_num) "
-                          f"are the accumulation; set train.micro_batch_size=0")
 
 
 def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:

@@ -23,7 +23,7 @@ Normalisation by the global token count (every mode, every layout): the loss cel
 of its tokens' losses (CausalLMLoss reduction "sum"; EOS inputs left out with train.eod_mask_loss),
 and backward starts from sens = scale / N, N the number of loss tokens in the whole global batch (all
 micro-batches, all data-parallel ranks; counted on the host, `count_loss_tokens`, and summed across
-ranks by train.parallel.GlobalLossStep). So each micro-batch and each rank contributes its share of
+ranks by train.parallel.apply.GlobalLossStep). So each micro-batch and each rank contributes its share of
 d(sum of losses / N), the contributions are *summed* (loop accumulators, GradAccumulation's one
 backward, the pipeline's `accu_grads`, a summing DistributedGradReducer on CPU, semi-auto's own
 reduction on Ascend), and one device, dp = N and K micro-batches compute the same gradient in another
@@ -46,14 +46,8 @@ from mspretrain.train.config import ConfigError
 
 
 ACCUMULATE = ("auto", "loop", "split")
-
-
 ACCU_PREFIX = "accu_grads"      # the name MindSpore's optimizer-sharding pass gives layouts to
-
-
 _CONSTANTS = {"scale_sense"}    # PipelineGradReducer's fixed scale (1: the step cell unscales)
-
-
 # observations, not state: the host's spike thresholds, the loss cell's z-loss reading (spike.py)
 _NOT_STATE = {"spike_limits", "z_loss_value"}
 
@@ -66,6 +60,23 @@ def accumulate_mode(cfg) -> str:
     if mode == "auto":
         return "split" if cfg.device == "Ascend" else "loop"
     return mode
+
+
+def loops(cfg, micro_steps: int, splits_batch: bool = False) -> bool:
+    """Whether the step accumulates its micro-batches in a graph loop (train.accumulate "loop"), not
+    in a loss cell that splits the batch itself (GradAccumulation, a pipeline)."""
+    return accumulate_mode(cfg) == "loop" and not splits_batch and micro_steps > 1
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a step combines its ranks' work, fixed when the step is built (train.parallel.apply.reduction):
+    the gradient slot (identity, a summing all-reduce, or the compiler's accumulators), whether the
+    overflow and spike flags are all-reduced, and whether the loss is this rank's share (CPU data
+    parallel) to be all-reduced for the spike test."""
+    grad_reducer: object = None         # an nn.Cell; None: identity
+    reduce_overflow: bool = False
+    loss_is_share: bool = False
 
 
 # tagged so that the semi-auto compiler all-reduces each square sum over the slices of a sharded
@@ -139,7 +150,7 @@ class TrainStepCell(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
                  dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
-                 grad_reducer: nn.Cell | None = None):
+                 reduction: Reduction = Reduction()):
         super().__init__(auto_prefix=False)
         if loop and splits_batch:
             raise ValueError("TrainStepCell: loop and splits_batch exclude each other")
@@ -155,9 +166,9 @@ class TrainStepCell(nn.Cell):
                                     requires_grad=False)
         self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps",
                                     requires_grad=False)
-        self.grad_reducer = grad_reducer if grad_reducer is not None else nn.Identity()
-        self.reduce_overflow = False        # set by train.parallel when the job has several ranks
-        self.loss_is_share = False          # CPU data parallel: the loss is this rank's share (train.parallel)
+        self.grad_reducer = reduction.grad_reducer if reduction.grad_reducer is not None else nn.Identity()
+        self.reduce_overflow = reduction.reduce_overflow
+        self.loss_is_share = reduction.loss_is_share
         self.allreduce = ops.AllReduce()
         self.clip_norm = float(clip_norm)
         self.dynamic = dynamic_scale
@@ -268,13 +279,17 @@ class StepResult:
 
 
 class TrainStep:
-    """Runs the step cell (`cell`: the TrainStepCell, or its AutoParallel wrapper) from numpy."""
+    """Runs the step cell from numpy. `runner`: what runs it (its AutoParallel wrapper; default the cell
+    itself); `loss_cell`: the loss cell inside it, whose primitives a parallel plan annotates;
+    `keep_state`: name -> bool, the state this rank owns (pipeline stages: its stage's)."""
 
-    def __init__(self, cell: TrainStepCell, eod_id: int = -1):
+    def __init__(self, cell: TrainStepCell, eod_id: int = -1, loss_cell: nn.Cell | None = None,
+                 runner: nn.Cell | None = None, keep_state=None):
         self.step_cell = cell
-        self.cell = cell
+        self.cell = runner if runner is not None else cell
         self.eod_id = eod_id        # >= 0: EOS inputs are not loss tokens (train.eod_mask_loss)
-        self.keep_state = None      # name -> bool: the state this rank owns (pipeline stages: its stage's)
+        self.loss_cell = loss_cell
+        self.keep_state = keep_state
         cell.set_train(True)
 
     @property
@@ -319,7 +334,7 @@ class TrainStep:
     def state_parameters(self) -> dict[str, Parameter]:
         """Everything a checkpoint must hold: weights, AdamW moments and step, loss-scale state.
         The accumulators are rewritten from zero at every step, so they are not saved. With pipeline
-        stages only this rank's stage (train.parallel.stage_state_filter)."""
+        stages only this rank's stage (train.parallel.apply.stage_state_filter)."""
         return {p.name: p for p in self.step_cell.get_parameters()
                 if not p.name.startswith(ACCU_PREFIX + ".") and p.name not in _CONSTANTS
                 and p.name.rsplit(".", 1)[-1] not in _NOT_STATE
@@ -336,20 +351,20 @@ def z_loss_reading(network: nn.Cell):
 
 
 def build_train_step(loss_net: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, cfg,
-                     network: nn.Cell | None = None, splits_batch: bool = False) -> TrainStep:
+                     network: nn.Cell | None = None, splits_batch: bool = False,
+                     reduction: Reduction = Reduction()) -> TrainStep:
     """The TrainStep of `cfg` (precision, optim.clip_norm, train.accumulate) over `loss_net`, a
     CausalLMLoss (a "mean" one is replaced by its "sum" twin over the same model).
-    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline over the sum)."""
+    `network`/`splits_batch`: a loss cell that splits the batch itself (a pipeline over the sum).
+    `reduction`: how the ranks combine (one process: nothing)."""
     loss_net = summed_loss(loss_net)
-    mode = accumulate_mode(cfg)
-    if network is None and micro_steps > 1 and mode == "split":
+    if network is None and micro_steps > 1 and accumulate_mode(cfg) == "split":
         network, splits_batch = split_cell(loss_net, micro_steps, cfg.device), True
     cell = TrainStepCell(network or loss_net, optimizer, micro_steps, cfg.optim.clip_norm,
                          cfg.precision.dtype == "fp16", cfg.precision.loss_scale,
-                         loop=mode == "loop" and not splits_batch, splits_batch=splits_batch)
-    step = TrainStep(cell, loss_net.eod_mask_id)
-    step.loss_cell = loss_net          # train.parallel gives its primitives their strategies
-    return step
+                         loop=loops(cfg, micro_steps, splits_batch), splits_batch=splits_batch,
+                         reduction=reduction)
+    return TrainStep(cell, loss_net.eod_mask_id, loss_cell=loss_net)
 
 
 def summed_loss(loss_net: nn.Cell) -> nn.Cell:

@@ -15,11 +15,11 @@ class CausalLMLoss(nn.Cell):
     """input_ids [B, S+1] -> mean next-token cross entropy over B*S positions, fp32. With `eod_mask_id`
     (the EOS id, train.eod_mask_loss) the positions holding EOS are left out of the mean.
     `reduction="sum"`: the sum over the kept positions instead (what the train step differentiates and
-    divides by the global batch's token count, train.step); `summed()` is that twin over the same model.
+    divides by the global batch's token count, train.step.cell); `summed()` is that twin over the same model.
     `hits=True` (validation): (loss, hits, tokens), hits the kept positions whose label's logit is the
     largest (ties included), tokens the kept positions, both fp32 sums (exact below 2^24 per forward).
 
-    Written with primitives that each take a strategy (train.parallel), so that the loss runs on
+    Written with primitives that each take a strategy (train.parallel.apply), so that the loss runs on
     logits split by vocabulary without gathering them: max, exp-sum and the picked logit are
     reductions over the vocabulary, which the compiler completes with an all-reduce."""
 

@@ -121,7 +121,7 @@ def test_compare_runs(tmp_path):
 
 def test_state_format_version_is_written_and_a_newer_one_refused(tmp_path):
     from mspretrain.train.checkpoint.policy import ResumeError
-    from mspretrain.train.trainer import STATE_FORMAT_VERSION, check_state_version
+    from mspretrain.train.checkpoint.checkpointer import STATE_FORMAT_VERSION, check_state_version
 
     check_state_version({"step": 3}, tmp_path)                          # written before versions: 0
     check_state_version({"format_version": STATE_FORMAT_VERSION}, tmp_path)

@@ -1,5 +1,5 @@
 """Evaluation of a sharded checkpoint (Ascend model/pipeline parallelism or optimizer sharding writes
-rank_R/model.ckpt slices + strategy files): merged onto one device by train.reshard.merged_to_one_device
+rank_R/model.ckpt slices + strategy files): merged onto one device by train.checkpoint.reshard.merged_to_one_device
 with MindSpore's checkpoint transformation, then scored like a full one. The sharded checkpoints here are
 written by hand in MindSpore's formats (tests/train/sharded_helpers.py): CPU cannot compile a sharded
 graph, but the transformation itself runs on CPU, so `train eval RUN --tasks`, `train eval --config`

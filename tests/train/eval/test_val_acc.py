@@ -1,5 +1,5 @@
 """val_acc, the next-token accuracy of the periodic validation: counted in the validation graph
-(train.loss.CausalLMLoss hits=True) from the loss's own reductions over the vocabulary, checked
+(train.step.loss.CausalLMLoss hits=True) from the loss's own reductions over the vocabulary, checked
 against a numpy oracle on the logits of a separate forward of the same weights. A count ratio: equal
 exactly. Ties with the top logit count as hits (the rule the split-vocabulary graph can compute)."""
 from __future__ import annotations

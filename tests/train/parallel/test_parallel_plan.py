@@ -416,7 +416,7 @@ def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
     from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.step.optim import build_optimizer
     from mspretrain.train.parallel.apply import stage_state_filter
-    from mspretrain.train.step.cell import build_train_step
+    from mspretrain.train.step.cell import TrainStep, build_train_step
 
     cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0,
                     "model.tie_embeddings": tied, "parallel.vocab_emb_dp": not tied})
@@ -427,8 +427,8 @@ def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
     everything = set(step.state_parameters())
     owned = []
     for stage in (0, 1):
-        step.keep_state = stage_state_filter(plan, stage, tied)
-        owned.append(set(step.state_parameters()))
+        kept = TrainStep(step.step_cell, keep_state=stage_state_filter(plan, stage, tied))
+        owned.append(set(kept.state_parameters()))
     assert owned[0] | owned[1] == everything
     shared = {"global_step", "learning_rate", "loss_scale", "loss_scale_good_steps"}
     if tied:
@@ -493,11 +493,14 @@ def test_data_parallel_installs_a_summing_reducer_and_the_overflow_all_reduce(gr
     assert isinstance(step.step_cell.grad_reducer, nn.Identity) and not step.step_cell.reduce_overflow
     one = load_config(None, [])
     assert parallelize(one, layout(one, 0, 1), None, step) is step          # one process: unchanged
-    wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
-    assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
+    with pytest.raises(RuntimeError, match="built for one rank"):
+        parallelize(cfg, layout(cfg, 1, 2), None, step)
+    _, step = make_step("parallel.data_parallel=2", dist=layout(cfg, 1, 2))
     reducer = step.step_cell.grad_reducer
     assert isinstance(reducer, nn.DistributedGradReducer) and not reducer.mean
-    assert step.step_cell.reduce_overflow
+    assert step.step_cell.reduce_overflow and step.step_cell.loss_is_share
+    wrapped = parallelize(cfg, layout(cfg, 1, 2), None, step)
+    assert isinstance(wrapped, GlobalLossStep) and wrapped.step_cell is step.step_cell
     net = nn.Dense(4, 4)
     with pytest.raises(RuntimeError, match="no DistributedGradReducer"):
         check_grad_reduction(nn.WithLossCell(net, nn.MSELoss()))
@@ -544,7 +547,7 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.step.optim import build_optimizer
-    from mspretrain.train.parallel.apply import GlobalLossStep, parallelize, pipeline_loss_cell
+    from mspretrain.train.parallel.apply import GlobalLossStep, parallelize, pipeline_loss_cell, reduction
     from mspretrain.train.step.cell import build_train_step
 
     monkeypatch.setattr(ap, "get_rank", lambda *a: 3)
@@ -557,12 +560,15 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     loss = CausalLMLoss(model, 128)
     opt = build_optimizer(loss.trainable_params(), cfg.optim)
     piped = pipeline_loss_cell(cfg, loss)
-    step = (build_train_step(loss, opt, 4, cfg) if piped is None
-            else build_train_step(loss, opt, 2, cfg, network=piped, splits_batch=True))
+    k = 4 if piped is None else 2
+    combine = reduction(cfg, dist, opt.parameters, k, loop=False)
+    step = (build_train_step(loss, opt, k, cfg, reduction=combine) if piped is None
+            else build_train_step(loss, opt, k, cfg, network=piped, splits_batch=True, reduction=combine))
     wrapped = parallelize(cfg, dist, model, step, loss_cell=loss)
     assert isinstance(wrapped, GlobalLossStep)
     net = wrapped.cell
     assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
+    assert step.cell is step.step_cell and step.keep_state is None      # the built step is not changed
     # N1: no gradients_mean under semi-auto (MindFormers' gradients_mean: False); loss_repeated_mean on
     assert net._parallel_mode == "semi_auto" and net._gradients_mean is False and net._loss_repeated_mean
     assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
@@ -570,7 +576,7 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
     for key, value in expect.items():
         assert getattr(net, key) == value, key
-    assert (step.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # N9: stage-own state
+    assert (wrapped.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # N9: stage-own state
     assert step.step_cell.reduce_overflow
     assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
     if piped is None:                                           # Ascend accumulates with GradAccumulation
@@ -595,26 +601,29 @@ def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
     cfg = ascend(**sets)
     _, cpu_step = make_step("train.accumulate=split", micro_steps=4)
     weights = cpu_step.step_cell.weights
-    reducer = accumulation_grad_reducer(cfg, weights, 4, cpu_step.step_cell)
+    reducer = accumulation_grad_reducer(cfg, weights, 4)
     if opt_shard:
         assert isinstance(reducer, PipelineGradReducer) and reducer.opt_shard
     else:
         assert isinstance(reducer, PipelineAccumulator)
     names = [p.name for p in reducer.accu_grads]
     assert names == [f"{ACCU_PREFIX}.{p.name}" for p in weights]
-    assert isinstance(accumulation_grad_reducer(cfg, weights, 1, cpu_step.step_cell), nn.Identity)
+    assert isinstance(accumulation_grad_reducer(cfg, weights, 1), nn.Identity)
+    assert isinstance(accumulation_grad_reducer(cfg, weights, 4, loop=True), nn.Identity)
     cpu = load_config(None, ["parallel.data_parallel=2"])
-    assert isinstance(accumulation_grad_reducer(cpu, weights, 4, cpu_step.step_cell), nn.Identity)
+    assert isinstance(accumulation_grad_reducer(cpu, weights, 4), nn.Identity)
     from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, model_args
     from mspretrain.train.step.optim import build_optimizer
-    from mspretrain.train.step.cell import build_train_step
+    from mspretrain.train.step.cell import Reduction, build_train_step
     model = Llama(model_args(cfg.model, 128, 16, "Ascend", cfg.precision.dtype, eos_id=2), seed=0)
     loss = CausalLMLoss(model, 128)
-    step = build_train_step(loss, build_optimizer(loss.trainable_params(), cfg.optim), 4, cfg)
+    optimizer = build_optimizer(loss.trainable_params(), cfg.optim)
+    step = build_train_step(loss, optimizer, 4, cfg,
+                            reduction=Reduction(accumulation_grad_reducer(cfg, optimizer.parameters, 4)))
     assert isinstance(step.step_cell.network, GradAccumulation)
+    assert isinstance(step.step_cell.grad_reducer, PipelineGradReducer if opt_shard else PipelineAccumulator)
     # the accumulators are no checkpoint state
-    step.step_cell.grad_reducer = accumulation_grad_reducer(cfg, step.step_cell.weights, 4, step.step_cell)
     assert not [n for n in step.state_parameters() if n.startswith(ACCU_PREFIX)]
 
 

@@ -130,7 +130,7 @@ class Attention(nn.Cell):
         self.flash = args.flash_attention
         self.varlen = self.flash and args.document_mask
         s = args.seq_length
-        # primitives held as attributes so that train.parallel can shard them by head
+        # primitives held as attributes so that train.parallel.apply can shard them by head
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
         if self.varlen:
             # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/
