@@ -19,7 +19,6 @@ computed again.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -35,13 +34,10 @@ from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.steps.pii import PiiConfig
 from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, Pipeline, QualityClassifier,
                                                  RedactPii, build_steps)
-from mspretrain.dataprep.records import BadRecord, Document, InputFile
+from mspretrain.dataprep.records import SPLITS, BadRecord, Document, InputFile, SplitTokens, split_of
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
-
-SPLITS = ("train", "valid")
-
 
 @dataclass(frozen=True)
 class WorkerSetup:
@@ -257,48 +253,7 @@ def aggregate_bad(bad: list) -> dict:
     return out
 
 
-def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
-    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction. Called once
-    per document, by stage 1, which stores it in the chunk's `split` column for every later stage."""
-    return "valid" if unit_hash(f"split:{seed}:{doc_id}") < valid_fraction else "train"
-
-
-def unit_hash(s: str) -> float:
-    """A stable hash of `s` mapped to [0, 1)."""
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
-
-
 # ------------------------------------------------------------------------------ stage 4: tokenizing
-
-@dataclass
-class SplitTokens:
-    """The kept documents of one split of one chunk, in input order, tokenized: what stage 5 packs
-    and writes to the provenance, with no need to go back to the stage-1 chunk file."""
-    tokens: np.ndarray      # int32, flat, EOS after every document
-    lens: np.ndarray        # int32, tokens per document, EOS included
-    doc_ids: list[str]
-    quality: np.ndarray | None = None   # float64 classifier scores, with filters.quality.model
-
-    def arrays(self, split: str) -> dict:
-        """The .npz arrays of this split; the ids as UTF-8 bytes and end offsets (numpy's str
-        arrays would drop a trailing NUL of an id)."""
-        raw = [d.encode("utf-8") for d in self.doc_ids]
-        ends = np.cumsum([len(r) for r in raw], dtype=np.int64)
-        out = {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
-               f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
-        if self.quality is not None:
-            out[f"{split}_quality"] = self.quality
-        return out
-
-    @classmethod
-    def load(cls, z, split: str, tokens: bool = True) -> "SplitTokens":
-        """The split's record from an open tokens .npz (np.load); `tokens=False` leaves the token
-        ids unread (None), for a reader that needs only the lengths and ids."""
-        raw, ends = z[f"{split}_ids"].tobytes(), z[f"{split}_id_ends"].tolist()
-        ids = [raw[a:b].decode("utf-8") for a, b in zip([0] + ends[:-1], ends)]
-        quality = z[f"{split}_quality"] if f"{split}_quality" in z.files else None
-        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids, quality)
-
 
 def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
     """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes

@@ -19,8 +19,8 @@ from mspretrain.dataprep.plan import dedup as dedup_tasks
 from mspretrain.dataprep.plan import hooks, labels, units as unit_tasks, write
 from mspretrain.dataprep.plan.layout import Ctx, Unit
 from mspretrain.dataprep.readers import InputFile, file_format, splittable
+from mspretrain.dataprep.records import SPLITS
 from mspretrain.dataprep.report import failure
-from mspretrain.dataprep.chunks import SPLITS
 from mspretrain.dataprep.tokenizer.sample import sample_fraction
 from mspretrain.dataprep.tokenizer.vocab_fit import fit_warning
 from mspretrain.dataprep.workdir import WorkDir

@@ -13,7 +13,7 @@ from mspretrain.dataprep.write.pack import PROVENANCE_DIR, ProvenanceStream
 from mspretrain.dataprep.plan import hooks
 from mspretrain.dataprep.plan.layout import Ctx, done, finish
 from mspretrain.dataprep.write.shards import ShardWriter
-from mspretrain.dataprep.chunks import SplitTokens
+from mspretrain.dataprep.records import SplitTokens
 
 
 def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,

@@ -15,8 +15,8 @@ from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.readers import Document
 from mspretrain.dataprep import chunks
 from mspretrain.dataprep.steps.pipeline import DocMemo, DocResult, Pipeline
-from mspretrain.dataprep.chunks import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk,
-                             init_worker, split_of, tokenize_chunk)
+from mspretrain.dataprep.chunks import ChunkTask, WorkerSetup, clean_chunk, init_worker, tokenize_chunk
+from mspretrain.dataprep.records import SplitTokens, split_of
 from real_text import man_texts
 
 SENTENCES = ["The package manager keeps a list of installed packages.",
