@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.dataprep.errors import id_conflicts, id_warnings
-from mspretrain.dataprep.steps.filters import FILTER_NAMES
-from mspretrain.dataprep.chunks import STAGE_REASONS
+from mspretrain.dataprep.steps.pipeline import Pipeline
 from mspretrain.dataprep.report import plots
 from mspretrain.dataprep.report.per_file import per_file_counts
 from mspretrain.common.files import atomic_write_bytes, atomic_write_json
@@ -47,7 +46,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
     toks = sorted(work.done_chunks(work.tokens).values(), key=lambda m: m["index"])
     total = lambda key: sum(m[key] for m in docs)          # noqa: E731
     filters: dict = {name: {"docs": 0, "bytes": 0}                             # check order
-                     for name in FILTER_NAMES + STAGE_REASONS}
+                     for name in Pipeline.reasons}
     for m in docs:
         for name, (n, b) in m["filters"].items():
             f = filters.setdefault(name, {"docs": 0, "bytes": 0})
