@@ -38,7 +38,6 @@ from mspretrain.dataprep.plan.run import hash_inputs, run_plan
 from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.report import failure
 from mspretrain.dataprep.report import summary as reporting
-from mspretrain.dataprep.chunks import worker_setup
 from mspretrain.dataprep.tokenizer.model import tokenizer_info
 from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.workdir import WorkDir
@@ -66,14 +65,14 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
         raise BuildError(f"no input files found under {', '.join(map(str, inputs))}"
                          f"{_left_out_note(left_out)}")
     try:
-        with _executor(cfg, out) as executor:
+        with _executor(cfg) as executor:
             return _build(out, files, cfg, executor, left_out)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
 
 
 @contextlib.contextmanager
-def _executor(cfg: BuildConfig, out: Path):
+def _executor(cfg: BuildConfig):
     if cfg.run.engine == "ray":
         from mspretrain.dataprep.executor.ray import ray_executor
         with ray_executor(cfg) as executor:
@@ -81,7 +80,7 @@ def _executor(cfg: BuildConfig, out: Path):
     elif cfg.run.workers == 1:
         yield InlineExecutor(cfg.run.progress)
     else:
-        with WorkerPool(cfg.run.workers, worker_setup(cfg, WorkDir(out))) as pool:
+        with WorkerPool(cfg.run.workers) as pool:
             yield LocalExecutor(pool, cfg.run.progress)
 
 

@@ -1,7 +1,8 @@
-"""Ray engine tasks that run per work unit (one input file): they call the local engine's chunk
-functions (chunks.clean_chunk, chunks.tokenize_chunk, build.write_chunk_sample) chunk by chunk, so
-every per-document step is the local one. Each task returns a small marker dict and writes it last;
-a task whose marker exists returns it at once (a resumed build)."""
+"""The plan's tasks that run per work unit (one input file, or a part of a large one): they call the
+chunk functions (plan/chunks.py: clean_chunk_table, tokenize_chunk; tokenizer/sample.py:
+write_chunk_sample) chunk by chunk, with the process's Worker (plan/worker.py). Each task returns a
+small marker dict and writes it last; a task whose marker exists returns it at once (a resumed
+build)."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,8 @@ from mspretrain.dataprep.plan.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, 
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
-from mspretrain.dataprep.chunks import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.plan.chunks import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.plan.worker import worker_for
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -51,7 +53,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                 "stop": [unit.file.rel, 0, "reader_missing",
                          f"read as {unit.fmt} by the driver but as {fmt} by a Ray worker: install "
                          f"the package of its mspretrain.readers entry point on every node"]}
-    ctx.setup_worker()
+    worker = worker_for(ctx)
     cfg, P, u = ctx.cfg, ctx.partitions, unit.index
     near = NearDedup(cfg.dedup)   # for its band_hashes: the LSH cells the local index uses
     chunks, rows, seen_keys, sig_dtype = [], 0, set(), ""
@@ -63,7 +65,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                                 cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
                                 cfg.input.max_record_bytes, cfg.input.id_scope):
             task.index = chunk_index(u, task.index)
-            m, table = clean_chunk_table(task)
+            m, table = clean_chunk_table(worker, task)
             if "stop" in m:   # strict mode or a reader failure: the driver fails the build
                 return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
             hooks.reached(ctx.hooks, "docs")
@@ -252,11 +254,11 @@ def tokenize_unit(ctx: Ctx, unit: int, chunks: list[dict], model: str) -> dict:
     marker = ctx.marker("tokenize", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
-    ctx.setup_worker()
+    worker = worker_for(ctx)
     out = []
     for c in chunks:
         keep = keep_mask(ctx, c["index"])
-        m = tokenize_chunk((c["index"], np.packbits(keep).tobytes(), model))
+        m = tokenize_chunk(worker, (c["index"], np.packbits(keep).tobytes(), model))
         hooks.reached(ctx.hooks, "tokenize")
         out.append({"index": c["index"], "tokens": m["tokens"], "reused": bool(m.get("reused"))})
     return finish(marker, {"unit": unit, "chunks": out})
