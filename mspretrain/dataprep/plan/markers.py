@@ -3,7 +3,8 @@
 A task builds its marker and hands it on as `to_dict()`: the executors move plain dicts (over a
 process pipe or to Ray) and add their accounting to them (`task_cpu_s`; `reused` for a marker an
 earlier try wrote), and the per-unit markers are also the JSON files of done/ in the work dir,
-which a resumed build reads back. The plan reads every one back typed, with `from_dict`."""
+which a resumed build reads back. The plan reads every one back typed, with `from_dict`. In the
+order of the stages (plan/__init__.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -40,12 +41,30 @@ def _record(cls, value):
     return value if isinstance(value, cls) else cls(**value)
 
 
-@dataclass(frozen=True)
-class ChunkDocs:
-    """A stage-1 chunk of a unit: its work-dir index, its rows, and whether an earlier try wrote it."""
+@dataclass(frozen=True, kw_only=True)
+class HashMarker(Marker):
+    """The sha256 of an input file (never stored)."""
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartsMarker(Marker):
+    """plan_file: the work units a large input file is cut into (never stored)."""
+    parts: list[InputFile]
+    records: ClassVar[dict] = {"parts": InputFile}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    """A chunk in a unit's marker: its index in the work dir, and whether an earlier try of the task
+    wrote its outputs (they were read back, not computed again)."""
     index: int
-    rows: int
     reused: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkDocs(Chunk):
+    rows: int      # documents read (stage 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +78,29 @@ class DocsMarker(Marker):
     stop: list | None = None
     stop_kind: str | None = None
     records: ClassVar[dict] = {"chunks": ChunkDocs}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EdgesMarker(Marker):
+    """exact_reduce, cells_reduce: the partition's edges."""
+    part: int
+    edges: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundMarker(Marker):
+    """label_round: labels changed, and labels sent to the neighbours' partitions."""
+    changed: int
+    sent: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayMarker(Marker):
+    """replay: the partition's documents and drops, and how often its LSH index went to disk."""
+    part: int
+    docs: int
+    drops: int
+    frozen: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,12 +131,9 @@ class TokenizerMarker(Marker):
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class ChunkTokens:
-    """A stage-4 chunk: its tokens per split, and whether an earlier try wrote it."""
-    index: int
-    tokens: dict
-    reused: bool
+@dataclass(frozen=True, kw_only=True)
+class ChunkTokens(Chunk):
+    tokens: dict   # split -> tokens (stage 4)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,39 +159,3 @@ class ProvenanceMarker(Marker):
     split: str
     length_bins: list
     tokens: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class EdgesMarker(Marker):
-    """exact_reduce, cells_reduce: the partition's edges."""
-    part: int
-    edges: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReplayMarker(Marker):
-    """replay: the partition's documents and drops, and how often its LSH index went to disk."""
-    part: int
-    docs: int
-    drops: int
-    frozen: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundMarker(Marker):
-    """label_round: labels changed, and labels sent to the neighbours' partitions."""
-    changed: int
-    sent: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class PartsMarker(Marker):
-    """plan_file: the work units a large input file is cut into (never stored)."""
-    parts: list[InputFile]
-    records: ClassVar[dict] = {"parts": InputFile}
-
-
-@dataclass(frozen=True, kw_only=True)
-class HashMarker(Marker):
-    """The sha256 of an input file (never stored)."""
-    sha256: str

@@ -89,7 +89,7 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                                  stable_partition(bytes_key64(keys), P))
             sig_dtype = m.get("sig_dtype") or sig_dtype
             _map_cells(writers["cells"], near, table, ok, order, seen_keys, sig_dtype, P)
-            chunks.append(ChunkDocs(m["index"], n, bool(m.get("reused"))))
+            chunks.append(ChunkDocs(index=m["index"], rows=n, reused=bool(m.get("reused"))))
             rows += n
         for w in writers.values():
             w.commit()
@@ -265,5 +265,5 @@ def tokenize_unit(ctx: Ctx, unit: int, chunks: list[ChunkDocs], model: str) -> d
         keep = keep_mask(ctx, c.index)
         m = tokenize_chunk(worker, (c.index, np.packbits(keep).tobytes(), model))
         hooks.reached(ctx.hooks, "tokenize")
-        out.append(ChunkTokens(c.index, m["tokens"], bool(m.get("reused"))))
+        out.append(ChunkTokens(index=c.index, tokens=m["tokens"], reused=bool(m.get("reused"))))
     return finish(marker, TokensMarker(unit=unit, chunks=out).to_dict())

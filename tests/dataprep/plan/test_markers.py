@@ -17,7 +17,8 @@ from mspretrain.dataprep.records import InputFile
 from mspretrain.loader.manifest import ShardInfo
 
 MARKERS = [
-    DocsMarker(unit=3, chunks=[ChunkDocs(3_000_000, 12, False), ChunkDocs(3_000_001, 5, True)],
+    DocsMarker(unit=3, chunks=[ChunkDocs(index=3_000_000, rows=12, reused=False),
+                               ChunkDocs(index=3_000_001, rows=5, reused=True)],
                rows=17, sig_dtype="uint32"),
     DocsMarker(unit=1, stop=["a.jsonl", 3, "invalid_json", "line 3"], stop_kind="strict"),
     SettleMarker(unit=0, kept_docs=4, kept_bytes=90, train_bytes=80, exact=[1, 20], near=[0, 0],
@@ -25,7 +26,8 @@ MARKERS = [
     SampleMarker(unit=2, sample_docs=3, sample_bytes=300),
     TokenizerMarker(vocab_size=512, reused=False),
     TokenizerMarker(error="the sample is empty"),
-    TokensMarker(unit=0, chunks=[ChunkTokens(0, {"train": 90, "valid": 7}, False)]),
+    TokensMarker(unit=0, chunks=[ChunkTokens(index=0, tokens={"train": 90, "valid": 7},
+                                             reused=False)]),
     WriteMarker(split="train", shard=ShardInfo(file="shards/train-00000.mindrecord",
                                                first_sample=0, num_samples=8, bytes=4096,
                                                sha256="ab" * 32, db_sha256="cd" * 32)),
