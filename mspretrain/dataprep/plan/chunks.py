@@ -1,5 +1,5 @@
 """The per-chunk work of a build, which the plan's per-unit tasks (plan/units.py) run chunk by chunk
-(stage numbers as in plan/__init__.py).
+(stage numbers as in plan/__init__.py), each with the process's Worker (plan/worker.py).
 
 - `read_chunks`: streams a unit's input in order and cuts the documents into chunks of about
   `run.chunk_bytes` of text. The chunk boundaries depend only on the inputs and that size.
@@ -19,7 +19,6 @@ computed again.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -29,76 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mspretrain.dataprep.dedup.detect import DedupConfig, exact_key, signatures
-from mspretrain.dataprep.steps.decontam import DecontamConfig
-from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
-from mspretrain.dataprep.steps.pii import PiiConfig
-from mspretrain.dataprep.steps.pipeline import (Decontaminate, LanguageFilter, Pipeline, QualityClassifier,
-                                                 RedactPii, build_steps)
-from mspretrain.dataprep.records import BadRecord, Document, InputFile
+from mspretrain.dataprep.dedup.detect import signatures
+from mspretrain.dataprep.plan.worker import Worker
+from mspretrain.dataprep.steps.pipeline import Pipeline
+from mspretrain.dataprep.records import SPLITS, BadRecord, Document, InputFile, SplitTokens, split_of
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
-from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json, file_identity
-
-SPLITS = ("train", "valid")
-
-
-@dataclass(frozen=True)
-class WorkerSetup:
-    docs_dir: str
-    tokens_dir: str
-    filters: FilterConfig
-    dedup: DedupConfig
-    valid_fraction: float
-    split_seed: int
-    pii: PiiConfig = PiiConfig()
-    decontam: DecontamConfig = DecontamConfig()
-    # file_identity of each file the stages read (evaluation sets, quality model): a file
-    # rewritten under the same name makes another setup (see init_worker)
-    files: tuple = ()
-
-
-class Worker:
-    """What one process keeps while it serves a build: its setup, the step pipeline (built on first
-    use, so a process that only tokenizes never loads the evaluation sets) and the loaded tokenizer.
-    A process that serves another setup (a Ray worker lives across builds) gets a new Worker, so
-    nothing cached for the old build survives."""
-
-    def __init__(self, setup: WorkerSetup | None):
-        self.setup = setup
-        self._pipeline: Pipeline | None = None
-        self._sp: dict = {}
-
-    @property
-    def pipeline(self) -> Pipeline:
-        if self._pipeline is None:
-            self._pipeline = pipeline_for(self.setup)
-        return self._pipeline
-
-    def processor(self, model: str):
-        """The loaded model at `model`, by the file's identity, not only its name: a process that
-        lives across builds may see another build's tokenizer written at the same path."""
-        key = (model, file_identity(model))
-        if key not in self._sp:
-            import sentencepiece as spm
-            self._sp = {key: spm.SentencePieceProcessor(model_file=model)}
-        return self._sp[key]
-
-
-def pipeline_for(setup: WorkerSetup) -> Pipeline:
-    """The document steps of `setup`, as every engine runs them."""
-    return Pipeline(build_steps(setup.filters, setup.decontam, setup.pii), exact_key)
-
-
-_worker: Worker | None = None
-
-
-def init_worker(setup: WorkerSetup) -> None:
-    """Make `setup` the process's (a new Worker when it differs from the one served so far)."""
-    global _worker
-    if _worker is None or _worker.setup != setup:
-        _worker = Worker(setup)
-
+from mspretrain.common.files import atomic_open, atomic_path, atomic_write_json
 
 # ------------------------------------------------------------------------------ stage 1: reading
 
@@ -107,8 +43,6 @@ class ChunkTask:
     index: int
     docs: list[Document]  # as read, in input order
     bad: list             # (file, line, reason, detail) met while reading this chunk
-    files_done: int       # input files finished while reading this chunk (an empty file still
-                          # ends in a chunk, so that every unit has one)
     stop: str = ""        # "strict" (a bad record) or "error" (a reader failure): `bad[-1]` fails
                           # the build, and this chunk is not written
 
@@ -116,7 +50,8 @@ class ChunkTask:
 def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_unit: str,
                 chunk_bytes: int, strict: bool, max_record_bytes: int = 0,
                 id_scope: str = "global"):
-    """ChunkTasks in input order. In strict mode the first bad record ends the stream."""
+    """ChunkTasks in input order. In strict mode the first bad record ends the stream. An empty
+    file still ends in a chunk, so that every unit has one."""
     from mspretrain.dataprep.readers import read_file   # only the docs tasks read
     index, docs, bad, size, files_done = 0, [], [], 0, 0
     for f in files:
@@ -126,21 +61,20 @@ def read_chunks(files: list[InputFile], text_field: str, id_field: str, text_uni
                 if isinstance(item, BadRecord):
                     bad.append((item.file, item.line, item.reason, item.detail))
                     if strict:
-                        yield ChunkTask(index, [], bad, files_done, stop="strict")
+                        yield ChunkTask(index, [], bad, stop="strict")
                         return
                     continue
                 docs.append(item)
                 size += len(item.text)
                 if size >= chunk_bytes:
-                    yield ChunkTask(index, docs, bad, files_done)
+                    yield ChunkTask(index, docs, bad)
                     index, docs, bad, size, files_done = index + 1, [], [], 0, 0
         except Exception as e:   # a reader failure is reported like a bad record, never swallowed
-            yield ChunkTask(index, [], bad + [(f.rel, 0, "reader_failed", repr(e))], files_done,
-                            stop="error")
+            yield ChunkTask(index, [], bad + [(f.rel, 0, "reader_failed", repr(e))], stop="error")
             return
         files_done += 1
     if docs or bad or files_done:
-        yield ChunkTask(index, docs, bad, files_done)
+        yield ChunkTask(index, docs, bad)
 
 
 # ------------------------------------------------------------------------------ stage 1: cleaning
@@ -152,28 +86,25 @@ DOCS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("rea
                          ("language_score", pa.float64()),
                          ("quality", pa.float64()), ("pii", pa.int32()),
                          ("decontam", pa.string()), ("split", pa.string())])
-# reasons of the document stages after the quality filters, in check order
-STAGE_REASONS = (LanguageFilter.reasons + Decontaminate.reasons + RedactPii.reasons
-                 + QualityClassifier.reasons)
 
 
-def clean_chunk(task: ChunkTask) -> dict:
+def clean_chunk(worker: Worker, task: ChunkTask) -> dict:
     """Stage 1 for one chunk; returns its marker (counts), writing the chunk's outputs first."""
-    return clean_chunk_table(task)[0]
+    return clean_chunk_table(worker, task)[0]
 
 
-def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
+def clean_chunk_table(worker: Worker, task: ChunkTask) -> tuple[dict, pa.Table | None]:
     """clean_chunk, and the chunk's table as written (None for a stop or a chunk done earlier), so
     that a caller in the same process goes on without reading the file back."""
     if task.stop:
         return {"index": task.index, "stop": task.bad[-1], "stop_kind": task.stop}, None
-    setup, pipeline = _worker.setup, _worker.pipeline
+    setup, pipeline = worker.setup, worker.pipeline
     marker_path = Path(setup.docs_dir) / f"{task.index:05d}.json"
     if marker_path.is_file():
         return {**read_json(marker_path), "reused": True}, None
     t0 = time.process_time()
     rows = {name: [] for name in DOCS_SCHEMA.names}
-    filters = {name: [0, 0] for name in FILTER_NAMES + STAGE_REASONS}
+    filters = {name: [0, 0] for name in Pipeline.reasons}
     kept_docs = kept_bytes = 0
     stats = {"languages": {}, "pii": {}, "pii_languages": {}, "pii_docs": 0, "decontam": [],
              "decontam_cut": 0}
@@ -181,7 +112,7 @@ def clean_chunk_table(task: ChunkTask) -> tuple[dict, pa.Table | None]:
     item_ids = decontam.index.item_ids if decontam else []
     results, new = [], []
     for doc in task.docs:
-        results.append(pipeline.result(doc.text, new))
+        results.append(pipeline.result(doc.text, new, doc.metadata))
     if new:
         for result, row in zip(new, signatures([r.clean for r in new], setup.dedup)):
             result.sig = row.copy()   # not a view that keeps the chunk's array alive
@@ -257,59 +188,18 @@ def aggregate_bad(bad: list) -> dict:
     return out
 
 
-def split_of(doc_id: str, valid_fraction: float, seed: int) -> str:
-    """The held-out split by document: a hash of (seed, doc_id) against valid_fraction. Called once
-    per document, by stage 1, which stores it in the chunk's `split` column for every later stage."""
-    return "valid" if unit_hash(f"split:{seed}:{doc_id}") < valid_fraction else "train"
-
-
-def unit_hash(s: str) -> float:
-    """A stable hash of `s` mapped to [0, 1)."""
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64
-
-
 # ------------------------------------------------------------------------------ stage 4: tokenizing
 
-@dataclass
-class SplitTokens:
-    """The kept documents of one split of one chunk, in input order, tokenized: what stage 5 packs
-    and writes to the provenance, with no need to go back to the stage-1 chunk file."""
-    tokens: np.ndarray      # int32, flat, EOS after every document
-    lens: np.ndarray        # int32, tokens per document, EOS included
-    doc_ids: list[str]
-    quality: np.ndarray | None = None   # float64 classifier scores, with filters.quality.model
-
-    def arrays(self, split: str) -> dict:
-        """The .npz arrays of this split; the ids as UTF-8 bytes and end offsets (numpy's str
-        arrays would drop a trailing NUL of an id)."""
-        raw = [d.encode("utf-8") for d in self.doc_ids]
-        ends = np.cumsum([len(r) for r in raw], dtype=np.int64)
-        out = {f"{split}_tokens": self.tokens, f"{split}_lens": self.lens,
-               f"{split}_ids": np.frombuffer(b"".join(raw), np.uint8), f"{split}_id_ends": ends}
-        if self.quality is not None:
-            out[f"{split}_quality"] = self.quality
-        return out
-
-    @classmethod
-    def load(cls, z, split: str, tokens: bool = True) -> "SplitTokens":
-        """The split's record from an open tokens .npz (np.load); `tokens=False` leaves the token
-        ids unread (None), for a reader that needs only the lengths and ids."""
-        raw, ends = z[f"{split}_ids"].tobytes(), z[f"{split}_id_ends"].tolist()
-        ids = [raw[a:b].decode("utf-8") for a, b in zip([0] + ends[:-1], ends)]
-        quality = z[f"{split}_quality"] if f"{split}_quality" in z.files else None
-        return cls(z[f"{split}_tokens"] if tokens else None, z[f"{split}_lens"], ids, quality)
-
-
-def tokenize_chunk(task: tuple[int, bytes, str]) -> dict:
+def tokenize_chunk(worker: Worker, task: tuple[int, bytes, str]) -> dict:
     """Stage 4 for one chunk: `task` is (index, packed keep mask, tokenizer model path). Writes
     .build/tokens/NNNNN.npz (a SplitTokens per split), then its marker."""
     index, keep_bits, model = task
-    setup = _worker.setup
+    setup = worker.setup
     marker_path = Path(setup.tokens_dir) / f"{index:05d}.json"
     if marker_path.is_file():
         return {**read_json(marker_path), "reused": True}
     t0 = time.process_time()
-    sp = _worker.processor(model)
+    sp = worker.processor(model)
     scored = bool(setup.filters.quality.model)
     table = arrow.read_parquet(Path(setup.docs_dir) / f"{index:05d}.parquet",
                                columns=["doc_id", "split", "text"] + ["quality"] * scored)
@@ -350,12 +240,3 @@ def _with_eos(ids: list[np.ndarray], eos: int) -> tuple[np.ndarray, np.ndarray]:
     for x, end in zip(ids, ends):
         tokens[end - 1 - len(x):end - 1] = x
     return tokens, lens
-
-
-def worker_setup(cfg, work) -> WorkerSetup:
-    """What every process running the chunk functions needs, from the build config and its work dir
-    (dataprep.config.BuildConfig, dataprep.workdir.WorkDir); both engines use it."""
-    files = [*cfg.decontam.files, *([cfg.filters.quality.model] if cfg.filters.quality.model else [])]
-    return WorkerSetup(str(work.docs), str(work.tokens), cfg.filters, cfg.dedup,
-                       cfg.pack.valid_fraction, cfg.pack.split_seed, cfg.pii, cfg.decontam,
-                       tuple(file_identity(f) for f in files))
