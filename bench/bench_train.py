@@ -814,7 +814,7 @@ def checkpoint_cost(argv) -> int:
     machine drifts over a run). Each interval is also split into the step itself (`step_time_s`: data
     and train_step, where a background write competes for the CPU) and the rest (the save on the
     training thread), and a checkpoint's whole cost is summed over the steps of its write.
-    Target (issue 22): async checkpoint interval within 10% of a normal one. The async host
+    Target: async checkpoint interval within 10% of a normal one. The async host
     snapshot's memory is faulted in before the first step (every checkpoint reuses it). Also printed: the load average, and the median interval of the steps
     right after a checkpoint (where a background write shares the CPU with training)."""
     import os

@@ -334,7 +334,7 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         Rung("resume sharded", nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
              ascend_only=True, resume_of=opt_shard, parallel=(nproc, 1, 1, True),
              why="compile, then load sliced tensors: semi-auto parallel"),
-        # another layout at --resume (issue 22): the data-parallel change runs anywhere, the resharding of
+        # another layout at --resume: the data-parallel change runs anywhere, the resharding of
         # model-parallel slices only where they exist
         Rung(f"resume dp={nproc} on 1", 1, ("parallel.data_parallel=1", *FP32), resume_of=f"dp={nproc}",
              relayout=True),

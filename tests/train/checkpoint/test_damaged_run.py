@@ -1,4 +1,4 @@
-"""A run, checkpoint or dataset damaged or tampered with (issue 26): `latest` missing or garbage, a
+"""A run, checkpoint or dataset damaged or tampered with: `latest` missing or garbage, a
 state.json edited by hand, a flipped bit or a cut in model.ckpt, a second launch on a live run. Each is
 found before anything is written, and said in one line naming the file; `--resume auto` falls back
 to the newest complete checkpoint, and no checkpoint that exists is overwritten."""
