@@ -225,3 +225,24 @@ def test_pipeline_accumulator_hands_over_the_sums_and_zeroes_them(graph_mode):
         np.testing.assert_array_equal(got.asnumpy(), want)
     for p in acc.accu_grads:
         assert not p.asnumpy().any()
+
+
+@pytest.mark.parametrize("shape", [(7,), (64, 64), (3, 5, 129)])
+def test_the_norms_square_sums_agree_by_either_kernel(graph_mode, shape):
+    """The gradient norm's square sums: the element-wise form (what the semi-auto compiler lays out on
+    Ascend) and the dot product (CPU/GPU, one pass). Both are fp32 sums of n positive terms, so each
+    is within (n - 1) u of the exact sum whatever its order (u = 2**-24): checked against float64."""
+    from mindspore import Tensor, nn
+
+    from mspretrain.train.step.cell import _dot_square_sum, _square_sum
+
+    class Sums(nn.Cell):
+        def construct(self, g):
+            return _square_sum(g), _dot_square_sum(g)
+
+    g = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    exact = float(np.square(g.astype(np.float64)).sum())
+    bound = (g.size - 1) * 2.0 ** -24
+    for value in Sums()(Tensor(g)):
+        assert value.shape == (1,)
+        assert float(value.asnumpy()[0]) == pytest.approx(exact, rel=bound)
