@@ -9,7 +9,8 @@
                  [--config F.yaml --set ...]   also the configured lr schedule (runs optional then)
   train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel.apply)
   train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of three-step runs (train.doctor)
-  train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
+  train estimate --config F.yaml [--device-memory 64GB] [--seq-length N] [--margin 10%]
+                 memory and modelled step time per device, the fastest layout that fits (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
   train export   RUN [--step N] --format hf --out DIR [--dtype fp32|bf16|fp16]   Hugging Face Llama
   train import   --from HF_DIR --config F.yaml --set run.dir=RUN            step 0 of a new run
@@ -98,6 +99,9 @@ def parser():
     p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
     p.add_argument("--seq-length", type=int, default=None,
                    help="tokens per sample (default: the dataset's, from data.path)")
+    p.add_argument("--margin", default="10%",
+                   help="device memory kept free for workspace, HCCL buffers and fragmentation: "
+                        "a share (10%%, 0.1) or a size (4GB); default 10%%")
     _add_hf_commands(sub)
     return ap
 
@@ -282,7 +286,7 @@ def _dispatch(args, argv: list[str]) -> int:
         print_plan(cfg, args.world_size)
         return 0
     from mspretrain.train.memory import main as estimate
-    return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
+    return estimate(cfg, args.device_memory, seq_length=args.seq_length, margin=args.margin) or 0
 
 
 if __name__ == "__main__":

@@ -186,6 +186,8 @@ class ParallelConfig:
     optimizer_level: str = "level1"  # with optimizer_shard: AutoParallel.hsdp level1 (weights + states),
                                      # level2 (+ gradients), level3 (+ re-gather before backward)
     comm_fusion: int = 0            # all-reduce fusion buckets in MB; 0: MindSpore's default
+    devices_per_node: int = 8       # devices of one server (Atlas 800T A2: 8 NPUs); model_parallel must fit
+                                    # in one, a multi-node job uses whole nodes (train/parallel/topology.py)
 
 
 @dataclass
@@ -231,6 +233,7 @@ class Config:
         d["data"].pop("num_workers")    # the loader's stream does not depend on these (docs/contracts.md)
         d["data"].pop("prefetch")
         d["train"].pop("peak_tflops")
+        d["parallel"].pop("devices_per_node")   # the cluster's shape, not the training's
         d["parallel"].pop("data_parallel")  # elastic resume: same stream (docs/contracts.md), only the reduction order differs
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

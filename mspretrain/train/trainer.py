@@ -102,7 +102,11 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     from mspretrain.train.step.precision import check_precision
     from mspretrain.train.parallel.recompute import recompute_plan
 
-    dist = distributed.setup(cfg, parallel_plan.validate)
+    dist = distributed.setup(cfg, parallel_plan.validate)     # topology errors included
+    if dist.is_main:
+        from mspretrain.train.parallel.topology import problems
+        for warning in problems(cfg, dist.world_size).warnings:
+            print(f"[train] {warning}", file=sys.stderr, flush=True)
     accumulate_mode(cfg)
     check_loop_config(cfg)
     check_precision(cfg)

@@ -59,12 +59,12 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_train_plan_world_size():
     r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "32")
     assert r.returncode == 0, r.stderr
-    assert "world 32 = data_parallel 4 x model_parallel 8 x pipeline_stage 1" in r.stdout
-    assert "layers.0.attention.wq.matmul" in r.stdout and "((4, 1), (8, 1))" in r.stdout
+    assert "world 32 = data_parallel 16 x model_parallel 2 x pipeline_stage 1" in r.stdout
+    assert "layers.0.attention.wq.matmul" in r.stdout and "((16, 1), (2, 1))" in r.stdout
     r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16")
     assert r.returncode == 2 and "= 32, but the job has 16 process(es)" in r.stderr and not r.stdout
-    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16", "--set", "parallel.data_parallel=2")
-    assert r.returncode == 0 and "world 16 = data_parallel 2 x model_parallel 8" in r.stdout
+    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16", "--set", "parallel.data_parallel=8")
+    assert r.returncode == 0 and "world 16 = data_parallel 8 x model_parallel 2" in r.stdout
 
 
 def test_train_estimate_seq_length_without_a_dataset():
@@ -72,13 +72,13 @@ def test_train_estimate_seq_length_without_a_dataset():
     r = cli(*base)
     assert r.returncode == 0, r.stderr
     assert "6.738 B parameters; bf16: 18 bytes/parameter (weights 2 + gradients 4 + fp32 master 4" in r.stdout
-    assert "micro-batch 2 x seq 4096" in r.stdout and "fits (" in r.stdout
+    assert "micro-batch 1 x seq 4096" in r.stdout and "fits (" in r.stdout
     assert "cheapest changes" not in r.stdout
     r = cli(*base, "--device-memory", "4GB")
     assert r.returncode == 0, r.stderr
     assert "does NOT fit" in r.stdout and "cheapest changes" in r.stdout and "--set parallel." in r.stdout
     shorter = cli(*base, "--device-memory", "4GB", "--seq-length", "1024")
-    assert "micro-batch 2 x seq 1024" in shorter.stdout      # the last --seq-length wins
+    assert "micro-batch 1 x seq 1024" in shorter.stdout      # the last --seq-length wins
     r = cli("estimate", "--config", str(LLAMA_7B))
     assert r.returncode == 2 and "--seq-length N with model.vocab_size set" in r.stderr
 

@@ -39,7 +39,8 @@ class ModelSpec:
     # the strategy for Primitive.shard of every primitive the model holds (train/parallel/apply.py)
     parallel_plan: object
     # count_params, stage_params, layer_activation_bytes, head_activation_bytes,
-    # document_activation_bytes, largest_weight: the memory planner's model terms (train/memory.py)
+    # document_activation_bytes, largest_weight: the memory planner's model terms (train/memory.py);
+    # layer_flops, head_flops: its step-time model's (train/steptime.py)
     memory_terms: object
     # hf_name, hf_config, check_hf_config, from_hf: `train export` / `train import` (train/hf/convert.py);
     # None: the family has no Hugging Face counterpart

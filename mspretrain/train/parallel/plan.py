@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from mspretrain.train.config import ConfigError
 from mspretrain.train.models import spec as model_spec
 from mspretrain.train.models.spec import OpShard
+from mspretrain.train.parallel import topology
 from mspretrain.train.parallel.distributed import layout
 from mspretrain.train.step.batching import check_batch, forward_batch
 
@@ -83,6 +84,7 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
                           f"got {p.optimizer_level!r}")
     stage_layers(m.num_layers, pp, p.stage_offsets)
     check_validation(cfg)
+    topology.check(cfg, world_size)
 
 
 def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:
@@ -194,7 +196,10 @@ def print_plan(cfg, world_size: int | None = None) -> None:
 
         manifest = load_manifest(cfg.data.path)
         vocab, seq = cfg.model.vocab_size or manifest.tokenizer.vocab_size, manifest.seq_length
-    print(format_plan(make_plan(cfg, world_size, vocab, seq)))
+    plan = make_plan(cfg, world_size, vocab, seq)
+    print(format_plan(plan))
+    for warning in topology.check(cfg, plan.world_size):
+        print(warning)
 
 
 def check_validation(cfg) -> None:

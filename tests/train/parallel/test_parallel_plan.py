@@ -452,7 +452,7 @@ def test_validation_through_pipeline_stages_is_refused():
 @pytest.mark.parametrize("config, sets, per_rank", [
     ("tiny.yaml", ["parallel.data_parallel=8", "device=Ascend"], 1),      # `train doctor --nproc 8`
     ("tiny.yaml", ["parallel.data_parallel=2"], 4),
-    ("llama-7b.yaml", [], 2),                                             # micro 2 x dp 4
+    ("llama-7b.yaml", [], 1),                                             # micro 1 x dp 16
     ("llama-1b.yaml", [], 8),
 ])
 def test_the_eval_batch_is_split_by_data_parallel_once(config, sets, per_rank):
@@ -875,12 +875,13 @@ def test_tensor_classes_from_compiled_layouts_and_digests_per_class():
 
 
 def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
-    """llama-13b (dp 4 x mp 8 x pp 2, optimizer sharding): its own-layout rung compares digests within
+    """llama-13b at dp 4 x mp 8 x pp 2 (optimizer sharding): its own-layout rung compares digests within
     that layout's groups and, having pipeline stages, validates its merged checkpoint (N3); the pp rung
     does the same; the sharded resume reruns the optimizer-sharded rung."""
     from mspretrain.train.doctor import ladder, replica_groups, shrink
 
-    cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / "llama-13b.yaml", ["model.vocab_size=128"])
+    cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / "llama-13b.yaml",
+                      ["model.vocab_size=128", "parallel.data_parallel=4", "parallel.model_parallel=8"])
     rungs = {r.name: r for r in ladder(8, shrink(cfg, 8, "Ascend"))}
     own = rungs["your layout"]
     assert own.parallel == (4, 8, 2, True) and own.merged_val and own.nproc == 64
