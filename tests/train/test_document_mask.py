@@ -150,7 +150,7 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.step.optim import build_optimizer
     from mspretrain.train.step.cell import build_train_step
-    from test_step import REDUCTION_ORDER_RTOL
+    from trainer_harness import REDUCTION_ORDER_RTOL
 
     cfg = load_config(None, ["optim.clip_norm=0", "train.accumulate=loop"])
 

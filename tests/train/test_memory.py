@@ -360,7 +360,7 @@ def test_the_margin_decides_what_fits(capsys):
 def test_a_smaller_micro_batch_beats_recompute():
     """Micro-batch 4 fits only with recompute; micro-batch 1 (4x the accumulation) fits without it and
     is modelled faster: the advice is the smaller micro-batch, with no recompute."""
-    from mspretrain.train.layouts import evaluate, fastest, with_recompute
+    from mspretrain.train.layouts import evaluate, fastest
 
     cfg = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
                  "train.global_batch_size=32", "train.micro_batch_size=4", "recompute.mode=full")

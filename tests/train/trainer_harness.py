@@ -19,6 +19,18 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
 
 
+# fp32 reduction order. The layouts compared here (one batch vs K micro-batches; in test_msrun one
+# device vs dp ranks) run every sample through the same kernels and differ only in how the per-token
+# terms of each sum (the loss sum, every weight gradient, the squared norm) are grouped: K partial sums
+# added at the end instead of one running sum. Each regrouped addition rounds once, by at most
+# u = 2**-24 = 6.0e-8 of the partial sums' magnitude; with K <= 8 that is log2(8) + 1 = 4 roundings.
+# The loss and the squared norm are sums of positive terms (no cancellation): <= 4u. A gradient element
+# can cancel, but the norm is carried by the large elements, where cancellation against the partial
+# sums' magnitude stays below 4x: 16u = 9.5e-7, i.e. 1e-6 relative. (Weighting micro-batches or ranks
+# by their own token count instead of the global one, the old code, is off by 5e-5 to 1e-4.)
+REDUCTION_ORDER_RTOL = 1e-6
+
+
 def tiny_dataset(root: Path) -> Path:
     return make_dataset(root, num_train=256, num_valid=32, seq_length=32, vocab_size=128, seed=3)
 

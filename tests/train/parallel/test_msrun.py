@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from train_test_hooks import env as hook_env
-from trainer_harness import REPO, exact_view, last_step, launch_cmd, records, run
+from trainer_harness import REDUCTION_ORDER_RTOL, REPO, exact_view, last_step, launch_cmd, records, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.msrun]
 
@@ -27,10 +27,9 @@ DP2 = ("parallel.data_parallel=2",)
 # One device vs dp=2 on the same global batch, EOD loss mask on (configs/tiny.yaml) and EOS in the data:
 # both divide the summed token losses by the global batch's token count, so they differ only by fp32
 # reduction order: the two ranks' partial gradient sums added by the all-reduce, where one device adds
-# the same terms in one running sum. The derivation of the bound is test_step.REDUCTION_ORDER_RTOL's
+# the same terms in one running sum. The derivation of the bound is trainer_harness.REDUCTION_ORDER_RTOL's
 # (16 u, u = 2**-24): 1e-6. Steps after the first see weights that differ by those last bits, and AdamW
 # divides each update by sqrt(v): early steps keep the difference small; step 1 is the strict check.
-REDUCTION_ORDER_RTOL = 1e-6
 
 
 @pytest.fixture(scope="module")
