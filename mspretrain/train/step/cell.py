@@ -176,8 +176,8 @@ class TrainStepCell(nn.Cell):
         if self.loop:
             loss, grads, z_sum = self.accumulate(input_ids, per_token)
         else:
-            loss = self.network(input_ids)
-            z_sum = self.z_of(loss)
+            loss = self.network(self.zero_z(input_ids))
+            z_sum = self.z_of(loss)     # all K micro-batches' terms (split, pipeline): the loss cell adds
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(input_ids, sens)
         grads = self.grad_reducer(grads)
@@ -215,7 +215,7 @@ class TrainStepCell(nn.Cell):
         i = Tensor(0, mstype.int32)
         while i < self.micro_steps:
             chunk = ops.gather(chunks, i, 0)
-            loss = self.network(chunk)
+            loss = self.network(self.zero_z(chunk))
             z_total = z_total + self.z_of(loss)
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(chunk, sens)
@@ -223,6 +223,12 @@ class TrainStepCell(nn.Cell):
             total = ops.depend(total + loss.astype(mstype.float32), added)
             i = i + 1
         return total, self.accumulators, z_total
+
+    def zero_z(self, input_ids):
+        """`input_ids`, after the z-loss reading is zeroed: the forward that follows adds its terms."""
+        if self.z_value is None:
+            return input_ids
+        return ops.depend(input_ids, ops.assign(self.z_value, ops.zeros_like(self.z_value)))
 
     def z_of(self, loss):
         """The z-loss term of the forward that gave `loss` (0 when train.z_loss is off)."""
