@@ -441,8 +441,6 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
     from mspretrain.train.eval import suite as evalsuite
-    if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
-        print(notice, flush=True)
     background = background_writer(cfg, dist)
     if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
         background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
@@ -488,15 +486,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     print(progress.line(record), flush=True)
                 if notice := observer.first_peak_notice(record):
                     print(notice, flush=True)
-            suite_after_save = None     # a sharded run's eval record, written with the suite after the save
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
-                suite = evalsuite.in_loop_mode(cfg, dist.sharded, dist.is_main, step)
-                if suite == "live":
+                if evalsuite.in_loop_mode(cfg, dist.is_main, step):
                     rec.update(evalsuite.in_loop(session.model, cfg, run_dir, step))
-                if suite == "checkpoint":
-                    suite_after_save = rec
-                elif writer:
+                if writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
             if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
@@ -506,11 +500,6 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     or stop):
                 save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
                      {"spike": guard.state_dict()}, background)
-            if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
-                ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
-                suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
-                writer.write(suite_after_save)
-                print(metrics.console_line(suite_after_save, cfg.train.steps), flush=True)
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",

@@ -882,3 +882,20 @@ def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
     resume = rungs["resume sharded"]
     assert resume.resume_of == "dp=8+opt-shard" and resume.parallel == rungs[resume.resume_of].parallel
     assert not any(r.merged_val for n, r in rungs.items() if n not in ("your layout", "pp=2 m=2"))
+
+
+@pytest.mark.parametrize("sets, world", [
+    ({"parallel.model_parallel": 2}, 2),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0}, 2),
+    ({"parallel.data_parallel": 2, "parallel.optimizer_shard": True}, 2),
+])
+def test_in_loop_suite_with_a_sharded_layout_is_refused(sets, world):
+    """The in-loop suite runs on the main rank's model in memory: with sliced weights it is refused,
+    naming the keys and the way to evaluate the checkpoints instead; unsharded it validates."""
+    with pytest.raises(ConfigError) as err:
+        validate(ascend(**sets, **{"eval.suite_in_loop": True}), world)
+    for key in ("eval.suite_in_loop=true", "parallel.model_parallel", "parallel.pipeline_stage",
+                "parallel.optimizer_shard", "eval.suite_in_loop=false", "train eval RUN --tasks"):
+        assert key in str(err.value)
+    validate(ascend(**sets), world)
+    validate(ascend(**{"parallel.data_parallel": 2, "eval.suite_in_loop": True}), 2)
