@@ -4,7 +4,7 @@ import pytest
 
 from mspretrain.train.config import load_config
 from mspretrain.train.checkpoint.reshard import Layout, layout_of, plan, record, saved_layout
-from mspretrain.train.checkpoint.policy import check_resume, config_record
+from mspretrain.train.checkpoint.policy import ResumeError, check_resume, config_record
 
 DP2 = Layout(dp=2)
 DP4 = Layout(dp=4)
@@ -64,6 +64,20 @@ def test_a_layout_change_resumes_without_force():
     check_resume({"config": config_record(old), "dataset_fingerprint": "f"}, new, "f", "d", "ckpt", False,
                  out=said.append)
     assert "parallel.model_parallel 2 -> 4" in said[0] and "parallel.pipeline_stage 1 -> 2" in said[0]
+
+
+def test_the_accumulation_mode_changes_on_resume_without_force():
+    """train.accumulate (graph loop or split) sums the same micro-batches in another order: a resume on
+    one device from a split-accumulating run may loop; another model still needs --force."""
+    old = load_config(None, ["train.accumulate=split"])
+    said = []
+    check_resume({"config": config_record(old), "dataset_fingerprint": "f"},
+                 load_config(None, ["train.accumulate=loop"]), "f", "d", "ckpt", False, out=said.append)
+    assert "train.accumulate 'split' -> 'loop'" in said[0]
+    with pytest.raises(ResumeError, match="model.num_layers"):
+        check_resume({"config": config_record(old), "dataset_fingerprint": "f"},
+                     load_config(None, ["train.accumulate=loop", "model.num_layers=3"]), "f", "d", "ckpt", False,
+                     out=said.append)
 
 
 def test_a_transformed_file_is_published_with_its_digest_and_checked_before_it_is_loaded(tmp_path):
