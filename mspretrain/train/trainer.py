@@ -421,6 +421,15 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     return rec
 
 
+def ramp_recompile_notice(cfg: Config, compiled: int | None, batch_size: int) -> str | None:
+    """Said when a batch-size ramp (train.rampup) gives the Ascend step a global batch it has not run
+    yet: each size is a new input shape, so the step graph (and its strategy file) compiles again."""
+    if cfg.device != "Ascend" or compiled is None or batch_size == compiled:
+        return None
+    return (f"[train] train.rampup: global batch {compiled} -> {batch_size} is a new input shape; the step "
+            f"graph compiles again for it (minutes for a large model on Ascend; docs/parallel.md)")
+
+
 def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
               bad_streak: int, guard=None, announce: bool = True) -> int:
     from mspretrain.train.observe import monitor as observe
@@ -445,6 +454,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
     if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
         background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
     batches = iter(loader)
+    compiled = None             # the global batch the step graph last ran (train.rampup changes it)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
             if background:
@@ -456,6 +466,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             guard.jump(loader)
             cursor_before = loader.cursor
             batch_size = loader.batch_size()        # train.rampup: a function of the cursor
+            if writer and loader.rampup and (notice := ramp_recompile_notice(cfg, compiled, batch_size)):
+                print(notice, flush=True)
+            compiled = batch_size
             batch = next(batches)
             t1 = time.perf_counter()
             lr = lr_at(step, cfg.optim, cfg.train.steps) * lr_scale(cfg, batch_size)
