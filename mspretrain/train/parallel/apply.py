@@ -42,6 +42,7 @@ class GlobalLossStep:
                  loss_is_share: bool = False):
         self._step, self._dist = step, dist
         self._weight = 1.0 if computes_loss else 0.0
+        step.step_cell.computes_loss = computes_loss        # its in-graph loss spike test
         self._counts, self._share = counts_tokens, loss_is_share
 
     def __getattr__(self, name):

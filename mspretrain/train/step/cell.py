@@ -137,6 +137,11 @@ class TrainStepCell(nn.Cell):
     *sum* of a batch's token losses); with `splits_batch` it already splits the batch into
     `micro_steps` parts and sums their losses. `tokens`: N, the loss tokens of the global batch."""
 
+    # False on the pipeline stages before the last (set by train.parallel's GlobalLossStep before the
+    # compile): the loss spike test reads only the ranks that compute the loss; the all-reduced flag
+    # then carries the last stage's decision to every rank
+    computes_loss = True
+
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, micro_steps: int, clip_norm: float,
                  dynamic_scale: bool, scale_cfg, loop: bool = False, splits_batch: bool = False,
                  grad_reducer: nn.Cell | None = None):
@@ -196,7 +201,10 @@ class TrainStepCell(nn.Cell):
         z_mean = z_sum / ops.maximum(tokens, 1.0)
         # the spike test reads the global batch's loss: on CPU data parallel each rank holds its share
         global_loss = self.allreduce(mean_loss) if self.loss_is_share else mean_loss
-        spiked = ops.logical_or(global_loss > self.spike_limits[0], norm.reshape(()) > self.spike_limits[1])
+        over = global_loss > self.spike_limits[0]
+        if not self.computes_loss:      # an earlier pipeline stage: its loss output is no loss
+            over = ops.zeros_like(over)
+        spiked = ops.logical_or(over, norm.reshape(()) > self.spike_limits[1])
         if self.reduce_overflow:        # one rank's spike skips every rank's step, as an overflow does
             spiked = self.allreduce(spiked.astype(mstype.float32)) > 0
         if not ops.logical_or(overflow, spiked):

@@ -183,3 +183,28 @@ def test_a_rollback_to_a_checkpoint_of_another_layout_loads_it_resharded(graph_m
     cfg = load_config(None, [f"run.dir={run_dir}"])
     load_rollback(path, ckpt.read_state(path), SimpleNamespace(train_step=step), cfg, layout(cfg, 0, 1))
     assert all(np.array_equal(saved[k], v) for k, v in snapshot(step).items())
+
+
+def test_the_in_graph_loss_spike_test_runs_only_where_the_loss_is_computed(graph_mode):
+    """Under pipeline stages only the last stage computes the loss; an earlier stage's loss output is
+    no loss, so its spike flag must not come from it (the flag is all-reduced: any rank's skips all).
+    A loss limit below the loss skips the step on a rank that computes it, and not on one that does not
+    (GlobalLossStep tells the cell which, before the compile); the grad-norm test stays on everywhere."""
+    import math
+
+    from mspretrain.train.config import load_config
+    from mspretrain.train.parallel.apply import GlobalLossStep
+    from mspretrain.train.parallel.distributed import layout
+    from trainer_harness import BATCHES, make_step
+
+    dist = layout(load_config(None, []), 0, 1)
+    results = {}
+    for computes in (True, False):
+        _, step = make_step("optim.clip_norm=0")
+        wrapped = GlobalLossStep(step, dist, computes_loss=computes)
+        assert step.step_cell.computes_loss is computes
+        step.set_spike_limits(0.0, math.inf)           # every loss is above 0
+        results[computes] = wrapped(BATCHES[0], 1e-2).spiked
+        step.set_spike_limits(math.inf, 0.0)           # every grad norm is above 0
+        assert wrapped(BATCHES[0], 1e-2).spiked
+    assert results == {True: True, False: False}
