@@ -5,11 +5,16 @@ parallel layout, precision, recompute, accumulation, sequence parallel, vocabula
 sharding and document masking. It then climbs a ladder of three-step runs, each a real `train launch`
 on the dataset of the config:
 
-  one device          the reference (every other rung is compared with it, same global batch)
+  one device          the reference (every other rung is compared with it, same global batch); its
+                      micro-batches accumulate in the graph loop (train.accumulate=loop), as do all
+                      one-device rungs: the split mode's buffers are filled only by an AutoParallel compile
   dp=N                N processes under msrun, data parallel
+  accumulation K=2 on 1  with accumulation kept: one device, 2 micro-batches in the device's own mode
+                      (split on Ascend), against the reference
   mp=2                model parallel (Ascend)
   dp+opt-shard        data parallel with optimizer sharding (Ascend)
   pp=2                two pipeline stages, 2 micro-batches (Ascend)
+  pp=2 dp=2           the same with two data-parallel replicas of each stage (Ascend, 4 devices)
   1 device, no mask   a second reference with the three document features off (Ascend: only the next
                       rung needs it)
   bf16+flash          bf16 with the fused flash-attention kernel, BNSD layout, no document mask
@@ -21,20 +26,24 @@ on the dataset of the config:
                       loss, grad norm, val loss and every rank's state bit for bit equal to the dp=N rung's
   resume sharded      the same on the optimizer-sharded layout (Ascend): compile, then load each rank's
                       slices of the dp+opt-shard rung's step-2 checkpoint
+  resume mp=2         the same on the mp=2 rung's layout (Ascend)
+  resume pp=2         the same on the pp=2 rung's layout (Ascend)
   resume dp=N on 1    the dp=N rung's step-2 checkpoint resumed on another layout (one device): step 3
                       and the validation within TOLERANCE of the dp=N rung's (reduction order only; the
                       same samples, the same weights and moments)
   resume mp=2 as dp   the mp=2 rung's step-2 checkpoint, its slices merged and resumed data parallel
                       (Ascend: `train/checkpoint/reshard.py`), likewise against the mp=2 rung
 
-Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
-reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
+Each rung must finish, report a non-zero first grad norm (0: no gradient reached the update), step
+losses and gradient norms within TOLERANCE (relative) of the reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
 each replica group (`replica_groups`: which ranks hold the same tensors, derived from the layout).
 The pp rung's val loss comes from its step-3 checkpoint merged into full tensors and validated on one
 device (validation does not run through pipeline stages, N3), compared with the reference's. Each
 rung that ran shows its measured peak memory beside `train estimate`'s figure for the same shrunk
-config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. It
-prints a table; at the first failure it prints the failing worker's log tail and exits 1.
+config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. An
+Ascend config on a machine whose MindSpore cannot use Ascend runs its CPU rungs with device=CPU, said in
+one line with the other replacements. It prints a table; at the first failure it prints the failing
+worker's log tail and exits 1.
 
 The per-rank records come from this module's train.hooks callbacks (TRAIN_HOOKS=train.doctor,
 DOCTOR_TRACE_DIR=DIR): after each step every rank appends {call, loss, grad_norm, state digests by
