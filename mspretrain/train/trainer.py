@@ -216,6 +216,15 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     return rec
 
 
+def ramp_recompile_notice(cfg: Config, compiled: int | None, batch_size: int) -> str | None:
+    """Said when a batch-size ramp (train.rampup) gives the Ascend step a global batch it has not run
+    yet: each size is a new input shape, so the step graph (and its strategy file) compiles again."""
+    if cfg.device != "Ascend" or compiled is None or batch_size == compiled:
+        return None
+    return (f"[train] train.rampup: global batch {compiled} -> {batch_size} is a new input shape; the step "
+            f"graph compiles again for it (minutes for a large model on Ascend; docs/parallel.md)")
+
+
 def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpointer, start: int,
               bad_streak: int, guard=None, announce: bool = True) -> int:
     run_dir = checkpoints.run_dir
@@ -237,10 +246,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpoi
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
     from mspretrain.train.eval import suite as evalsuite
-    if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
-        print(notice, flush=True)
     checkpoints.start_background(session)
     batches = iter(loader)
+    compiled = None             # the global batch the step graph last ran (train.rampup changes it)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
             checkpoints.check()      # a failed background write stops the run here
@@ -251,6 +259,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpoi
             guard.jump(loader)
             cursor_before = loader.cursor
             batch_size = loader.batch_size()        # train.rampup: a function of the cursor
+            if writer and loader.rampup and (notice := ramp_recompile_notice(cfg, compiled, batch_size)):
+                print(notice, flush=True)
+            compiled = batch_size
             batch = next(batches)
             t1 = time.perf_counter()
             lr = lr_at(step, cfg.optim, cfg.train.steps) * lr_scale(cfg, batch_size)
@@ -281,15 +292,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpoi
                     print(progress.line(record), flush=True)
                 if notice := observer.first_peak_notice(record):
                     print(notice, flush=True)
-            suite_after_save = None     # a sharded run's eval record, written with the suite after the save
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
-                suite = evalsuite.in_loop_mode(cfg, dist.sharded, dist.is_main, step)
-                if suite == "live":
+                if evalsuite.in_loop_mode(cfg, dist.is_main, step):
                     rec.update(evalsuite.in_loop(session.model, cfg, run_dir, step))
-                if suite == "checkpoint":
-                    suite_after_save = rec
-                elif writer:
+                if writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
             if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
@@ -298,11 +305,6 @@ def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpoi
             if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
                     or stop):
                 checkpoints.save(step, session, loader, record, bad_streak, {"spike": guard.state_dict()})
-            if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
-                ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
-                suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
-                writer.write(suite_after_save)
-                print(metrics.console_line(suite_after_save, cfg.train.steps), flush=True)
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",

@@ -125,9 +125,9 @@ ARGS = ModelArgs(vocab_size=64, seq_length=16, hidden_size=32, num_layers=2, num
 BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.int32)
 
 
-def make_step(*sets, micro_steps=1, eod=-1, dist=None):
+def make_step(*sets, micro_steps=1, eod=-1, dist=None, combine=None):
     """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS);
-    `dist`: built for that layout's ranks (default one process)."""
+    `dist`: built for that layout's ranks (default one process); `combine`: that Reduction instead."""
     from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama
     from mspretrain.train.step.optim import build_optimizer
@@ -142,8 +142,9 @@ def make_step(*sets, micro_steps=1, eod=-1, dist=None):
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size, eod, z_loss=cfg.train.z_loss)
     apply_recompute(model, cfg.recompute)
     opt = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    combine = (Reduction() if dist is None
-               else reduction(cfg, dist, opt.parameters, micro_steps, loops(cfg, micro_steps)))
+    if combine is None:
+        combine = (Reduction() if dist is None
+                   else reduction(cfg, dist, opt.parameters, micro_steps, loops(cfg, micro_steps)))
     return cfg, build_train_step(loss_net, opt, micro_steps, cfg, reduction=combine)
 
 

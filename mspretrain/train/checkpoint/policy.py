@@ -32,7 +32,8 @@ SAFE = ("run.", "log.", "checkpoint.", "eval.", "data.path", "data.num_workers",
         # stream, only the reduction order differs
         "parallel.model_parallel", "parallel.pipeline_stage", "parallel.optimizer_shard",
         "parallel.optimizer_level", "parallel.micro_batch_num", "parallel.stage_offsets",
-        "parallel.sequence_parallel", "parallel.vocab_emb_dp")
+        "parallel.sequence_parallel", "parallel.vocab_emb_dp",
+        "train.accumulate")          # graph loop or split: the same micro-batch sums in another order
 
 
 class ResumeError(MspretrainError, RuntimeError):

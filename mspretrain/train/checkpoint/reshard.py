@@ -31,6 +31,7 @@ published its own (checkpoint.write_checkpoint).
 """
 from __future__ import annotations
 
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -137,16 +138,19 @@ def plan(src: Layout, dst: Layout) -> Plan:
 
 # ---------------------------------------------------------------- doing it (Ascend)
 
-def strategy_file(strategy_dir: Path, pipeline: bool, merged: Path) -> Path:
+def strategy_file(strategy_dir: Path, pipeline: bool, merged: Path, world: int | None = None) -> Path:
     """One strategy file for the whole network: the stages' files merged when `pipeline`, else any
-    rank's (without pipeline stages every rank compiles the same strategy)."""
+    rank's (without pipeline stages every rank compiles the same strategy). `world`: merge only the
+    files of ranks below it (RUN/strategy/ keeps the files of a larger layout the run was resumed from,
+    and MindSpore's merge reads every file of the directory)."""
     from mindspore.parallel import merge_pipeline_strategys
 
     strategy_dir = Path(strategy_dir)
     if pipeline:
         if not merged.is_file():
             merged.parent.mkdir(parents=True, exist_ok=True)
-            merge_pipeline_strategys(str(strategy_dir), str(merged))
+            merge_pipeline_strategys(str(current_ranks(strategy_dir, world, merged.with_suffix(".ranks"))),
+                                     str(merged))
         return merged
     files = sorted(strategy_dir.glob("rank_*.ckpt"))
     if not files:
@@ -154,6 +158,20 @@ def strategy_file(strategy_dir: Path, pipeline: bool, merged: Path) -> Path:
         raise CheckpointError(f"{strategy_dir}: no strategy files (rank_R.ckpt): a sharded checkpoint needs "
                               f"them to be transformed onto another layout")
     return files[0]
+
+
+def current_ranks(strategy_dir: Path, world: int | None, out: Path) -> Path:
+    """`strategy_dir` itself, or (`world` given) `out` holding copies of its rank_R.ckpt for R < world."""
+    if world is None:
+        return strategy_dir
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for r in range(world):
+        src = strategy_dir / f"rank_{r}.ckpt"
+        if src.is_file():
+            shutil.copyfile(src, out / src.name)
+    return out
 
 
 def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_strategy_dir: Path | None,
@@ -171,10 +189,10 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
     merged = out / "strategy"
 
     def strategies():
-        src = strategy_file(ckpt_dir / "strategy", p.merge_src_stages, merged / "source.ckpt") \
-            if p.src_strategy else None
-        dst = strategy_file(this_strategy_dir, p.merge_dst_stages, merged / "destination.ckpt") \
-            if p.dst_strategy else None
+        src = strategy_file(ckpt_dir / "strategy", p.merge_src_stages, merged / "source.ckpt",
+                            p.src.world_size) if p.src_strategy else None
+        dst = strategy_file(this_strategy_dir, p.merge_dst_stages, merged / "destination.ckpt",
+                            p.dst.world_size) if p.dst_strategy else None
         return src, dst
     if barrier:
         barrier()           # every rank has compiled: its destination strategy file is written

@@ -356,48 +356,11 @@ def format_summary(s: dict) -> list[str]:
     return lines
 
 
-def in_loop_mode(cfg: Config, sharded: bool, is_main: bool, step: int) -> str | None:
-    """How the trainer's eval at `step` runs the suite (eval.suite_in_loop, on the main rank):
-    "live" on the model in memory; "checkpoint" for a sharded run, whose ranks hold slices of the
-    weights: on the step's checkpoint merged onto one device, after it is written
-    (`in_loop_from_checkpoint`), so only at eval steps that are checkpoint steps (or the last step);
-    None: not at this step."""
-    if not (cfg.eval.suite_in_loop and is_main and cfg.eval.every_steps and step % cfg.eval.every_steps == 0):
-        return None
-    if not sharded:
-        return "live"
-    saved = step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps
-    return "checkpoint" if saved else None
-
-
-def sharded_suite_notice(cfg: Config, sharded: bool) -> str | None:
-    """Said once at the start of a sharded run whose eval steps are not all checkpoint steps."""
-    e, c = cfg.eval, cfg.checkpoint
-    if not (sharded and e.suite_in_loop and e.every_steps) or e.every_steps % c.every_steps == 0:
-        return None
-    return (f"[train] eval.suite_in_loop on a sharded model runs on the step's checkpoint merged onto one "
-            f"device: at the eval steps (every {e.every_steps}) that are checkpoint steps (every "
-            f"{c.every_steps}) and at the last step; the other evals log val_loss and val_acc only")
-
-
-_ONE_DEVICE: dict = {}      # the stand-alone model of `in_loop_from_checkpoint`: built and compiled once
-
-
-def in_loop_from_checkpoint(args, cfg: Config, run_dir, ckpt_dir, step: int) -> dict:
-    """`in_loop` for a sharded run: its checkpoint of `step` merged onto one device
-    (train.checkpoint.reshard.merged_to_one_device, kept in CKPT/merged/) and loaded into a stand-alone model of
-    the run's `args` and precision, one per process whose weights each call replaces (one compile).
-    It holds a full copy of the weights on the main rank's device beside the training state."""
-    from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.runinfo import model_weights, set_weights
-    from mspretrain.train.step.precision import apply_precision
-
-    model = _ONE_DEVICE.get("model")
-    if model is None:
-        model = _ONE_DEVICE["model"] = model_spec.of(cfg).build_model(args, cfg.seed)
-        apply_precision(model, cfg.precision)       # cast as the training model is
-    set_weights(model, model_weights(ckpt_dir), str(ckpt_dir))
-    return in_loop(model, cfg, run_dir, step)
+def in_loop_mode(cfg: Config, is_main: bool, step: int) -> bool:
+    """Whether the trainer's eval at `step` runs the suite (eval.suite_in_loop, on the main rank, on the
+    model in memory). A sharded layout, whose ranks hold slices of the weights, is refused at config
+    validation (train.parallel.plan.check_suite_in_loop)."""
+    return bool(cfg.eval.suite_in_loop and is_main and cfg.eval.every_steps and step % cfg.eval.every_steps == 0)
 
 
 def in_loop(model, cfg: Config, run_dir, step: int) -> dict:

@@ -53,6 +53,7 @@ def threshold(values, sigma: float) -> float:
 class SpikeGuard:
     def __init__(self, cfg):
         s = cfg.train.spike
+        self.cfg = cfg                  # a rollback loads through the resume's resharding (load_rollback)
         self.action, self.sigma, self.warmup = s.action, float(s.sigma), int(s.warmup)
         self.max_consecutive = int(s.max_consecutive)
         self.window: deque = deque(maxlen=int(s.window))    # (loss, grad_norm) of applied steps
@@ -184,6 +185,19 @@ class Rollback(Exception):
         self.step, self.cursor, self.bad_streak = step, cursor, bad_streak
 
 
+def load_rollback(path, state: dict, session, cfg, dist) -> None:
+    """The rollback checkpoint into the running step, through the resume's resharding: after a resume on
+    another layout, a checkpoint from before it holds the old layout's files (Checkpointer.resharded
+    transforms them onto this one, or passes them through when no transformation is needed)."""
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.checkpoint.checkpointer import Checkpointer
+
+    ckpt.check_checkpoint(path)        # its files' digests, as a resume checks them
+    load_dir = Checkpointer(cfg, dist).resharded(state, path)
+    ckpt.load_params(load_dir, session.train_step.state_parameters(), rank=dist.rank if dist.sharded else None,
+                     verify=False, live=True)
+
+
 def roll_back(rb: Rollback, run_dir, session, loader, guard: SpikeGuard, dist) -> tuple[int, int]:
     """Reload the newest checkpoint from before the streak, remember to jump over its samples, cut
     metrics.jsonl back to that step; returns (step to continue after, bad streak). Without such a
@@ -207,8 +221,7 @@ def roll_back(rb: Rollback, run_dir, session, loader, guard: SpikeGuard, dist) -
         return rb.step, rb.bad_streak
     back_to, path = target
     state = ckpt.read_state(path)
-    ckpt.load_params(path, session.train_step.state_parameters(), rank=dist.rank if dist.sharded else None,
-                     live=True)
+    load_rollback(path, state, session, guard.cfg, dist)
     loader.load_state_dict(state["loader"])
     guard.load_state_dict(state.get("spike"), keep_skipped=True)
     rng["back_to"] = back_to

@@ -78,7 +78,14 @@ def reduction(cfg, dist, parameters, micro_steps: int, loop: bool):
         return Reduction()
     if cfg.device != "Ascend":
         return Reduction(grad_reducer(dist, parameters), reduce_overflow=True, loss_is_share=True)
-    return Reduction(accumulation_grad_reducer(cfg, parameters, micro_steps, loop), reduce_overflow=True)
+    last_stage = rank_stage(cfg, dist.rank) == cfg.parallel.pipeline_stage - 1
+    return Reduction(accumulation_grad_reducer(cfg, parameters, micro_steps, loop), reduce_overflow=True,
+                     computes_loss=last_stage)
+
+
+def rank_stage(cfg, rank: int) -> int:
+    """The pipeline stage of `rank` (rank = stage * dp * mp + dp_rank * mp + mp_rank)."""
+    return rank // (cfg.parallel.data_parallel * cfg.parallel.model_parallel)
 
 
 def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, loss_cell=None):
@@ -102,7 +109,7 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
     annotate(plan, model, train_step.loss_cell)
     if loss_cell is not None:       # the validation loss cell: its own primitives
         annotate(plan, model, loss_cell)
-    stage = dist.rank // (plan.dp * plan.mp)
+    stage = rank_stage(cfg, dist.rank)
     # pipeline stages: each saves (and loads) its own tensors only
     keep = stage_state_filter(plan, stage, cfg.model.tie_embeddings) if plan.pp > 1 else None
     from mspretrain.train.step.cell import TrainStep

@@ -62,6 +62,7 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
             f"parallel.optimizer_shard={p.optimizer_shard} need MindSpore semi-auto parallel, which runs "
             f"on Ascend only; on {cfg.device} use data parallelism alone (model_parallel=1, pipeline_stage=1, "
             f"optimizer_shard=false)")
+    check_suite_in_loop(cfg)
     model_spec.of(cfg).parallel_plan.validate(cfg, vocab_size or m.vocab_size, seq_length)
     if m.num_layers < pp:
         raise ConfigError(f"model.num_layers ({m.num_layers}) must be >= parallel.pipeline_stage ({pp})")
@@ -85,6 +86,21 @@ def validate(cfg, world_size: int, vocab_size: int | None = None, seq_length: in
     stage_layers(m.num_layers, pp, p.stage_offsets)
     check_validation(cfg)
     topology.check(cfg, world_size)
+
+
+def check_suite_in_loop(cfg) -> None:
+    """The in-loop eval suite runs on the main rank's model in memory, which holds the whole weights only
+    when nothing is sharded: with slices, it would have to merge them and build a full model on one
+    device while the other ranks wait in the next step's collectives."""
+    p = cfg.parallel
+    if cfg.eval.suite_in_loop and (p.model_parallel > 1 or p.pipeline_stage > 1 or p.optimizer_shard):
+        raise ConfigError(
+            f"eval.suite_in_loop=true needs an unsharded layout, got parallel.model_parallel="
+            f"{p.model_parallel}, parallel.pipeline_stage={p.pipeline_stage}, parallel.optimizer_shard="
+            f"{str(p.optimizer_shard).lower()}: set eval.suite_in_loop=false and evaluate the checkpoints "
+            f"afterwards with `train eval RUN --tasks ...` (or --all-checkpoints), which merges the slices "
+            f"in a process of its own")
+
 
 
 def stage_layers(num_layers: int, pp: int, offsets: list | tuple = ()) -> tuple:

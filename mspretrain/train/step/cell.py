@@ -77,6 +77,9 @@ class Reduction:
     grad_reducer: object = None         # an nn.Cell; None: identity
     reduce_overflow: bool = False
     loss_is_share: bool = False
+    # False on the pipeline stages before the last: their loss output is no loss, so the in-graph
+    # loss spike test reads only the ranks that compute it (the all-reduced flag carries the decision)
+    computes_loss: bool = True
 
 
 # tagged so that the semi-auto compiler all-reduces each square sum over the slices of a sharded
@@ -177,6 +180,7 @@ class TrainStepCell(nn.Cell):
         self.grad_reducer = reduction.grad_reducer if reduction.grad_reducer is not None else nn.Identity()
         self.reduce_overflow = reduction.reduce_overflow
         self.loss_is_share = reduction.loss_is_share
+        self.computes_loss = reduction.computes_loss
         self.allreduce = ops.AllReduce()
         self.clip_norm = float(clip_norm)
         self.norm_by_dot = norm_by_dot      # the gradient norm's square sums as dot products (CPU/GPU)
@@ -196,8 +200,8 @@ class TrainStepCell(nn.Cell):
         if self.loop:
             loss, grads, z_sum = self.accumulate(input_ids, per_token)
         else:
-            loss = self.network(input_ids)
-            z_sum = self.z_of(loss)
+            loss = self.network(self.zero_z(input_ids))
+            z_sum = self.z_of(loss)     # all K micro-batches' terms (split, pipeline): the loss cell adds
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(input_ids, sens)
         grads = self.grad_reducer(grads)
@@ -217,7 +221,10 @@ class TrainStepCell(nn.Cell):
         z_mean = z_sum / ops.maximum(tokens, 1.0)
         # the spike test reads the global batch's loss: on CPU data parallel each rank holds its share
         global_loss = self.allreduce(mean_loss) if self.loss_is_share else mean_loss
-        spiked = ops.logical_or(global_loss > self.spike_limits[0], norm.reshape(()) > self.spike_limits[1])
+        over = global_loss > self.spike_limits[0]
+        if not self.computes_loss:      # an earlier pipeline stage: its loss output is no loss
+            over = ops.zeros_like(over)
+        spiked = ops.logical_or(over, norm.reshape(()) > self.spike_limits[1])
         if self.reduce_overflow:        # one rank's spike skips every rank's step, as an overflow does
             spiked = self.allreduce(spiked.astype(mstype.float32)) > 0
         if not ops.logical_or(overflow, spiked):
@@ -236,7 +243,7 @@ class TrainStepCell(nn.Cell):
         i = Tensor(0, mstype.int32)
         while i < self.micro_steps:
             chunk = ops.gather(chunks, i, 0)
-            loss = self.network(chunk)
+            loss = self.network(self.zero_z(chunk))
             z_total = z_total + self.z_of(loss)
             sens = ops.ones_like(loss) * per_token.astype(loss.dtype)
             grads = self.grad(self.network, self.weights)(chunk, sens)
@@ -244,6 +251,12 @@ class TrainStepCell(nn.Cell):
             total = ops.depend(total + loss.astype(mstype.float32), added)
             i = i + 1
         return total, self.accumulators, z_total
+
+    def zero_z(self, input_ids):
+        """`input_ids`, after the z-loss reading is zeroed: the forward that follows adds its terms."""
+        if self.z_value is None:
+            return input_ids
+        return ops.depend(input_ids, ops.assign(self.z_value, ops.zeros_like(self.z_value)))
 
     def z_of(self, loss):
         """The z-loss term of the forward that gave `loss` (0 when train.z_loss is off)."""

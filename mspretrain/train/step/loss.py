@@ -32,7 +32,11 @@ class CausalLMLoss(nn.Cell):
         self.model = model
         # train.z_loss: + z_loss * logsumexp(logits)^2 per loss token (PaLM's z-loss); the term itself
         # (reduced as the loss is) is kept in z_value for the metrics (train/observe/monitor.py). Absent when off.
+        # The "sum" twin (the train step's) adds each forward's term into z_value, so that one reading
+        # after the K micro-batches of a split or pipeline step holds all K; its reader zeroes it before
+        # the forward (TrainStepCell.zero_z). The "mean" one (validation) holds the last forward's.
         self.z_loss = float(z_loss)
+        self.z_adds = reduction == "sum"
         if self.z_loss > 0:
             self.z_value = Parameter(Tensor(0.0, mstype.float32), name=Z_VALUE, requires_grad=False)
         self.vocab_size = vocab_size
@@ -99,9 +103,10 @@ class CausalLMLoss(nn.Cell):
         return total if self.reduction == "sum" else self.divide(total, count)
 
     def keep_z(self, loss, z_term):
-        """`loss`, after z_value holds this forward's z-loss term (the loss depends on the write, so
-        whoever reads z_value after the loss reads this forward's value)."""
-        return ops.depend(loss, ops.assign(self.z_value, ops.stop_gradient(z_term)))
+        """`loss`, after this forward's z-loss term is written into z_value (added to it by the "sum"
+        twin; the loss depends on the write, so whoever reads z_value after the loss sees it)."""
+        write = ops.assign_add if self.z_adds else ops.assign
+        return ops.depend(loss, write(self.z_value, ops.stop_gradient(z_term)))
 
     def summed(self, lazy_inline: bool = False) -> "CausalLMLoss":
         """The reduction="sum" loss over the same model (the same Parameters); `lazy_inline`: as a

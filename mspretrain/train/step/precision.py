@@ -26,6 +26,13 @@ def check_precision(cfg) -> None:
     if p.dtype == "bf16" and cfg.device != "Ascend":
         raise ConfigError(f"precision.dtype=bf16 needs device Ascend: MindSpore 2.10 has no bf16 kernels on "
                           f"{cfg.device} (e.g. Gather); use precision.dtype=fp16 or fp32 here")
+    mp = cfg.parallel.model_parallel
+    if p.amp_level == "O1" and p.dtype != "fp32" and mp > 1:
+        # O1's to_float puts casts at each Dense's boundary, which the plan gives no strategy: the
+        # compiler lays them out batch-parallel and redistributes around every sliced matmul
+        raise ConfigError(f"precision.amp_level=O1 with parallel.model_parallel={mp}: O1's casts carry no "
+                          f"parallel strategy; use precision.amp_level=O2 (the model's held casts, sharded "
+                          f"by the plan) or parallel.model_parallel=1")
     s = p.loss_scale
     if p.dtype == "fp16" and not (s.init >= s.min > 0 and s.factor > 1 and s.window >= 1):
         raise ConfigError("precision.loss_scale needs init >= min > 0, factor > 1 and window >= 1, got "

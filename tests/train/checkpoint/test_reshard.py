@@ -4,7 +4,7 @@ import pytest
 
 from mspretrain.train.config import load_config
 from mspretrain.train.checkpoint.reshard import Layout, layout_of, plan, record, saved_layout
-from mspretrain.train.checkpoint.policy import check_resume, config_record
+from mspretrain.train.checkpoint.policy import ResumeError, check_resume, config_record
 
 DP2 = Layout(dp=2)
 DP4 = Layout(dp=4)
@@ -66,6 +66,20 @@ def test_a_layout_change_resumes_without_force():
     assert "parallel.model_parallel 2 -> 4" in said[0] and "parallel.pipeline_stage 1 -> 2" in said[0]
 
 
+def test_the_accumulation_mode_changes_on_resume_without_force():
+    """train.accumulate (graph loop or split) sums the same micro-batches in another order: a resume on
+    one device from a split-accumulating run may loop; another model still needs --force."""
+    old = load_config(None, ["train.accumulate=split"])
+    said = []
+    check_resume({"config": config_record(old), "dataset_fingerprint": "f"},
+                 load_config(None, ["train.accumulate=loop"]), "f", "d", "ckpt", False, out=said.append)
+    assert "train.accumulate 'split' -> 'loop'" in said[0]
+    with pytest.raises(ResumeError, match="model.num_layers"):
+        check_resume({"config": config_record(old), "dataset_fingerprint": "f"},
+                     load_config(None, ["train.accumulate=loop", "model.num_layers=3"]), "f", "d", "ckpt", False,
+                     out=said.append)
+
+
 def test_a_transformed_file_is_published_with_its_digest_and_checked_before_it_is_loaded(tmp_path):
     """`publish` moves a finished transformation into place with its sha256 beside it; `verify` (every
     rank, before loading) passes it and refuses it flipped, truncated, or without its record."""
@@ -115,3 +129,27 @@ def test_resharded_files_are_removed_by_the_first_checkpoint_of_the_new_layout(t
     assert not (tmp_path / "resharded").exists()
     ckpt.check_checkpoint(tmp_path / "checkpoints" / "step_00000012")
     ckpt.write_checkpoint(tmp_path, 14, params, {"step": 14, "loader": {"cursor": 56}}, keep_max=2)   # none left
+
+
+def test_a_pipeline_merge_reads_only_the_current_worlds_strategy_files(tmp_path):
+    """RUN/strategy/ after a resume on fewer ranks: rank_0..3 of this 4-rank pp=2 layout beside a
+    stale rank_7.ckpt of the earlier 8-rank pp=4 one (its stage 3). MindSpore's merge takes one file of
+    each stage it finds; the merged strategy must hold this layout's parameters only; the directory
+    itself is left as it is."""
+    from mindspore.train import node_strategy_pb2 as pb
+
+    from mspretrain.train.checkpoint.reshard import strategy_file
+    from sharded_helpers import write_strategy
+
+    strategies = tmp_path / "strategy"
+    for r in range(4):
+        write_strategy(strategies / f"rank_{r}.ckpt", r // 2, {f"w{r // 2}": ([2], [0, -1])})
+    write_strategy(strategies / "rank_7.ckpt", 3, {"stale": ([2], [0, -1])})
+
+    def merged_names(path):
+        m = pb.ParallelStrategyMap()
+        m.ParseFromString(path.read_bytes())
+        return sorted(item.param_name.split("-", 1)[-1] for item in m.parallel_layout_item)   # "STAGE-name"
+    assert merged_names(strategy_file(strategies, True, tmp_path / "now" / "merged.ckpt", 4)) == ["w0", "w1"]
+    assert "stale" in merged_names(strategy_file(strategies, True, tmp_path / "all" / "merged.ckpt"))
+    assert (strategies / "rank_7.ckpt").is_file()

@@ -2,9 +2,9 @@
 rank_R/model.ckpt slices + strategy files): merged onto one device by train.checkpoint.reshard.merged_to_one_device
 with MindSpore's checkpoint transformation, then scored like a full one. The sharded checkpoints here are
 written by hand in MindSpore's formats (tests/train/sharded_helpers.py): CPU cannot compile a sharded
-graph, but the transformation itself runs on CPU, so `train eval RUN --tasks`, `train eval --config`
-and the in-loop suite's path run end to end on them. What stays Ascend-only: the strategy files a real
-semi-auto compile writes, and the in-loop suite inside a running sharded job."""
+graph, but the transformation itself runs on CPU, so `train eval RUN --tasks` and `train eval --config`
+run end to end on them. What stays Ascend-only: the strategy files a real semi-auto compile writes.
+(The in-loop suite of a sharded layout is refused at config validation: tests/train/parallel.)"""
 from __future__ import annotations
 
 import json
@@ -87,25 +87,6 @@ def test_train_eval_config_on_a_sharded_checkpoint(spm_run, spm_data, sharded_ru
     assert (run_dir / "checkpoints" / "step_00000020" / "merged" / "model.ckpt").is_file()
 
 
-def test_in_loop_suite_of_a_sharded_run_reads_the_merged_checkpoint(spm_run, sharded_run):
-    """The path a sharded run's in-loop suite takes after the step's checkpoint is written: the same
-    fields as the suite on the full weights; one stand-alone model reused across checkpoints."""
-    from mspretrain.train.eval import suite as evalsuite
-    from mspretrain.train.runinfo import checkpoint_dir, load_run_model, model_args_of_run, run_config
-
-    run_dir, _ = sharded_run
-    cfg = run_config(run_dir)
-    args = model_args_of_run(run_dir, cfg)
-    evalsuite._ONE_DEVICE.clear()
-    at_10 = evalsuite.in_loop_from_checkpoint(args, cfg, run_dir, checkpoint_dir(run_dir, 10), 10)
-    model = evalsuite._ONE_DEVICE["model"]
-    at_20 = evalsuite.in_loop_from_checkpoint(args, cfg, run_dir, checkpoint_dir(run_dir, 20), 20)
-    assert evalsuite._ONE_DEVICE["model"] is model
-    full_model, _, _ = load_run_model(spm_run, 20)
-    reference = evalsuite.in_loop(full_model, cfg, spm_run, 20)
-    assert at_20 == reference and at_10 != at_20 and 0 < at_20["val_bits_per_byte"] < 8
-
-
 def test_merge_plan_from_the_layout_or_the_strategy_files(tmp_path):
     """The recorded layout says whether pipeline stages are merged first; a checkpoint without one:
     identical strategy files (no stages) or differing ones (one stage each)."""
@@ -148,20 +129,13 @@ def test_pipeline_stages_merge_onto_one_device(tmp_path):
 
 
 def test_in_loop_mode_per_step():
-    """Which evals run the suite: every eval step when unsharded; a sharded run's at its checkpoint
-    steps and the last step (the suite reads the merged checkpoint), with a notice when that skips some."""
+    """Which evals run the suite: every eval step, on the main rank only."""
     from mspretrain.train.config import load_config
-    from mspretrain.train.eval.suite import in_loop_mode, sharded_suite_notice
+    from mspretrain.train.eval.suite import in_loop_mode
 
     cfg = load_config(TINY, ["eval.suite_in_loop=true", "eval.every_steps=5", "checkpoint.every_steps=10",
                              "train.steps=25"])
-    modes = {s: in_loop_mode(cfg, False, True, s) for s in range(1, 26)}
-    assert {s for s, m in modes.items() if m} == {5, 10, 15, 20, 25} and set(modes.values()) == {"live", None}
-    modes = {s: in_loop_mode(cfg, True, True, s) for s in range(1, 26)}
-    assert {s for s, m in modes.items() if m} == {10, 20, 25} and set(modes.values()) == {"checkpoint", None}
-    assert all(in_loop_mode(cfg, sharded, False, s) is None for sharded in (False, True) for s in range(1, 26))
+    assert {s for s in range(1, 26) if in_loop_mode(cfg, True, s)} == {5, 10, 15, 20, 25}
+    assert not any(in_loop_mode(cfg, False, s) for s in range(1, 26))
     off = load_config(TINY, ["eval.every_steps=5"])
-    assert all(in_loop_mode(off, False, True, s) is None for s in range(1, 26))
-    assert "every 5" in sharded_suite_notice(cfg, True) and sharded_suite_notice(cfg, False) is None
-    aligned = load_config(TINY, ["eval.suite_in_loop=true", "eval.every_steps=20", "checkpoint.every_steps=10"])
-    assert sharded_suite_notice(aligned, True) is None
+    assert not any(in_loop_mode(off, True, s) for s in range(1, 26))

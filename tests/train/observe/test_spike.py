@@ -151,3 +151,66 @@ def test_a_resume_cuts_the_events_back_to_what_its_checkpoint_knows(tmp_path):
     assert (tmp_path / EVENTS_FILE).read_text() == lines[0] + "\n" + lines[1] + "\n"
     assert truncate_events(tmp_path, {"skipped": [known]}, 30) == 0
     assert truncate_events(tmp_path / "none", None, 0) == 0            # no events file: nothing to do
+
+
+def test_a_rollback_to_a_checkpoint_of_another_layout_loads_it_resharded(graph_mode, tmp_path):
+    """A run resumed on one device from a model-parallel checkpoint that spikes before its first own
+    checkpoint rolls back to the old layout's: its slices (rank_0/, rank_1/, strategy files, written in
+    MindSpore's formats) are merged onto this layout first, and the step gets back exactly the state
+    that checkpoint was made of (a plain load finds no model.ckpt there)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mspretrain.train import checkpoint as ckpt
+    from mspretrain.train.config import load_config
+    from mspretrain.train.observe.spike import load_rollback
+    from mspretrain.train.parallel.distributed import layout
+    from sharded_helpers import shard_checkpoint
+    from trainer_harness import BATCHES, make_step, snapshot
+
+    _, step = make_step("optim.clip_norm=0")
+    step(BATCHES[0], 1e-2)
+    saved = snapshot(step)
+    run_dir = tmp_path / "run"
+    state = {"step": 1, "loader": {"cursor": 8, "global_batch_size": 8}}
+    path = ckpt.write_checkpoint(run_dir, 1, step.state_parameters(), state, 2)
+    shard_checkpoint(path)                      # as a model-parallel-2 run left it
+    step(BATCHES[1], 1e-2)                      # the spiking steps after it
+    assert any(not np.array_equal(saved[k], v) for k, v in snapshot(step).items())
+    with pytest.raises(ckpt.CheckpointError):          # the old layout's files, loaded as they are
+        ckpt.load_params(path, step.state_parameters(), live=True)
+    cfg = load_config(None, [f"run.dir={run_dir}"])
+    load_rollback(path, ckpt.read_state(path), SimpleNamespace(train_step=step), cfg, layout(cfg, 0, 1))
+    assert all(np.array_equal(saved[k], v) for k, v in snapshot(step).items())
+
+
+def test_the_in_graph_loss_spike_test_runs_only_where_the_loss_is_computed(graph_mode):
+    """Under pipeline stages only the last stage computes the loss; an earlier stage's loss output is
+    no loss, so its spike flag must not come from it (the flag is all-reduced: any rank's skips all).
+    A loss limit below the loss skips the step on a rank that computes it, and not on one that does not
+    (the step is built knowing which); the grad-norm test stays on everywhere. The last stage of a
+    pp = 2 layout computes it, the first does not."""
+    import math
+
+    from mspretrain.train.config import load_config
+    from mspretrain.train.parallel.apply import GlobalLossStep, reduction
+    from mspretrain.train.parallel.distributed import layout
+    from mspretrain.train.step.cell import Reduction
+    from trainer_harness import BATCHES, make_step
+
+    pp2 = load_config(None, ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2",
+                             "model.num_layers=2", "eval.every_steps=0"])
+    assert reduction(pp2, layout(pp2, 1, 2), [], 2, loop=False).computes_loss
+    assert not reduction(pp2, layout(pp2, 0, 2), [], 2, loop=False).computes_loss
+    dist = layout(load_config(None, []), 0, 1)
+    results = {}
+    for computes in (True, False):
+        _, step = make_step("optim.clip_norm=0", combine=Reduction(computes_loss=computes))
+        wrapped = GlobalLossStep(step, dist, computes_loss=computes)
+        assert step.step_cell.computes_loss is computes
+        step.set_spike_limits(0.0, math.inf)           # every loss is above 0
+        results[computes] = wrapped(BATCHES[0], 1e-2).spiked
+        step.set_spike_limits(math.inf, 0.0)           # every grad norm is above 0
+        assert wrapped(BATCHES[0], 1e-2).spiked
+    assert results == {True: True, False: False}

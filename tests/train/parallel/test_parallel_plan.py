@@ -875,9 +875,9 @@ def test_tensor_classes_from_compiled_layouts_and_digests_per_class():
 
 
 def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
-    """llama-13b at dp 4 x mp 8 x pp 2 (optimizer sharding): its own-layout rung compares digests within
-    that layout's groups and, having pipeline stages, validates its merged checkpoint (N3); the pp rung
-    does the same; the sharded resume reruns the optimizer-sharded rung."""
+    """llama-13b (dp 4 x mp 8 x pp 2, optimizer sharding): its own-layout rung compares digests within
+    that layout's groups and, having pipeline stages, validates its merged checkpoint (N3); the pp rungs
+    do the same; the same-layout resumes rerun the optimizer-sharded, mp and pp rungs on their layouts."""
     from mspretrain.train.doctor import ladder, replica_groups, shrink
 
     cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / "llama-13b.yaml",
@@ -887,8 +887,27 @@ def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
     assert own.parallel == (4, 8, 2, True) and own.merged_val and own.nproc == 64
     groups = replica_groups(*own.parallel)
     assert groups["mp"][0] == (0, 8, 16, 24) and groups["whole"][1] == tuple(range(32, 64))
-    assert rungs["pp=2 m=2"].parallel == (4, 1, 2, False) and rungs["pp=2 m=2"].merged_val
+    assert rungs["pp=2 m=2"].parallel == (1, 1, 2, False) and rungs["pp=2 m=2"].merged_val
+    assert rungs["pp=2 dp=2"].parallel == (2, 1, 2, False) and rungs["pp=2 dp=2"].merged_val
     assert rungs["mp=2"].parallel == (4, 2, 1, False)
-    resume = rungs["resume sharded"]
-    assert resume.resume_of == "dp=8+opt-shard" and resume.parallel == rungs[resume.resume_of].parallel
-    assert not any(r.merged_val for n, r in rungs.items() if n not in ("your layout", "pp=2 m=2"))
+    for name, source in (("resume sharded", "dp=8+opt-shard"), ("resume mp=2", "mp=2"), ("resume pp=2", "pp=2 m=2")):
+        resume = rungs[name]
+        assert resume.resume_of == source and resume.parallel == rungs[source].parallel, name
+    assert not any(r.merged_val for n, r in rungs.items() if n not in ("your layout", "pp=2 m=2", "pp=2 dp=2"))
+
+
+@pytest.mark.parametrize("sets, world", [
+    ({"parallel.model_parallel": 2}, 2),
+    ({"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 0}, 2),
+    ({"parallel.data_parallel": 2, "parallel.optimizer_shard": True}, 2),
+])
+def test_in_loop_suite_with_a_sharded_layout_is_refused(sets, world):
+    """The in-loop suite runs on the main rank's model in memory: with sliced weights it is refused,
+    naming the keys and the way to evaluate the checkpoints instead; unsharded it validates."""
+    with pytest.raises(ConfigError) as err:
+        validate(ascend(**sets, **{"eval.suite_in_loop": True}), world)
+    for key in ("eval.suite_in_loop=true", "parallel.model_parallel", "parallel.pipeline_stage",
+                "parallel.optimizer_shard", "eval.suite_in_loop=false", "train eval RUN --tasks"):
+        assert key in str(err.value)
+    validate(ascend(**sets), world)
+    validate(ascend(**{"parallel.data_parallel": 2, "eval.suite_in_loop": True}), 2)

@@ -181,6 +181,13 @@ def test_precision_config_errors():
         check_precision(load_config(None, ["precision.amp_level=O3"]))
     with pytest.raises(ConfigError, match="loss_scale"):
         check_precision(load_config(None, ["precision.dtype=fp16", "precision.loss_scale.factor=1.0"]))
+    o1_mp = ["device=Ascend", "precision.dtype=bf16", "precision.amp_level=O1", "parallel.model_parallel=2"]
+    with pytest.raises(ConfigError) as err:
+        check_precision(load_config(None, o1_mp))
+    for key in ("precision.amp_level=O1", "parallel.model_parallel=2", "precision.amp_level=O2"):
+        assert key in str(err.value)
+    check_precision(load_config(None, [*o1_mp[:3], "parallel.model_parallel=1"]))     # O1 on one slice
+    check_precision(load_config(None, [*o1_mp[:2], "precision.amp_level=O2", o1_mp[3]]))
 
 
 def test_pipeline_accumulator_hands_over_the_sums_and_zeroes_them(graph_mode):

@@ -61,3 +61,22 @@ def test_z_loss_with_accumulation_is_the_mean_over_micro_batches(graph_mode):
     _, loop = make_step("optim.clip_norm=0", f"train.z_loss={Z}", "train.accumulate=loop", micro_steps=4)
     a, b = whole(BATCHES[0], 0.0), loop(BATCHES[0], 0.0)
     assert abs(a.z_loss - b.z_loss) <= _tolerance(BATCHES[0][:, 1:].size, a.z_loss)
+
+
+@pytest.mark.parametrize("device", ["CPU", "Ascend"])
+def test_split_accumulation_reports_every_micro_batchs_z_loss(graph_mode, device):
+    """K = 2 split (MicroBatchSum; on an Ascend config MindSpore's GradAccumulation, run here on the CPU
+    target) reads the z-loss once after both micro-batches: it must hold both terms, as the loop's
+    per-micro-batch readings do. Both add the same two fp32 micro-batch sums (1e-6 relative covers a
+    regrouping); the whole batch's term (K = 1) pins the absolute value, which one micro-batch's half
+    would miss by 50%."""
+    sets = ("optim.clip_norm=0", f"train.z_loss={Z}", f"device={device}")
+    _, split = make_step(*sets, "train.accumulate=split", micro_steps=2)
+    _, loop = make_step(*sets, "train.accumulate=loop", micro_steps=2)
+    _, whole = make_step(*sets)
+    assert split.step_cell.loop is False and loop.step_cell.loop is True
+    for batch in BATCHES[:2]:                       # twice: the reading restarts from zero each step
+        a, b, c = split(batch, 0.0), loop(batch, 0.0), whole(batch, 0.0)
+        assert a.z_loss == pytest.approx(b.z_loss, rel=1e-6)
+        assert a.z_loss > 0 and abs(a.z_loss - c.z_loss) <= _tolerance(batch[:, 1:].size, c.z_loss)
+        assert a.loss == pytest.approx(b.loss, rel=1e-6)
