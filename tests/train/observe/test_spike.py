@@ -201,8 +201,9 @@ def test_the_in_graph_loss_spike_test_runs_only_where_the_loss_is_computed(graph
 
     pp2 = load_config(None, ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2",
                              "model.num_layers=2", "eval.every_steps=0"])
-    assert reduction(pp2, layout(pp2, 1, 2), [], 2, loop=False).computes_loss
-    assert not reduction(pp2, layout(pp2, 0, 2), [], 2, loop=False).computes_loss
+    weights = make_step()[1].step_cell.weights
+    assert reduction(pp2, layout(pp2, 1, 2), weights, 2, loop=False).computes_loss
+    assert not reduction(pp2, layout(pp2, 0, 2), weights, 2, loop=False).computes_loss
     dist = layout(load_config(None, []), 0, 1)
     results = {}
     for computes in (True, False):
