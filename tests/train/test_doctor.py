@@ -244,10 +244,10 @@ def test_ladder_rungs_for_accumulation_same_layout_resumes_and_pp_by_dp():
     from mspretrain.train.config import load_config
 
     shrunk = doc.shrink(load_config(REPO / "configs" / "llama-7b.yaml", []), 4, "Ascend")
-    assert shrunk.accumulation and shrunk.batch == 16
+    assert shrunk.accumulation and shrunk.batch == 32
     rungs = {r.name: r for r in doc.ladder(4, shrunk)}
     k2 = rungs["accumulation K=2 on 1"]
-    assert k2.nproc == 1 and not k2.ascend_only and "train.micro_batch_size=8" in k2.sets
+    assert k2.nproc == 1 and not k2.ascend_only and "train.micro_batch_size=16" in k2.sets
     assert not any(s.startswith("train.accumulate=") for s in k2.sets)      # split on Ascend, loop on CPU
     for name in ("one device", "1 device, no mask", "resume dp=4 on 1"):
         assert "train.accumulate=loop" in rungs[name].sets, name
