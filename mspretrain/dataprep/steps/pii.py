@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from mspretrain.dataprep.steps.text import CJK as _CJK
+
 KINDS = ("EMAIL", "IP", "ID_NUMBER", "CARD", "PHONE")
 ACTIONS = ("redact", "drop", "keep")
 # the regions whose national forms are searched; a number written with + and a country code is
@@ -55,12 +57,7 @@ class PiiConfig:
 
 
 # ---------------------------------------------------------------------------------- boundaries
-# Scripts written without spaces: Han (CJK unified ideographs and their extensions, compatibility
-# ideographs), kana (hiragana, katakana, half-width katakana), hangul (syllables and jamo), bopomofo
-# and the CJK punctuation and full-width forms. A character of these next to a match is a boundary.
-_CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3130-\u318f"
-        "\u31a0-\u31ff\u3200-\u32ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff"
-        "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff0f\uff1a-\uffef\U00020000-\U0003ffff")
+# A CJK character (steps/text.py: Han, kana, hangul, ...) next to a match is a boundary.
 # a word character (letter, digit, underscore) that is not CJK: what may not touch a match
 _W = rf"[^\W{_CJK}]"
 
