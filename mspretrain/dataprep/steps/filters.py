@@ -74,6 +74,11 @@ class FilterConfig:
     # and only documents identified with at least this probability
     languages: tuple[str, ...] = field(default=())
     min_language_score: float = 0.0         # documents identified less surely are dropped
+    # what `languages` does with a document the model cannot place ("und", score 0: short UI
+    # strings, lists of names, text of a language CLD2 has no model of): drop | keep. drop (unless
+    # "und" is listed) keeps foreign text out; keep loses no English UI text but lets in the
+    # languages CLD2 does not know (bench/bench_pii.py)
+    undetermined: str = "drop"
     quality: QualityFilterConfig = field(default_factory=QualityFilterConfig)
 
     def __post_init__(self):
@@ -88,6 +93,9 @@ class FilterConfig:
         if bad:
             raise ValueError(f"FilterConfig.languages: {bad[0]!r} is not an ISO 639-1 code such as "
                              f"'zh' or 'en' (Traditional and Simplified Chinese are both 'zh')")
+        if self.undetermined not in ("keep", "drop"):
+            raise ValueError(f"FilterConfig.undetermined must be keep or drop, "
+                             f"got {self.undetermined!r}")
         if not 0.0 <= self.min_language_score <= 1.0:
             raise ValueError(f"FilterConfig.min_language_score must be in [0, 1], "
                              f"got {self.min_language_score}")
