@@ -1,4 +1,4 @@
-"""What the checkpoint digest costs (issue 26 item 7): writing model.ckpt and its sha256.
+"""What the checkpoint digest costs : writing model.ckpt and its sha256.
 
     python bench/bench_checkpoint.py [--mb 8 256] [--reps 5] [--dir /tmp]
 

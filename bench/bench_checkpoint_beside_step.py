@@ -1,4 +1,4 @@
-"""What a background checkpoint write costs the training steps beside it (issue 22), in one process.
+"""What a background checkpoint write costs the training steps beside it, in one process.
 
     python bench/bench_checkpoint_beside_step.py [--reps 5] [--mb 241] [--batch 1024]
 

@@ -300,8 +300,8 @@ def bench_targets(args, corpus: Path, model: Path, texts: list[str]) -> None:
     default config (language ID + PII redaction) >= 0.5, and with decontamination as well >= 0.4,
     of the reference's MB per CPU-second. Prints the median of the pairs' ratios."""
     evals = write_eval_set(texts, args.work)
-    runs = [("issue 9: default config (language ID + PII redact)", 0.5, ()),
-            ("issue 14: language ID + PII + decontamination", 0.4,
+    runs = [("default config (language ID + PII redact)", 0.5, ()),
+            ("language ID + PII + decontamination", 0.4,
              ("--decontaminate", str(evals)))]
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     print(f"\ntargets: {corpus.name}, 1 worker, {args.repeat} pairs (reference, build) per target")

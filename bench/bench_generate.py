@@ -13,10 +13,10 @@ each repetition times one pass of ours, then one of theirs, and the ratio of tha
 report gives the median ratio over --reps pairs and the load average. tokens/s counts new tokens.
 Target: ours >= 0.5x transformers at every batch size reported.
 
-The task rows time the scorer (`train eval --tasks`, mspretrain/train/tasks.py) against
+The task rows time the scorer (`train eval --tasks`, mspretrain/train/eval/tasks.py) against
 lm-evaluation-harness (`lm_eval`, needs the `hf` extra and lm_eval) on the same export: one multiple-
 choice task of --task-items English items from the demo corpus (4 choices each, the items of
-tests/train/test_tasks.py), 0-shot, --task-batch rows per forward on both sides, each side with its
+tests/train/eval/test_tasks.py), 0-shot, --task-batch rows per forward on both sides, each side with its
 model loaded once, tokenization included. Ours: `score_task` into a fresh results file per pass. Theirs,
 in its own process, two ways: `lm_eval.simple_evaluate` with its HFLM built once (what the lm_eval CLI
 does per task: task set-up from the same local jsonl, no network, requests, scoring, metrics), and
@@ -59,7 +59,7 @@ def prompts_from_valid(run_dir: Path, n: int, length: int) -> list[list[int]]:
 class Ours:
     def __init__(self, run_dir: Path, batch: int, steps_per_call: int):
         import mindspore as ms
-        from mspretrain.train.generate import Generator, RunModel
+        from mspretrain.train.eval.generate import Generator, RunModel
 
         ms.set_context(mode=ms.GRAPH_MODE)
         ms.set_device("CPU")
@@ -68,7 +68,7 @@ class Ours:
                              steps_per_call=steps_per_call)
 
     def run(self, prompts, new: int) -> tuple[float, list]:
-        from mspretrain.train.generate import Sampling
+        from mspretrain.train.eval.generate import Sampling
         t = time.perf_counter()
         out = self.gen.generate(prompts, Sampling(max_new_tokens=new))
         return time.perf_counter() - t, out
@@ -141,11 +141,11 @@ class OursTasks:
     """`train eval --tasks`'s scorer with its model loaded once."""
 
     def __init__(self, run_dir: Path, batch: int, tmp: Path):
-        from mspretrain.train.generate import RunModel, set_graph_mode
+        from mspretrain.train.eval.generate import RunModel, set_graph_mode
         from mspretrain.train.models.llama.model import Llama
         from mspretrain.train.runinfo import set_weights
-        from mspretrain.train.score import training_args
-        from mspretrain.train.tasks import TaskScorer
+        from mspretrain.train.eval.score import training_args
+        from mspretrain.train.eval.tasks import TaskScorer
 
         set_graph_mode()
         rm = RunModel(run_dir)
@@ -155,8 +155,8 @@ class OursTasks:
             rm.sp.encode, tmp, 0
 
     def run(self, items) -> tuple[float, float]:
-        from mspretrain.train.evalsuite import ResultsFile
-        from mspretrain.train.tasks import score_task, summarize
+        from mspretrain.train.eval.suite import ResultsFile
+        from mspretrain.train.eval.tasks import score_task, summarize
         self.k += 1
         results = ResultsFile(self.tmp / f"pass-{self.k}.jsonl")
         t = time.perf_counter()
@@ -195,7 +195,7 @@ class TheirsTasks:
 
 
 def task_row(run_dir: Path, hf_dir: Path, tmp: Path, n_items: int, batch: int, reps: int) -> bool:
-    from mspretrain.train.tasks import load_task
+    from mspretrain.train.eval.tasks import load_task
     from test_tasks import corpus_items
     items = [i for i in corpus_items("en", 2 * n_items, 7) if all(i["choices"])][:n_items]   # no empty choice
     task_file = tmp / "bench_task.jsonl"
@@ -270,7 +270,7 @@ def main() -> int:
         from hf_helpers import build_spm_dataset, train_run
         data = build_spm_dataset(tmp / "data")
         run_dir = train_run(tmp / "run", data, steps=20)
-    from mspretrain.train.hf import export_run
+    from mspretrain.train.hf.convert import export_run
     hf_dir = export_run(run_dir, tmp / "hf")
     ok = True
     rows = set(args.rows.split(","))

@@ -4,7 +4,7 @@
         [--accumulate 4] [--mmap-threshold 131072] [--dtype fp32|fp16]
 
 Every measurement is a fresh subprocess that builds the Llama of mspretrain/train/models/llama/model.py
-with mspretrain/train/step.py's TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic
+with mspretrain/train/step/cell.py's TrainStepCell (AdamW; fp32 unless --dtype fp16, then O2 with dynamic
 loss scaling) and runs GRAPH_MODE steps on random tokens. It reads RSS and ru_maxrss (peak) at:
   base   after `import mindspore` and set_context (not counted: the interpreter and the library);
   built  after the model, the optimizer and the step cell exist (RSS): the weights, plus the float64
@@ -61,11 +61,12 @@ def child(hidden: int, batch: int, vocab: int, steps: int, micro: int = 1, mode:
     import mindspore as ms
 
     from mspretrain.train.config import load_config
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.flops import count_params
     from mspretrain.train.models.llama.model import Llama, model_args
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.step import apply_precision, build_train_step
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.step.cell import build_train_step
+    from mspretrain.train.step.precision import apply_precision
 
     def mark() -> dict:
         return {"rss": psutil.Process().memory_info().rss,

@@ -31,7 +31,7 @@ from mspretrain.dataprep.steps.filters import FilterConfig, quality_reason  # no
 from mspretrain.dataprep.steps.langid import identify, window  # noqa: E402
 from mspretrain.dataprep.steps.pii import PiiConfig, redact  # noqa: E402
 from mspretrain.dataprep.steps.quality import QualityFilterConfig, train  # noqa: E402
-from mspretrain.dataprep.chunks import WorkerSetup, pipeline_for  # noqa: E402
+from mspretrain.dataprep.plan.worker import WorkerSetup, pipeline_for  # noqa: E402
 from real_text import man_languages, man_texts  # noqa: E402
 
 _CODE = {"zh_CN": "zh", "zh_TW": "zh", "pt_BR": "pt"}

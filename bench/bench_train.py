@@ -4,7 +4,7 @@
         [--repeat 2]   (the reference size: --layers 8 --batch 8 --vocab 8000 --ffn 1408)
 
 The reference, run in the same invocation on the same model (the Llama of
-mspretrain/train/models/llama/model.py and the CausalLMLoss of mspretrain/train/loss.py, same shapes,
+mspretrain/train/models/llama/model.py and the CausalLMLoss of mspretrain/train/step/loss.py, same shapes,
 fp32): a plain `nn.TrainOneStepCell` subclass whose construct clips the gradients with
 `ops.clip_by_global_norm` before `nn.AdamWeightDecay`, fed pre-made random batches (no loader).
 Each run is its own process; its peak RSS is that process's ru_maxrss (read by a wrapper process
@@ -28,7 +28,7 @@ the loader in-process (data.num_workers=0).
     .venv/bin/python bench/bench_train.py --in-process [--pairs 8] (+ the model flags above)
 
 Step time without the noise of separate processes: the bare step and `train launch`'s own step
-(trainer.build_session's cell: grad norm, clipping, the skip test, bias-corrected AdamW; no loader, no
+(assemble.build_session's cell: grad norm, clipping, the skip test, bias-corrected AdamW; no loader, no
 host bookkeeping) built in one process (both graphs at once: about twice one step's RSS), stepped in
 pairs, the order swapped every pair; prints the median of the per-pair time ratios (the tokens/s
 ratio) with its quartiles. Peak RSS ratios come from the default mode (one process per run): here the
@@ -168,7 +168,7 @@ def reference_step(hidden, layers, heads, ffn, vocab, seq, batch, steps, skip, b
     import mindspore as ms
     from mindspore import Tensor, nn, ops
 
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -226,13 +226,15 @@ def launch_phases(sets: list[str], steps: int) -> None:
     _phase("python + numpy")
     import mindspore as ms
 
-    from mspretrain.train import distributed, parallel
+    from mspretrain.train.parallel import distributed
+
+    from mspretrain.train.parallel import plan as parallel_plan
     from mspretrain.train.config import load_config
     from mspretrain.train.data import TrainData
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.assemble import build_session
     _phase("imports (mindspore, mspretrain)")
     cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
-    dist = distributed.setup(cfg, parallel.validate)
+    dist = distributed.setup(cfg, parallel_plan.validate)
     ms.set_seed(cfg.seed)
     with TrainData(cfg, dist) as loader:
         batches = iter(loader)
@@ -252,7 +254,7 @@ def bare_phases(hidden, layers, heads, ffn, vocab, seq, batch, steps) -> None:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, ModelArgs
     _phase("imports (mindspore, mspretrain)")
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -445,11 +447,13 @@ def in_process_steps(args) -> int:
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    from mspretrain.train import distributed, parallel
+    from mspretrain.train.parallel import distributed
+
+    from mspretrain.train.parallel import plan as parallel_plan
     from mspretrain.train.config import load_config
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, ModelArgs
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.assemble import build_session
 
     load0 = os.getloadavg()
     sets = [f"model.hidden_size={args.hidden}", f"model.num_layers={args.layers}", f"model.num_heads={args.heads}",
@@ -457,7 +461,7 @@ def in_process_steps(args) -> int:
             f"train.global_batch_size={args.batch}", f"precision.dtype={args.dtype}", "optim.clip_norm=1.0",
             *NO_DOCUMENT_MASK]
     cfg = load_config(REPO / "configs" / "tiny.yaml", sets)
-    dist = distributed.setup(cfg, parallel.validate)        # GRAPH_MODE on CPU, one process
+    dist = distributed.setup(cfg, parallel_plan.validate)        # GRAPH_MODE on CPU, one process
     ms.set_seed(0)
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, args.vocab, (args.batch, args.seq + 1), dtype=np.int32) for _ in range(3)]
@@ -507,7 +511,7 @@ def alternating_grad_times(args, eos_rate: float) -> dict[str, float]:
     """Best time of one forward + backward of the loss, with the three features on and off, timed in turn."""
     import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama, ModelArgs
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -661,13 +665,13 @@ def _variant(args, name: str):
     """(train step, spike guard, batch) of variant `name` ("on": z-loss 1e-4 and an armed guard)."""
     import mindspore as ms
 
-    from mspretrain.train import spike
+    from mspretrain.train.observe import spike
     from mspretrain.train.config import load_config
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.flops import count_params
     from mspretrain.train.models.llama.model import Llama, ModelArgs
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.step import build_train_step
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.step.cell import build_train_step
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -688,7 +692,7 @@ def _variant(args, name: str):
 
 def _timed_step(name: str, step, guard, batch, n: int) -> float:
     """One step of variant `name` (the "on" host work included), seconds."""
-    from mspretrain.train import observe
+    from mspretrain.train.observe import monitor as observe
 
     t = time.perf_counter()
     if name == "on":
@@ -710,7 +714,7 @@ def _observe_child(args) -> int:
 
 
 def _observe_in_process(args) -> None:
-    from mspretrain.train import observe
+    from mspretrain.train.observe import monitor as observe
 
     variants = {name: _variant(args, name) for name in ("off", "on")}
     count = [0]
@@ -753,7 +757,7 @@ def _report_ratios(what: str, ratios: list[float], times: dict) -> None:
 def _host_parts(guard, step, observe, reps: int = 2000) -> None:
     """The host-side parts of "on", each timed alone: what they add to every step (their sum is the
     floor of the ratio above; z-loss and the graph's comparisons are inside the step graph)."""
-    from mspretrain.train.step import StepResult
+    from mspretrain.train.step.cell import StepResult
 
     result = StepResult(loss=3.0, overflow=False, grad_norm=1.0, loss_scale=1.0)
     parts = {"peak_memory_mb (VmHWM read)": lambda: observe.peak_memory_mb("CPU"),
@@ -810,7 +814,7 @@ def checkpoint_cost(argv) -> int:
     machine drifts over a run). Each interval is also split into the step itself (`step_time_s`: data
     and train_step, where a background write competes for the CPU) and the rest (the save on the
     training thread), and a checkpoint's whole cost is summed over the steps of its write.
-    Target (issue 22): async checkpoint interval within 10% of a normal one. The async host
+    Target: async checkpoint interval within 10% of a normal one. The async host
     snapshot's memory is faulted in before the first step (every checkpoint reuses it). Also printed: the load average, and the median interval of the steps
     right after a checkpoint (where a background write shares the CPU with training)."""
     import os

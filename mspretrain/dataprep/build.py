@@ -29,16 +29,14 @@ from pathlib import Path
 
 from mspretrain.dataprep.config import BuildConfig, manifest_config
 from mspretrain.dataprep.dedup.detect import describe
-from mspretrain.dataprep.dedup.keep import DedupResult
 from mspretrain.dataprep.errors import BuildError, NoDatasetError
 from mspretrain.dataprep.executor.base import Executor
 from mspretrain.dataprep.executor.inline import InlineExecutor
 from mspretrain.dataprep.executor.local import LocalExecutor, WorkerDied, WorkerPool
-from mspretrain.dataprep.plan.run import hash_inputs, run_plan
+from mspretrain.dataprep.plan.run import PlanResult, hash_inputs, run_plan
 from mspretrain.dataprep.readers import InputPathError, list_inputs
 from mspretrain.dataprep.report import failure
 from mspretrain.dataprep.report import summary as reporting
-from mspretrain.dataprep.chunks import worker_setup
 from mspretrain.dataprep.tokenizer.model import tokenizer_info
 from mspretrain.dataprep.verify import file_faults
 from mspretrain.dataprep.workdir import WorkDir
@@ -66,14 +64,14 @@ def build(inputs: list[str], out: str | os.PathLike, cfg: BuildConfig) -> BuildR
         raise BuildError(f"no input files found under {', '.join(map(str, inputs))}"
                          f"{_left_out_note(left_out)}")
     try:
-        with _executor(cfg, out) as executor:
+        with _executor(cfg) as executor:
             return _build(out, files, cfg, executor, left_out)
     except WorkerDied as e:
         raise BuildError(str(e)) from None
 
 
 @contextlib.contextmanager
-def _executor(cfg: BuildConfig, out: Path):
+def _executor(cfg: BuildConfig):
     if cfg.run.engine == "ray":
         from mspretrain.dataprep.executor.ray import ray_executor
         with ray_executor(cfg) as executor:
@@ -81,7 +79,7 @@ def _executor(cfg: BuildConfig, out: Path):
     elif cfg.run.workers == 1:
         yield InlineExecutor(cfg.run.progress)
     else:
-        with WorkerPool(cfg.run.workers, worker_setup(cfg, WorkDir(out))) as pool:
+        with WorkerPool(cfg.run.workers) as pool:
             yield LocalExecutor(pool, cfg.run.progress)
 
 
@@ -105,14 +103,13 @@ def _build(out: Path, files, cfg: BuildConfig, executor: Executor, left_out: dic
         _unpublish(out, work)
     else:
         work.create(work_owner(config, cfg))
-    run = {"time_s": {}, "left_out": left_out}
     try:
-        dedup, splits, tails, hist = run_plan(executor, files, cfg, work, run)
-        return _finish(out, work, cfg, config, dedup, splits, tails, hist, run)
+        plan = run_plan(executor, files, cfg, work)
+        return _finish(out, work, cfg, config, plan, left_out)
     except NoDatasetError as e:
         bad = failure.bad_records(work)
         _remove_work(out, work, created)
-        failure.write_report(out, str(e), bad, run.get("docs_read"))
+        failure.write_report(out, str(e), bad, e.docs_read)
         raise
 
 
@@ -214,8 +211,9 @@ def _unpublish(out: Path, work: WorkDir) -> None:
 
 # ---------------------------------------------------------------------------------- finish
 
-def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: DedupResult,
-            splits: dict, tails: dict, hist: dict, run: dict) -> BuildResult:
+def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, plan: PlanResult,
+            left_out: dict) -> BuildResult:
+    splits = plan.splits
     if splits["train"].num_samples == 0:
         raise NoDatasetError(f"the train split holds fewer than seq_length + 1 = "
                              f"{cfg.pack.seq_length + 1} tokens: no sample; lower --seq-length or "
@@ -225,7 +223,7 @@ def _finish(out: Path, work: WorkDir, cfg: BuildConfig, config: dict, dedup: Ded
     manifest = Manifest(format_version=FORMAT_VERSION, fingerprint=fingerprint,
                         seq_length=cfg.pack.seq_length, tokenizer=tok, splits=splits,
                         config=config, versions=library_versions(), root=out)
-    report = reporting.build_report(work, cfg, dedup, manifest, tails, hist, run)
+    report = reporting.build_report(work, cfg, plan, manifest, left_out)
     reporting.write_report(work.staging, report)
     remove_temps(work.staging)      # an interrupted step's leftovers never reach the dataset
     for entry in sorted(work.staging.iterdir()):      # publish: move, then the manifest last

@@ -8,11 +8,11 @@ class BuildError(MspretrainError, RuntimeError):
     """A build that cannot go on; the message says why and names the file, line or key."""
 
 
-def stopped(marker: dict) -> BuildError:
-    """The error of a chunk (or Ray unit) whose reader stopped: --strict on a bad record, or a reader
-    failure; the marker's "stop" is [file, line, reason, detail]."""
-    file, line, reason, detail = marker["stop"]
-    why = "(--strict)" if marker["stop_kind"] == "strict" else "(reader error)"
+def stopped(stop: list, kind: str) -> BuildError:
+    """The error of a work unit whose reader stopped: --strict on a bad record (kind "strict"), or a
+    reader failure; `stop` is [file, line, reason, detail]."""
+    file, line, reason, detail = stop
+    why = "(--strict)" if kind == "strict" else "(reader error)"
     return BuildError(f"{file}:{line}: {reason}: {detail} {why}")
 
 
@@ -28,7 +28,12 @@ def check_ids(duplicate_ids: list, strict: bool) -> None:
 class NoDatasetError(BuildError):
     """These inputs and this config cannot make a dataset, however often the build is rerun (empty
     after filtering, too little text for one sample, a vocabulary the text cannot fill): the work
-    dir is removed, so a rerun with a changed config is not refused as a different build."""
+    dir is removed, so a rerun with a changed config is not refused as a different build.
+    `docs_read`: the documents read before the build found it, where it knows (its failure report)."""
+
+    def __init__(self, message: str, docs_read: int | None = None):
+        super().__init__(message)
+        self.docs_read = docs_read
 
 
 def id_conflicts(duplicate_ids: list) -> dict:

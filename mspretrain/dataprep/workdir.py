@@ -7,7 +7,7 @@ Layout (stage numbers as in plan/__init__.py):
   .build/docs/NNNNN.json       its completion marker with the chunk's counts (written last)
   .build/tokenizer.json        stage 3 (tokenizer) marker; the model is out/tokenizer.model
   .build/tokens/NNNNN.npz      stage 4 (tokenize) output per chunk: token ids, lengths and doc ids
-                               per split (chunks.SplitTokens), marker NNNNN.json
+                               per split (records.SplitTokens), marker NNNNN.json
   .build/plan/                 the plan's task outputs (shuffle files, labels, keep masks, the
                                tokenizer sample) and done/STAGE-NAME.json, each task's marker
   .build/out/                  the dataset being assembled by stage 5 (write); moved into DIR by

@@ -7,9 +7,10 @@
   train compare  RUN_A RUN_B [--plot FILE.png]   exit 0 only if every common step's loss is bitwise equal
   train plot     RUN [RUN ...] --out FILE.png   loss, val loss, lr, grad norm, loss scale, tokens/s
                  [--config F.yaml --set ...]   also the configured lr schedule (runs optional then)
-  train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel)
+  train plan     --config F.yaml [--set ...] [--world-size N]          the parallel plan (train.parallel.apply)
   train doctor   --config F.yaml --set data.path=DIR [--nproc N]       ladder of three-step runs (train.doctor)
-  train estimate --config F.yaml [--device-memory 64GB] [--seq-length N]   memory per device (train.memory)
+  train estimate --config F.yaml [--device-memory 64GB] [--seq-length N] [--margin 10%]
+                 memory and modelled step time per device, the fastest layout that fits (train.memory)
                  (without data.path: --seq-length N and --set model.vocab_size=V give the shapes)
   train export   RUN [--step N] --format hf --out DIR [--dtype fp32|bf16|fp16]   Hugging Face Llama
   train import   --from HF_DIR --config F.yaml --set run.dir=RUN            step 0 of a new run
@@ -65,7 +66,7 @@ def parser():
                    help="check every shard's sha256 against the manifest first")
     p.add_argument("run", nargs="?", help="run dir (with --tasks)")
     p.add_argument("--tasks", nargs="+", metavar="F.jsonl",
-                   help='multiple-choice tasks: {"context", "choices", "gold"} lines (train.tasks)')
+                   help='multiple-choice tasks: {"context", "choices", "gold"} lines (train.eval.tasks)')
     p.add_argument("--step", type=int, default=None, help="with --tasks: checkpoint step (default: latest)")
     p.add_argument("--all-checkpoints", action="store_true", help="with --tasks: every checkpoint, a table")
     p.add_argument("--few-shot", type=int, default=0, help="with --tasks: examples before each item")
@@ -98,12 +99,15 @@ def parser():
     p.add_argument("--device-memory", default="64GB", help="device memory, e.g. 64GB")
     p.add_argument("--seq-length", type=int, default=None,
                    help="tokens per sample (default: the dataset's, from data.path)")
+    p.add_argument("--margin", default="10%",
+                   help="device memory kept free for workspace, HCCL buffers and fragmentation: "
+                        "a share (10%%, 0.1) or a size (4GB); default 10%%")
     _add_hf_commands(sub)
     return ap
 
 
 def _add_hf_commands(sub) -> None:
-    """export / import / generate / score (train.hf, train.generate, train.score)."""
+    """export / import / generate / score (train.hf.convert, train.eval.generate, train.eval.score)."""
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face Llama directory")
     p.add_argument("run", help="run dir")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
@@ -138,16 +142,16 @@ def _add_hf_commands(sub) -> None:
 
 def _run_hf_command(args) -> int | None:
     if args.command == "export":
-        from mspretrain.train.hf import export_run
+        from mspretrain.train.hf.convert import export_run
         export_run(args.run, args.out, args.step, args.dtype)
         return 0
     if args.command == "generate":
-        from mspretrain.train.generate import Sampling, main as generate
+        from mspretrain.train.eval.generate import Sampling, main as generate
         return generate(args.run, args.prompt, args.prompts,
                         Sampling(args.max_new_tokens, args.temperature, args.top_p, args.seed),
                         step=args.step, out=args.out, batch_size=args.batch_size)
     if args.command == "score":
-        from mspretrain.train.score import main as score
+        from mspretrain.train.eval.score import main as score
         return score(args.run, args.input, args.out, args.step, args.batch_size)
     return None
 
@@ -158,8 +162,8 @@ def _run_tasks(args) -> int:
         raise UsageError("give both RUN and --tasks F.jsonl (or --config F.yaml for the validation loss)")
     if args.all_checkpoints and args.step is not None:
         raise UsageError("--step and --all-checkpoints exclude each other")
-    from mspretrain.train.evalsuite import task_batch_size
-    from mspretrain.train.tasks import main as tasks
+    from mspretrain.train.eval.suite import task_batch_size
+    from mspretrain.train.eval.tasks import main as tasks
     batch = args.batch_size or task_batch_size(args.run)
     return tasks(args.run, args.tasks, args.step, args.all_checkpoints, args.few_shot, args.seed, batch)
 
@@ -192,18 +196,18 @@ def main(argv: list[str] | None = None) -> int:
 _MODULES = {
     "launch": ("mspretrain.train.trainer", "mspretrain.train.console"),
     "launch-msrun": ("mspretrain.train.launch", "mspretrain.train.console"),
-    "eval": ("mspretrain.train.evaluate",),
-    "eval-tasks": ("mspretrain.train.evalsuite", "mspretrain.train.tasks"),
-    "compare": ("mspretrain.train.metrics", "mspretrain.train.plot"),
-    "compare-plot": ("mspretrain.train.metrics", "mspretrain.train.plot", "matplotlib.pyplot"),
-    "plot": ("mspretrain.train.plot", "matplotlib.pyplot"),
-    "plan": ("mspretrain.train.parallel",),
+    "eval": ("mspretrain.train.eval.evaluate",),
+    "eval-tasks": ("mspretrain.train.eval.suite", "mspretrain.train.eval.tasks"),
+    "compare": ("mspretrain.train.observe.metrics", "mspretrain.train.observe.plot"),
+    "compare-plot": ("mspretrain.train.observe.metrics", "mspretrain.train.observe.plot", "matplotlib.pyplot"),
+    "plot": ("mspretrain.train.observe.plot", "matplotlib.pyplot"),
+    "plan": ("mspretrain.train.parallel.plan",),
     "doctor": ("mspretrain.train.doctor",),
     "estimate": ("mspretrain.train.memory",),
-    "export": ("mspretrain.train.hf",),
-    "import": ("mspretrain.train.hf",),
-    "generate": ("mspretrain.train.generate",),
-    "score": ("mspretrain.train.score",),
+    "export": ("mspretrain.train.hf.convert",),
+    "import": ("mspretrain.train.hf.convert",),
+    "generate": ("mspretrain.train.eval.generate",),
+    "score": ("mspretrain.train.eval.score",),
 }
 
 
@@ -240,12 +244,12 @@ def _run(args, argv: list[str]) -> int:
 def _dispatch(args, argv: list[str]) -> int:
     from mspretrain.train.config import load_config
     if args.command == "compare":
-        from mspretrain.train.metrics import compare_runs
-        from mspretrain.train.plot import run_records
+        from mspretrain.train.observe.metrics import compare_runs
+        from mspretrain.train.observe.plot import run_records
         run_records(args.run_a), run_records(args.run_b)     # a missing run: a clear error
         code = compare_runs(args.run_a, args.run_b)
         if args.plot:
-            from mspretrain.train.plot import plot_runs
+            from mspretrain.train.observe.plot import plot_runs
             print(f"plot: {plot_runs([args.run_a, args.run_b], args.plot)}")
         return code
     if args.command in ("export", "generate", "score"):
@@ -256,7 +260,7 @@ def _dispatch(args, argv: list[str]) -> int:
         from mspretrain.common.console import UsageError
         raise UsageError("--config F.yaml is required (or: train eval RUN --tasks F.jsonl)")
     if args.command == "plot":
-        from mspretrain.train.plot import plot_runs
+        from mspretrain.train.observe.plot import plot_runs
         schedule = load_config(args.config, args.set) if args.config or args.set else None
         print(f"plot: {plot_runs(args.runs, args.out, schedule)}")
         return 0
@@ -265,24 +269,24 @@ def _dispatch(args, argv: list[str]) -> int:
         return run_msrun(args)
     cfg = load_config(args.config, args.set)
     if args.command == "import":
-        from mspretrain.train.hf import import_run
+        from mspretrain.train.hf.convert import import_run
         import_run(cfg, args.hf_dir)
         return 0
     if args.command == "launch":
         from mspretrain.train.trainer import launch
         return launch(cfg, resume=args.resume, force=args.force, verify_data=args.verify_data)
     if args.command == "eval":
-        from mspretrain.train.evaluate import main as evaluate
+        from mspretrain.train.eval.evaluate import main as evaluate
         return evaluate(cfg, args.checkpoint, verify_data=args.verify_data)
     if args.command == "doctor":
         from mspretrain.train.doctor import main as doctor
         return doctor(cfg, args.config, args.set, args.nproc, args.out)
     if args.command == "plan":
-        from mspretrain.train.parallel import print_plan
+        from mspretrain.train.parallel.plan import print_plan
         print_plan(cfg, args.world_size)
         return 0
     from mspretrain.train.memory import main as estimate
-    return estimate(cfg, args.device_memory, seq_length=args.seq_length) or 0
+    return estimate(cfg, args.device_memory, seq_length=args.seq_length, margin=args.margin) or 0
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ class RampupConfig:
 
 @dataclass
 class SpikeConfig:
-    """Loss / grad-norm spike defence (mspretrain/train/spike.py, docs/long-runs.md)."""
+    """Loss / grad-norm spike defence (mspretrain/train/observe/spike.py, docs/long-runs.md)."""
     action: str = "skip"            # none | skip | rollback
     window: int = 100               # applied steps of history
     sigma: float = 6.0              # a step above mean + sigma * std of the window is a spike
@@ -85,7 +85,7 @@ class TrainConfig:
     steps: int = 100
     global_batch_size: int = 8      # samples per optimizer step, all ranks together
     micro_batch_size: int = 0       # samples per rank per forward; 0: the whole local batch
-    accumulate: str = "auto"        # micro-batches in the step graph: loop | split | auto (mspretrain/train/step.py)
+    accumulate: str = "auto"        # micro-batches in the step graph: loop | split | auto (mspretrain/train/step/cell.py)
     max_bad_steps: int = 3          # consecutive non-finite losses before the run stops
     peak_tflops: float = 0.0        # one device's peak for MFU; 0: measure fp32 matmul here
     eod_mask_loss: bool = True      # no loss where the input token is EOS (its label is another document's)
@@ -105,7 +105,7 @@ class OptimConfig:
     weight_decay: float = 0.1
     clip_norm: float = 1.0          # 0 disables clipping
     name: str = "adamw"             # adamw (bias-corrected, PyTorch) | adamw_nobc (MindSpore AdamWeightDecay)
-    schedule: str = "cosine"        # cosine | wsd | linear | constant (mspretrain/train/optim.py)
+    schedule: str = "cosine"        # cosine | wsd | linear | constant (mspretrain/train/step/optim.py)
     decay: str = "linear"           # wsd's decay shape: linear | cosine | sqrt
     decay_fraction: float = 0.2     # wsd: the last fraction of train.steps decays
     decay_start_step: int = 0       # wsd: > 0 decays after this step instead (continued training)
@@ -167,7 +167,7 @@ class LogConfig:
 
 @dataclass
 class ProfileConfig:
-    """A mindspore.profiler window over steps start_step..stop_step (mspretrain/train/profile.py)."""
+    """A mindspore.profiler window over steps start_step..stop_step (mspretrain/train/observe/profile.py)."""
     start_step: int = 0             # 0: no profiling
     stop_step: int = 0
     dir: str = ""                   # "": RUN/profile
@@ -186,6 +186,8 @@ class ParallelConfig:
     optimizer_level: str = "level1"  # with optimizer_shard: AutoParallel.hsdp level1 (weights + states),
                                      # level2 (+ gradients), level3 (+ re-gather before backward)
     comm_fusion: int = 0            # all-reduce fusion buckets in MB; 0: MindSpore's default
+    devices_per_node: int = 8       # devices of one server (Atlas 800T A2: 8 NPUs); model_parallel must fit
+                                    # in one, a multi-node job uses whole nodes (train/parallel/topology.py)
 
 
 @dataclass
@@ -231,6 +233,7 @@ class Config:
         d["data"].pop("num_workers")    # the loader's stream does not depend on these (docs/contracts.md)
         d["data"].pop("prefetch")
         d["train"].pop("peak_tflops")
+        d["parallel"].pop("devices_per_node")   # the cluster's shape, not the training's
         d["parallel"].pop("data_parallel")  # elastic resume: same stream (docs/contracts.md), only the reduction order differs
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

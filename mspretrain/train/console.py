@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train.metrics import METRICS_FILE, console_line, read_records
+from mspretrain.train.observe.metrics import METRICS_FILE, console_line, read_records
 
 
 def hms(seconds: float) -> str:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from mspretrain.train.batching import micro_batches
+from mspretrain.train.step.batching import micro_batches
 from mspretrain.train.config import Config, ConfigError
 
 LR_SCALINGS = ("none", "sqrt", "linear")

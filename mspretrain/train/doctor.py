@@ -5,11 +5,16 @@ parallel layout, precision, recompute, accumulation, sequence parallel, vocabula
 sharding and document masking. It then climbs a ladder of three-step runs, each a real `train launch`
 on the dataset of the config:
 
-  one device          the reference (every other rung is compared with it, same global batch)
+  one device          the reference (every other rung is compared with it, same global batch); its
+                      micro-batches accumulate in the graph loop (train.accumulate=loop), as do all
+                      one-device rungs: the split mode's buffers are filled only by an AutoParallel compile
   dp=N                N processes under msrun, data parallel
+  accumulation K=2 on 1  with accumulation kept: one device, 2 micro-batches in the device's own mode
+                      (split on Ascend), against the reference
   mp=2                model parallel (Ascend)
   dp+opt-shard        data parallel with optimizer sharding (Ascend)
   pp=2                two pipeline stages, 2 micro-batches (Ascend)
+  pp=2 dp=2           the same with two data-parallel replicas of each stage (Ascend, 4 devices)
   1 device, no mask   a second reference with the three document features off (Ascend: only the next
                       rung needs it)
   bf16+flash          bf16 with the fused flash-attention kernel, BNSD layout, no document mask
@@ -21,20 +26,24 @@ on the dataset of the config:
                       loss, grad norm, val loss and every rank's state bit for bit equal to the dp=N rung's
   resume sharded      the same on the optimizer-sharded layout (Ascend): compile, then load each rank's
                       slices of the dp+opt-shard rung's step-2 checkpoint
+  resume mp=2         the same on the mp=2 rung's layout (Ascend)
+  resume pp=2         the same on the pp=2 rung's layout (Ascend)
   resume dp=N on 1    the dp=N rung's step-2 checkpoint resumed on another layout (one device): step 3
                       and the validation within TOLERANCE of the dp=N rung's (reduction order only; the
                       same samples, the same weights and moments)
   resume mp=2 as dp   the mp=2 rung's step-2 checkpoint, its slices merged and resumed data parallel
-                      (Ascend: `train/reshard.py`), likewise against the mp=2 rung
+                      (Ascend: `train/checkpoint/reshard.py`), likewise against the mp=2 rung
 
-Each rung must finish, report step losses and gradient norms within TOLERANCE (relative) of the
-reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
+Each rung must finish, report a non-zero first grad norm (0: no gradient reached the update), step
+losses and gradient norms within TOLERANCE (relative) of the reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
 each replica group (`replica_groups`: which ranks hold the same tensors, derived from the layout).
 The pp rung's val loss comes from its step-3 checkpoint merged into full tensors and validated on one
 device (validation does not run through pipeline stages, N3), compared with the reference's. Each
 rung that ran shows its measured peak memory beside `train estimate`'s figure for the same shrunk
-config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. It
-prints a table; at the first failure it prints the failing worker's log tail and exits 1.
+config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. An
+Ascend config on a machine whose MindSpore cannot use Ascend runs its CPU rungs with device=CPU, said in
+one line with the other replacements. It prints a table; at the first failure it prints the failing
+worker's log tail and exits 1.
 
 The per-rank records come from this module's train.hooks callbacks (TRAIN_HOOKS=train.doctor,
 DOCTOR_TRACE_DIR=DIR): after each step every rank appends {call, loss, grad_norm, state digests by
@@ -69,6 +78,9 @@ FLAT = ("parallel.data_parallel=1", "parallel.model_parallel=1", "parallel.pipel
         "parallel.micro_batch_num=1", "parallel.optimizer_shard=false", "parallel.sequence_parallel=false",
         "parallel.vocab_emb_dp=true")
 FP32 = ("precision.dtype=fp32",)
+# one-device references accumulate in the graph loop: the split mode's `accu_grads` are filled only by the
+# AutoParallel compile, which one device does not run (the "accumulation K=2 on 1" rung checks that path)
+LOOP = ("train.accumulate=loop",)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class Shrunk:
     flash: bool
     accumulation: bool
     parallel: tuple = (1, 1, 1, False)     # the config's (dp, mp, pp, optimizer sharding)
+    batch: int = 0                          # the shrunk global batch
 
 
 def shrink(cfg, nproc: int, device: str) -> Shrunk:
@@ -144,7 +157,7 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
             features.append(name)
     return Shrunk(tuple(sets), tuple(features), tuple(notes), tuple(layout),
                   p.data_parallel * mp * pp, precision, bool(m.document_mask), bool(m.flash_attention),
-                  accumulation, (p.data_parallel, mp, pp, bool(p.optimizer_shard)))
+                  accumulation, (p.data_parallel, mp, pp, bool(p.optimizer_shard)), batch)
 
 
 # ---------------------------------------------------------------- which ranks hold the same tensors
@@ -165,7 +178,7 @@ _MOMENT_PREFIXES = ("adam_m.", "adam_v.")
 
 def replica_groups(dp: int, mp: int, pp: int, opt_shard: bool) -> dict[str, tuple]:
     """class -> the groups of ranks whose tensors of that class must be bitwise equal, for the device
-    matrix rank = stage * dp * mp + dp_rank * mp + mp_rank (train.distributed). Pipeline stages hold
+    matrix rank = stage * dp * mp + dp_rank * mp + mp_rank (train.parallel.distributed). Pipeline stages hold
     different layers, so no group crosses a stage. Groups of one rank compare nothing."""
     def rank(stage, d, m):
         return stage * dp * mp + d * mp + m
@@ -306,19 +319,22 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
               if shrunk is None or (shrunk.docs and shrunk.flash) else [])
     dp = (nproc, 1, 1, False)
     opt_shard = f"dp={nproc}+opt-shard"
+    mp2 = (f"parallel.data_parallel={half}", "parallel.model_parallel=2", *FP32)
+    pp2 = ("parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "train.micro_batch_size=0",
+           "eval.every_steps=0", *FP32)
     return [
-        Rung("one device", 1, ("parallel.data_parallel=1", *FP32)),
+        Rung("one device", 1, ("parallel.data_parallel=1", *LOOP, *FP32)),
         Rung(f"dp={nproc}", nproc, (f"parallel.data_parallel={nproc}", *FP32), parallel=dp),
-        Rung("mp=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.model_parallel=2", *FP32),
-             ascend_only=True, parallel=(half, 2, 1, False)),
+        *accumulation_rungs(shrunk),
+        Rung("mp=2", 2 * half, mp2, ascend_only=True, parallel=(half, 2, 1, False)),
         Rung(opt_shard, nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
              ascend_only=True, parallel=(nproc, 1, 1, True)),
         # no validation through the stages (N3): its step-3 checkpoint merged, validated on one device
-        Rung("pp=2 m=2", 2 * half, (f"parallel.data_parallel={half}", "parallel.pipeline_stage=2",
-                                    "parallel.micro_batch_num=2", "train.micro_batch_size=0",
-                                    "eval.every_steps=0", *FP32), ascend_only=True, parallel=(half, 1, 2, False),
+        Rung("pp=2 m=2", 2, ("parallel.data_parallel=1", *pp2), ascend_only=True, parallel=(1, 1, 2, False),
              merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages, N3"),
-        Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF, *FP32), ascend_only=True,
+        Rung("pp=2 dp=2", 4, ("parallel.data_parallel=2", *pp2), ascend_only=True, parallel=(2, 1, 2, False),
+             merged_val=True, needs_procs=4, why="pipeline stages with data-parallel replicas of each stage"),
+        Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF, *LOOP, *FP32), ascend_only=True,
              is_reference=True, needed_by="bf16+flash"),
         Rung("bf16+flash", nproc, (f"parallel.data_parallel={nproc}", "precision.dtype=bf16",
                                    "model.flash_attention=true", *DOCUMENTS_OFF), ascend_only=True,
@@ -330,22 +346,37 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         *kernel,
         Rung("resume+eval", nproc, (f"parallel.data_parallel={nproc}", *FP32), resume_of=f"dp={nproc}",
              parallel=dp),
-        # compile, then load each rank's slices (semi-auto parallel: Ascend only)
+        # compile, then load each rank's slices (semi-auto parallel: Ascend only), on the layout that wrote them
         Rung("resume sharded", nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
              ascend_only=True, resume_of=opt_shard, parallel=(nproc, 1, 1, True),
              why="compile, then load sliced tensors: semi-auto parallel"),
-        # another layout at --resume (issue 22): the data-parallel change runs anywhere, the resharding of
+        Rung("resume mp=2", 2 * half, mp2, ascend_only=True, resume_of="mp=2", parallel=(half, 2, 1, False),
+             why="compile, then load model-parallel slices, the same layout"),
+        Rung("resume pp=2", 2, ("parallel.data_parallel=1", *pp2), ascend_only=True, resume_of="pp=2 m=2",
+             parallel=(1, 1, 2, False), why="compile, then load each stage's tensors, the same layout"),
+        # another layout at --resume: the data-parallel change runs anywhere, the resharding of
         # model-parallel slices only where they exist
-        Rung(f"resume dp={nproc} on 1", 1, ("parallel.data_parallel=1", *FP32), resume_of=f"dp={nproc}",
+        Rung(f"resume dp={nproc} on 1", 1, ("parallel.data_parallel=1", *LOOP, *FP32), resume_of=f"dp={nproc}",
              relayout=True),
         Rung("resume mp=2 as dp", nproc, (f"parallel.data_parallel={nproc}", *FP32), ascend_only=True,
              resume_of="mp=2", relayout=True, parallel=dp,
-             why="mp slices merged and split again at --resume (train/reshard.py)"),
+             why="mp slices merged and split again at --resume (train/checkpoint/reshard.py)"),
     ]
 
 
+def accumulation_rungs(shrunk: Shrunk | None) -> list[Rung]:
+    """With accumulation kept: one device, K = 2 micro-batches in the device's own mode (train.accumulate
+    as configured: split on Ascend), against the one-device reference's loop over K = 2 x nproc."""
+    if shrunk is None or not shrunk.accumulation:
+        return []
+    return [Rung("accumulation K=2 on 1", 1, ("parallel.data_parallel=1",
+                                               f"train.micro_batch_size={shrunk.batch // 2}", *FP32))]
+
+
 def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None, device: str,
-               cfg=None) -> int:
+               cfg=None, missing: str = "") -> int:
+    """The ladder on `device`; `missing`: why the config's Ascend is not usable here (its CPU rungs run,
+    said in one line with what the CPU replaces)."""
     work = Path(out) if out else Path("runs") / "doctor"
     if work.exists():
         shutil.rmtree(work)
@@ -354,8 +385,13 @@ def run_doctor(config: str | None, sets: list[str], nproc: int, out: str | None,
     if shrunk is not None:
         print(f"[doctor] the config shrunk ({' '.join(shrunk.sets[:5])}); kept: "
               f"{', '.join(shrunk.features) or 'nothing special'}", flush=True)
-        for note in shrunk.notes:
-            print(f"[doctor] {note}", flush=True)
+        if not missing:
+            for note in shrunk.notes:
+                print(f"[doctor] {note}", flush=True)
+    if missing:
+        replaced = ", ".join(("device=CPU", *(shrunk.notes if shrunk else ())))
+        print(f"[doctor] Ascend is not usable here ({missing}): running the CPU rungs with {replaced}; "
+              f"the Ascend rungs are listed as skipped (needs Ascend)", flush=True)
     base = (*FLAT, *(shrunk.sets if shrunk else ()))
     rungs = ladder(nproc, shrunk)
     by_name = {r.name: r for r in rungs}
@@ -450,7 +486,7 @@ def _records(run_dir: Path) -> dict[int, list[dict]]:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    from mspretrain.train.metrics import read_records
+    from mspretrain.train.observe.metrics import read_records
 
     return read_records(run_dir / "metrics.jsonl")
 
@@ -460,6 +496,10 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     steps = [r for r in _metrics(run_dir) if not r.get("eval")]
     rung.losses = [r["loss"] for r in steps]
     rung.norms = [r["grad_norm"] for r in steps]
+    if steps and not steps[0]["grad_norm"]:
+        rung.detail = zero_norm_detail(rung, steps[0]["step"],
+                                       by_name.get(rung.resume_of) if rung.resume_of else reference)
+        return False
     ranks = _records(run_dir)
     if len(ranks) != rung.nproc or not all(ranks.values()):
         rung.detail = f"{len(ranks)} of {rung.nproc} ranks recorded steps"
@@ -504,6 +544,16 @@ def _check(rung: Rung, work: Path, reference: Rung | None, by_name) -> bool:
     return True
 
 
+def zero_norm_detail(rung: Rung, step: int, reference: Rung | None) -> str:
+    """Why a rung whose first step's grad norm is 0 fails: no gradient reached the update (e.g.
+    accumulation buffers nothing filled), so its loss can match a reference while nothing trains."""
+    what = f"rung {rung.name!r}: step {step} grad norm is 0 (no gradient reached the update"
+    if reference is None or rung.is_reference or reference is rung:
+        return what + "); it is the reference of the rungs after it, which cannot be compared with it"
+    ref = f"{reference.norms[0]!r}" if reference.norms else "none"
+    return what + f"; its reference {reference.name!r} has {ref} at its first step)"
+
+
 def _check_relayout(rung: Rung, run_dir: Path, source: Rung, work: Path) -> bool:
     """A rung resumed on another layout from `source`'s step-(STEPS - 1) checkpoint: its step STEPS and
     validation within the rung's tolerance of the source's (another layout sums in another order; a
@@ -528,7 +578,7 @@ def _check_relayout(rung: Rung, run_dir: Path, source: Rung, work: Path) -> bool
     return True
 
 
-COLUMNS = (("rung", 18), ("procs", 5), ("status", 8), ("loss (steps 1-3)", 30), ("grad norm (steps 1-3)", 30),
+COLUMNS = (("rung", 21), ("procs", 5), ("status", 8), ("loss (steps 1-3)", 30), ("grad norm (steps 1-3)", 30),
            ("max rel diff", 12), ("peak MiB", 9), ("est MiB", 8), ("peak/est", 8), ("time", 6), ("note", 0))
 
 
@@ -644,12 +694,12 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
 
     from mspretrain.train import checkpoint as ckpt
     from mspretrain.train.config import load_config
-    from mspretrain.train.evaluate import validation_loss
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.eval.evaluate import validation_loss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.memory import dataset_shape
     from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.reshard import merged_to_one_device
-    from mspretrain.train.step import apply_precision
+    from mspretrain.train.checkpoint.reshard import merged_to_one_device
+    from mspretrain.train.step.precision import apply_precision
 
     cfg = load_config(config, sets)
     source, out = Path(ckpt_dir), Path(out)
@@ -669,8 +719,28 @@ def checkpoint_validation(config: str | None, sets: list, ckpt_dir: str, out: st
 
 
 def main(cfg, config: str | None, sets: list[str], nproc: int, out: str | None) -> int:
-    """`train doctor`: cfg is the loaded config (its device picks the rungs; the rest is shrunk)."""
-    return run_doctor(config, sets, nproc, out or str(Path(cfg.run.dir) / "doctor"), cfg.device, cfg)
+    """`train doctor`: cfg is the loaded config (its device picks the rungs; the rest is shrunk). An
+    Ascend config on a machine where MindSpore cannot use Ascend runs the CPU rungs with device=CPU."""
+    device, sets, missing = cfg.device, list(sets), ""
+    if device == "Ascend" and (missing := ascend_missing()):
+        device, sets = "CPU", [*sets, "device=CPU"]
+    return run_doctor(config, sets, nproc, out or str(Path(cfg.run.dir) / "doctor"), device, cfg,
+                      missing=missing)
+
+
+_PROBE = ("import mindspore as ms\n"
+          "try:\n    ms.set_device('Ascend')\nexcept (RuntimeError, ValueError) as e:\n"
+          "    print(str(e).strip().splitlines()[0][:120])")
+
+
+def ascend_missing() -> str:
+    """"" when this MindSpore can set device Ascend, else why not (one line). In a child process: the
+    doctor's own process keeps no device context."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or [f"the probe exited {proc.returncode}"])[-1][:120]
+    said = (proc.stdout.strip().splitlines() or [""])[-1]
+    return ". ".join(said.split(". ")[:2])[:120]      # "Unsupported device target Ascend. This process ..."
 
 
 # ---------------------------------------------------------------- the document-mask kernel rung

@@ -3,7 +3,7 @@ under msrun, one worker per process, and make a failure loud.
 
 msrun (MindSpore 2.10) starts a scheduler and the workers with the `python` first on PATH, so the venv's
 bin goes first; every worker runs `python -m mspretrain.train launch <the same arguments without the launch
-flags>` (built from the parsed arguments) and finds its rank through train.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
+flags>` (built from the parsed arguments) and finds its rank through train.parallel.distributed.setup(). Logs: RUN/logs/msrun/worker_R.log and
 scheduler.log. msrun's --join kills the job when a worker exits non-zero; we then print the tail of the
 failed worker's log and exit non-zero. A job whose logs stay silent for `hang_timeout` seconds is
 stopped as hung (a worker stuck in a collective never exits on its own).
@@ -78,23 +78,36 @@ def _int(args, name: str, default: int) -> int:
     return default if value is None else int(value)
 
 
-def run_dir(args) -> Path:
+def _config(args):
     from mspretrain.train.config import load_config
 
-    cfg = load_config(getattr(args, "config", None), getattr(args, "set", None) or ())
-    return Path(cfg.run.dir)
+    return load_config(getattr(args, "config", None), getattr(args, "set", None) or ())
+
+
+def check_nodes(cfg, nproc: int, nnodes: int) -> None:
+    """The topology errors of this job (train.parallel.topology), before msrun starts anything: the
+    workers would find them too, but each in its own log after the cluster formed."""
+    from mspretrain.train.parallel import topology
+
+    topology.check(cfg, nproc * nnodes, {"MS_WORKER_NUM": str(nproc * nnodes),
+                                         topology.LOCAL_WORKERS_ENV: str(nproc)})
 
 
 def run_msrun(args) -> int:
     """Run msrun for `train launch --nproc N ...`; returns 0, or exits non-zero after showing the
     failed worker's log tail."""
+    from mspretrain.train.parallel.topology import LOCAL_WORKERS_ENV
+
     opts = _options(args)
-    log_dir = run_dir(args) / "logs" / "msrun"
+    cfg = _config(args)
+    check_nodes(cfg, opts["nproc"], opts["nnodes"])
+    log_dir = Path(cfg.run.dir) / "logs" / "msrun"
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = msrun_command(opts["nproc"], opts["nnodes"], opts["node_rank"], opts["master_addr"],
                         opts["master_port"], log_dir, opts["cluster_timeout"], worker_argv(args))
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env[LOCAL_WORKERS_ENV] = str(opts["nproc"])     # the node's worker count, which msrun does not export
     print("train launch: " + shlex.join(cmd), flush=True)
     rc, hung = _run_watched(cmd, env, log_dir, opts["hang_timeout"])
     if rc == 0:

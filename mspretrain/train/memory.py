@@ -9,7 +9,7 @@ split by vocabulary, and the LM head), pipeline parallel keeps one stage's layer
 (AutoParallel.hsdp over the data-parallel ranks) divides the master weights and Adam states (level1),
 plus gradients (level2), plus the compute weights (level3).
 
-Our trainer (mspretrain/train/step.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
+Our trainer (mspretrain/train/step/cell.py, one graph per optimizer step) adds, as separate lines: the fp32 gradient
 accumulators when a step has K > 1 micro-batches (`accu_grads.*`, 4 bytes/parameter, sharded with the
 gradients; none when K = 1), and the step's own buffers after backward (unscaled gradients, clipped
 gradients, the zeros that reset the accumulators).
@@ -30,12 +30,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from mspretrain.train.batching import micro_batch, micro_batches
+from mspretrain.train.step.batching import micro_batch, micro_batches
 from mspretrain.train.config import ConfigError
 from mspretrain.train.models import spec as model_spec
 from mspretrain.train.models.spec import reuses_memory
-from mspretrain.train.parallel import stage_layers
-from mspretrain.train.recompute import recompute_plan
+from mspretrain.train.parallel.plan import stage_layers
+from mspretrain.train.parallel.recompute import recompute_plan
+from mspretrain.train.steptime import message_bytes
 
 GB = 1e9
 BUCKET_CAP = 256 * 2 ** 20          # fused gradient all-reduce bucket, capped (MindSpore comm fusion)
@@ -149,7 +150,7 @@ def _stage_estimate(cfg, seq: int, vocab: int, stage: int, layers: tuple, rplan:
 
 
 def _step_temp_bytes(cfg) -> int:
-    """Bytes per parameter of the update's own buffers (mspretrain/train/step.py): the unscaled fp32 gradients are
+    """Bytes per parameter of the update's own buffers (mspretrain/train/step/cell.py): the unscaled fp32 gradients are
     all live when the global norm is known (clipping needs it), the clipped ones replace them one by
     one, the zeros that reset the accumulators are transient: 4. On CPU every one of them is kept:
     unscaled 4 + clipped 4 (when clip_norm > 0) + zeros 4 (only with accumulators)."""
@@ -161,7 +162,7 @@ def _step_temp_bytes(cfg) -> int:
 def _comm_bytes(cfg, n: float, seq: int, micro: int) -> float:
     p = cfg.parallel
     b = 4 if cfg.precision.dtype == "fp32" else 2
-    act = seq * micro * cfg.model.hidden_size * b
+    act = message_bytes(cfg, seq, micro)
     comm = 0.0
     if p.data_parallel > 1:
         comm += min(n * 4, BUCKET_CAP)              # fp32 gradient all-reduce bucket
@@ -246,7 +247,7 @@ def _take_from_dp(cfg, key: str):
 
 
 def _valid(cfg) -> bool:
-    from mspretrain.train.parallel import validate
+    from mspretrain.train.parallel.plan import validate
 
     p = cfg.parallel
     try:
@@ -259,7 +260,7 @@ def _valid(cfg) -> bool:
 def diff_sets(old, new) -> list[str]:
     """`section.key=value` for every field of `new` that differs from `old` (the --set to type)."""
     out = []
-    for section in ("recompute", "parallel"):
+    for section in ("recompute", "parallel", "train"):
         a, b = getattr(old, section), getattr(new, section)
         for name in a.__dataclass_fields__:
             va, vb = getattr(a, name), getattr(b, name)
@@ -305,7 +306,8 @@ def _size(x: float) -> str:
     return f"{x / GB:.2f} GB" if x >= GB else f"{x / 1e6:.1f} MB"
 
 
-def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> str:
+def format_estimate(cfg, est: Estimate, device_bytes: float | None = None, margin: float = 0.0) -> str:
+    """The breakdown; with `device_bytes`, the verdict against the device less `margin` bytes."""
     p = cfg.parallel
     per = bytes_per_param(cfg.precision.dtype)
     shard = f"optimizer sharding {p.optimizer_level}" if p.optimizer_shard else "no optimizer sharding"
@@ -334,8 +336,10 @@ def format_estimate(cfg, est: Estimate, device_bytes: float | None = None) -> st
     lines += [f"  communication     {_gb(est.comm)}",
               f"  total             {_gb(est.total)}"]
     if device_bytes:
-        verdict = "fits" if est.total <= device_bytes else "does NOT fit"
-        lines.append(f"device memory {device_bytes / GB:.2f} GB: {verdict} "
+        verdict = "fits" if est.total <= device_bytes - margin else "does NOT fit"
+        kept = (f" less a {_size(margin)} margin ({100 * margin / device_bytes:.0f}%: workspace, HCCL buffers, "
+                f"fragmentation)" if margin else "")
+        lines.append(f"device memory {device_bytes / GB:.2f} GB{kept}: {verdict} "
                      f"({100 * est.total / device_bytes:.0f}% used)")
     return "\n".join(lines)
 
@@ -373,52 +377,42 @@ def dataset_shape(cfg, seq_length: int | None = None) -> tuple[int, int]:
     return seq_length or manifest.seq_length, cfg.model.vocab_size or manifest.tokenizer.vocab_size
 
 
-SPARE = 0.8                 # below this share of the device, memory is spare: less recompute is advised
-DEVICES_PER_NODE = 8        # an Ascend server's NPUs (HCCS inside a node, RoCE between nodes)
+
+MARGIN = "10%"      # --margin's default: device memory kept free for what the estimate does not count
+                    # (kernel workspace, HCCL buffers, the allocator's fragmentation)
 
 
-def relax(cfg, seq_length: int, vocab_size: int, device_bytes: float) -> Advice | None:
-    """When memory is spare, the least recompute that still keeps the estimate under SPARE x the device:
-    recompute costs about a third more compute per recomputed layer, so spare memory should buy speed.
-    Tries no recompute, then select recompute of attention only (from full). None: nothing lighter fits."""
-    if cfg.recompute.mode == "none" or estimate(cfg, seq_length, vocab_size).total > SPARE * device_bytes:
-        return None
-    layers = f"0-{cfg.model.num_layers - 1}"
-    lighter = [("no recompute", _with(cfg, recompute={"mode": "none", "select": {}, "full_layers": ""}))]
-    if cfg.recompute.mode == "full":
-        lighter.append(("select recompute (attention) instead of full", _with(
-            cfg, recompute={"mode": "select", "select": {"attention": layers}, "full_layers": ""})))
-    for change, nxt in lighter:
-        est = estimate(nxt, seq_length, vocab_size)
-        if est.total <= SPARE * device_bytes:
-            sets = " ".join(f"--set {x}" for x in diff_sets(cfg, nxt))
-            return Advice(f"{change}: {sets}", est, True)
-    return None
+def parse_margin(text: str, device_bytes: float) -> float:
+    """'10%' or '0.1' -> that share of the device; '4GB' -> bytes (parse_size)."""
+    raw = str(text).strip()
+    try:
+        share = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        return parse_size(raw)
+    if share >= 1 and not raw.endswith("%"):
+        return share                                # a plain number of bytes
+    if not 0 <= share < 1:
+        raise ConfigError(f"--margin {text!r}: a share of device memory must be in [0%, 100%)")
+    return share * device_bytes
 
 
-def node_warning(cfg, devices_per_node: int = DEVICES_PER_NODE) -> str:
-    """A warning when model parallelism spans nodes: its all-reduces (two per layer forward, two
-    backward) would cross the slower network between nodes; keep model_parallel within a node."""
-    mp = cfg.parallel.model_parallel
-    if mp <= devices_per_node:
-        return ""
-    return (f"warning: parallel.model_parallel ({mp}) exceeds the {devices_per_node} devices of one node: "
-            f"its per-layer all-reduces would cross nodes; use model_parallel <= {devices_per_node} and "
-            f"pipeline stages or data parallelism across nodes")
+def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None, margin: str = MARGIN) -> int:
+    """`train estimate`: the estimate and its step time; on a device, the recompute options of this
+    layout and the fastest layout that fits under the device less the margin (or, when none does,
+    the cheapest changes); the topology's errors and warnings. Returns 0."""
+    from mspretrain.train import layouts
+    from mspretrain.train.parallel import topology
 
-
-def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None) -> int:
-    """`train estimate`: print the estimate and, when it does not fit, the advice; when memory is
-    spare, the lighter recompute that fits; a warning when model parallelism spans nodes. Returns 0."""
     seq, vocab = dataset_shape(cfg, seq_length)
     device = parse_size(device_memory) if device_memory else None
+    kept = parse_margin(margin, device) if device else 0.0
     est = estimate(cfg, seq, vocab)
-    print(format_estimate(cfg, est, device))
-    if device and est.total > device:
-        print(format_advice(advise(cfg, seq, vocab, device), device))
-    elif device and (lighter := relax(cfg, seq, vocab, device)):
-        print(f"memory is spare ({_gb(est.total)} of {device / GB:.2f} GB): less recompute is faster and "
-              f"still fits under {SPARE:.0%}:\n  {_gb(lighter.estimate.total)}  {lighter.change}")
-    if warning := node_warning(cfg):
-        print(warning)
+    print(format_estimate(cfg, est, device, kept))
+    print(layouts.format_time(cfg, seq, vocab))
+    if device:
+        print(layouts.report(cfg, seq, vocab, device - kept))
+    p = cfg.parallel
+    found = topology.problems(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, env={})
+    for line in (*(f"error: {e}" for e in found.errors), *found.warnings):
+        print(line)
     return 0

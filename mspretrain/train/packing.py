@@ -101,7 +101,7 @@ class DocumentBoundaries(nn.Cell):
     positions: int32 [B, S] restarting at each document; None when `reset_positions` is off.
 
     Every operation is a primitive held here, so that the parallel plan gives each one a strategy
-    (train.parallel): all of them work along the sequence of one sample, so only the batch is split.
+    (train.parallel.apply): all of them work along the sequence of one sample, so only the batch is split.
     Per-sample constants broadcast from [1, S] (or [1, L]) tables instead of being materialised per
     batch, and the per-shard offsets of the document ends are a constant of the batch size.
     """
@@ -116,7 +116,7 @@ class DocumentBoundaries(nn.Cell):
         self.eos_id, self.s = int(eos_id), int(seq_length)
         self.document_mask, self.reset_positions, self.flash = document_mask, reset_positions, flash
         self.limit = min(int(max_documents), self.s)
-        self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.annotate)
+        self.data_parallel = 1      # shards of the batch the kernel runs on (train.parallel.apply.annotate)
         s, limit = self.s, self.limit
         self.is_eos = ops.Equal()
         if (document_mask and not flash) or reset_positions:

@@ -112,7 +112,7 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
         ckpt.verify_files(ckpt_dir, ckpt.read_state(ckpt_dir))
     path = ckpt_dir / "model.ckpt"
     if not path.is_file():
-        from mspretrain.train.reshard import is_sharded_checkpoint, merged_to_one_device
+        from mspretrain.train.checkpoint.reshard import is_sharded_checkpoint, merged_to_one_device
         if not is_sharded_checkpoint(ckpt_dir):
             raise RunInfoError(f"{path} not found")
         path = merged_to_one_device(ckpt_dir) / "model.ckpt"

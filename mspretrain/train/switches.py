@@ -34,7 +34,7 @@ def check_switches(cfg) -> None:
     if cfg.parallel.comm_fusion and cfg.parallel.data_parallel * cfg.parallel.model_parallel < 2:
         raise ConfigError(f"parallel.comm_fusion={cfg.parallel.comm_fusion} MB fuses all-reduces between "
                           f"ranks, and this config has one (parallel.data_parallel=1): set it to 0")
-    from mspretrain.train.profile import check_profile_config
+    from mspretrain.train.observe.profile import check_profile_config
     check_profile_config(cfg)
 
 

@@ -9,98 +9,25 @@ is a *skipped* step (the scale halves), not a bad one.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mspretrain.train import checkpoint as ckpt
-from mspretrain.train import batching, console, data_check, metrics, resume_policy
+from mspretrain.train import console
+from mspretrain.train.observe import metrics
+from mspretrain.train.checkpoint import policy as resume_policy
+from mspretrain.train.assemble import Session, build_session
+from mspretrain.train.checkpoint.checkpointer import Checkpointer
 from mspretrain.train.config import Config, ConfigError
-from mspretrain.train.optim import check_schedule, lr_at
+from mspretrain.train.step.optim import check_schedule, lr_at
 
 EXIT_BAD_STEPS = 3
-STATE_FORMAT_VERSION = 1        # state.json's layout; read_state refuses a newer one
-
-
-@dataclass
-class Session:
-    """Everything built for one process: model, loss, optimizer and the train step."""
-    args: object                # the family's model arguments (ModelSpec.model_args)
-    model: object               # the family's model (ModelSpec.build_model), fp32 master weights
-    loss_net: object            # CausalLMLoss over the mixed-precision cell
-    optimizer: object
-    train_step: object          # train.step.TrainStep (after parallelize)
-    flops_per_token: float
-    micro_steps: int
-    eval_net: object            # the loss cell validation runs (parallel-wrapped on Ascend)
-
-
-def build_session(cfg: Config, vocab_size: int, seq_length: int, dist, eos_id: int | None = None) -> Session:
-    from mspretrain.train import hooks, parallel
-    from mspretrain.train.loss import CausalLMLoss
-    from mspretrain.train.models import spec as model_spec
-    from mspretrain.train.models.flops import count_params, flops_per_token
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.recompute import apply_recompute
-    from mspretrain.train.step import apply_precision, build_train_step
-
-    family = model_spec.of(cfg)
-    args = family.model_args(cfg.model, vocab_size, seq_length, cfg.device, cfg.precision.dtype, eos_id)
-    if args.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size ({args.vocab_size}) is smaller than the dataset's tokenizer "
-                          f"vocabulary ({vocab_size})")
-    local, micro = batching.local_batch(cfg, dist.dp_size), batching.forward_batch(cfg, dist.dp_size)
-    if local % micro:
-        raise ConfigError(f"train.micro_batch_size ({micro}) must divide the per-rank batch ({local})")
-    model = family.build_model(args, cfg.seed)
-    compute = apply_precision(model, cfg.precision)
-    apply_recompute(model, cfg.recompute)
-    eod = eos_id if cfg.train.eod_mask_loss and eos_id is not None else -1
-    # validation: the mean, and the next-token hits for val_acc
-    loss_net = CausalLMLoss(compute, args.vocab_size, eod, z_loss=cfg.train.z_loss, hits=True)
-    # the step: token-loss sum / the global batch's token count
-    train_loss = loss_net.summed(lazy_inline=parallel.lazy_inline_loss(cfg))
-    optimizer = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    pipeline = parallel.pipeline_loss_cell(cfg, train_loss)
-    if pipeline is None:
-        step = build_train_step(train_loss, optimizer, batching.micro_batches(cfg, dist.dp_size), cfg)
-    else:       # Ascend pipeline stages: its micro-batches are the accumulation
-        step = build_train_step(train_loss, optimizer, cfg.parallel.micro_batch_num, cfg, network=pipeline,
-                                splits_batch=True)
-    step.step_cell.grad_reducer = parallel.accumulation_grad_reducer(cfg, optimizer.parameters,
-                                                                     step.micro_steps, step.step_cell)
-    step = parallel.parallelize(cfg, dist, model, step, loss_cell=loss_net)
-    step = hooks.load().wrap_step(step, dist, model)
-    eval_net = parallel.parallel_forward(cfg, dist, model, loss_net)
-    return Session(args, model, loss_net, optimizer, step,
-                   flops_per_token(args, count_params(model)), step.micro_steps, eval_net)
-
-
-def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
-    """The checkpoint to continue from, checked (its state.json against its contents, every file's
-    digest), or None to start at step 0; never a start that would overwrite a checkpoint."""
-    if resume is None:
-        existing = ckpt.list_checkpoints(run_dir)
-        if existing or (ckpt.checkpoints_root(run_dir) / ckpt.LATEST).exists():
-            raise resume_policy.ResumeError(f"{run_dir} already has checkpoints (newest: "
-                              f"{existing[-1].name if existing else '?'}); pass --resume auto to continue "
-                              f"it, or set run.dir to a new directory. Nothing was changed.")
-        resume_policy.check_fresh_start(run_dir)
-        return None
-    if resume == "auto":
-        return ckpt.find_resumable(run_dir)
-    path = Path(resume)
-    if not (path / ckpt.STATE_FILE).is_file():
-        raise resume_policy.ResumeError(f"--resume {resume}: not a checkpoint directory (no {ckpt.STATE_FILE})")
-    ckpt.check_checkpoint(path)
-    return path
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -112,137 +39,6 @@ def prepare_run_dir(run_dir: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise ckpt.CheckpointError(f"run dir {run_dir} is not writable: {e}") from None
-
-
-def check_state_version(state: dict, ckpt_dir) -> None:
-    """state.json without format_version is version 0 (same fields, read the same way); a newer
-    version than this trainer's is refused."""
-    version = state.get("format_version", 0)
-    if not isinstance(version, int) or version > STATE_FORMAT_VERSION:
-        raise resume_policy.ResumeError(f"{ckpt_dir}: state.json format_version {version!r} is not one this trainer reads "
-                          f"(<= {STATE_FORMAT_VERSION}); resume it with the version that wrote it")
-
-
-def restore(session: Session, ckpt_dir: Path, loader, cfg: Config, dist, force: bool) -> dict:
-    """Load weights, optimizer and loss-scale state and the loader cursor; returns state.json."""
-    state = ckpt.read_state(ckpt_dir)
-    check_state_version(state, ckpt_dir)
-    if dist.is_main or not force:   # names the keys that differ; --force prints what it overrides
-        resume_policy.check_resume(state, cfg, loader.fingerprint, cfg.data.path or ", ".join(loader.dirs),
-                                   ckpt_dir, force)
-    rank = dist.rank if dist.sharded else None
-    if dist.sharded:        # compile first: it slices the parameters the rank's tensors are loaded into
-        session.train_step.compile((batching.local_batch(cfg, dist.dp_size), loader.seq_length + 1))
-    load_dir = resharded(state, ckpt_dir, cfg, dist)
-    params = session.train_step.state_parameters()
-    ckpt.load_params(load_dir, params, rank=rank, verify=False)    # resolve_resume verified the files
-    check_optimizer_step(params, state, ckpt_dir)
-    loader.load_state_dict(state["loader"], force=force)
-    return state
-
-
-def resharded(state: dict, ckpt_dir: Path, cfg: Config, dist) -> Path:
-    """The checkpoint to load on this layout: `ckpt_dir` itself, or its transformation onto this run's
-    (dp, mp, pp, optimizer shard) when they differ and either shards the model (train.reshard)."""
-    from mspretrain.train import distributed, reshard
-    from mspretrain.train.parallel import strategy_path
-
-    if "layout" not in state:       # written before layouts were recorded: resumed as then (same or dp)
-        return ckpt_dir
-    p = reshard.plan(reshard.saved_layout(state), reshard.layout_of(cfg, dist.world_size))
-    if p.kind == "same":
-        return ckpt_dir
-    if dist.is_main:
-        print(f"[train] {p.describe()}", flush=True)
-    if not p.needs_transform:
-        return ckpt_dir
-    return reshard.transform(p, ckpt_dir, Path(cfg.run.dir), dist.rank, strategy_path(cfg, dist).parent,
-                             barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None)
-
-
-def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
-    """The optimizer's own step counter (in model.ckpt) counts the updates that were not skipped,
-    so it can never exceed state.json's step: a step edited upwards or another run's weights."""
-    counter = params.get("global_step")
-    if counter is None:
-        return
-    updates = int(np.asarray(counter.asnumpy()).reshape(-1)[0])
-    if updates > state["step"]:
-        raise ckpt.CheckpointError(f"{ckpt_dir / ckpt.STATE_FILE}: step {state['step']}, but its "
-                                   f"{ckpt.MODEL_FILE} holds {updates} optimizer updates; the state does "
-                                   f"not belong to these weights. Nothing was changed.")
-
-
-def save(run_dir: Path, step: int, session: Session, loader, cfg: Config, dist, record: dict,
-         bad_streak: int, extra: dict | None = None, background: ckpt.BackgroundWriter | None = None) -> None:
-    """Checkpoint `step`; with `background` (checkpoint.async) the state is copied to host memory here
-    and written on its thread while training goes on."""
-    from mspretrain.train import distributed, hooks, reshard
-    ts = session.train_step
-    state = {
-        "format_version": STATE_FORMAT_VERSION,
-        "step": step,
-        "loader": loader.state_dict(),
-        "loss_scale": {"value": float(ts.loss_scale.asnumpy()),
-                       "good_steps": int(ts.good_steps.asnumpy()),
-                       "dynamic": cfg.precision.dtype == "fp16"},
-        "config_hash": cfg.hash(),
-        "config": resume_policy.config_record(cfg),
-        "dataset": data_check.identity(loader),
-        "dataset_fingerprint": loader.fingerprint,
-        "consumed": loader.consumed(),      # per source: samples and tokens (train.data)
-        "world_size": dist.world_size,
-        "layout": reshard.record(reshard.layout_of(cfg, dist.world_size)),   # resume on another: train.reshard
-        "bad_streak": bad_streak,
-        "last_metrics": record,
-        **(extra or {}),        # train.spike's window and skipped ranges (mspretrain/train/spike.py)
-    }
-    on_phase = hooks.load().checkpoint_phase
-    if background is not None:
-        background.wait()   # one write in flight; the free space is counted after the previous one
-    if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
-        from mspretrain.train.diskspace import check_free_space
-        check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
-    if background is not None:
-        # the state at this step, copied into the file's image (the previous write has ended)
-        image = background.image.fill(ckpt.host_copy(ts.state_parameters(), copy=False))
-        state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
-        background.start(step, lambda pace: ckpt.write_checkpoint(run_dir, step, image, state,
-                                                                  cfg.checkpoint.keep_max, on_phase=on_phase,
-                                                                  pace=pace))
-    elif dist.sharded:
-        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
-                              rank=dist.rank, is_main=dist.is_main,
-                              barrier=lambda: distributed.barrier(dist), add_files=strategy_files(cfg, dist),
-                              on_phase=on_phase)
-    elif dist.is_main:
-        ckpt.write_checkpoint(run_dir, step, ts.state_parameters(), state, cfg.checkpoint.keep_max,
-                              on_phase=on_phase)
-
-
-def background_writer(cfg: Config, dist) -> ckpt.BackgroundWriter | None:
-    """The main rank's background writer when checkpoint.async is on. A sharded model's ranks write
-    their parts between barriers (collectives), which must not run beside the training step's own, so
-    there checkpoints stay synchronous (said once)."""
-    if not cfg.checkpoint.async_ or not dist.is_main:
-        return None
-    if dist.sharded:
-        print("[train] checkpoint.async: this model is sharded across ranks, whose checkpoint writes "
-              "synchronise with each other; writing checkpoints synchronously", file=sys.stderr, flush=True)
-        return None
-    return ckpt.BackgroundWriter(cfg.checkpoint.every_steps)
-
-
-def strategy_files(cfg: Config, dist):
-    """The per-rank extra files of a sharded checkpoint: CKPT/strategy/rank_R.ckpt (None if unsharded)."""
-    if not dist.sharded:
-        return None
-    from mspretrain.train.parallel import copy_strategy
-
-    def add(tmp_dir: Path) -> list[Path]:
-        copied = copy_strategy(cfg, dist, tmp_dir)
-        return [copied] if copied else []
-    return add
 
 
 def measure_peak_tflops(n: int = 1024, reps: int = 5) -> float:
@@ -300,17 +96,23 @@ def run_lock(run_dir: Path, is_main: bool):
 
 def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_data: bool = False) -> int:
     """`train launch`: returns the process exit code."""
-    from mspretrain.train import distributed, parallel
-    from mspretrain.train.step import accumulate_mode, check_precision
-    from mspretrain.train.recompute import recompute_plan
+    from mspretrain.train.parallel import distributed
+    from mspretrain.train.parallel import plan as parallel_plan
+    from mspretrain.train.step.cell import accumulate_mode
+    from mspretrain.train.step.precision import check_precision
+    from mspretrain.train.parallel.recompute import recompute_plan
 
-    dist = distributed.setup(cfg, parallel.validate)
+    dist = distributed.setup(cfg, parallel_plan.validate)     # topology errors included
+    if dist.is_main:
+        from mspretrain.train.parallel.topology import problems
+        for warning in problems(cfg, dist.world_size).warnings:
+            print(f"[train] {warning}", file=sys.stderr, flush=True)
     accumulate_mode(cfg)
     check_loop_config(cfg)
     check_precision(cfg)
     recompute_plan(cfg.recompute, cfg.model.num_layers)
-    from mspretrain.train.data import TrainData, check_sources, data_kind
-    from mspretrain.train.spike import check_spike_config
+    from mspretrain.train.data import check_sources, data_kind
+    from mspretrain.train.observe.spike import check_spike_config
     from mspretrain.train.switches import check_switches
     data_kind(cfg)          # exactly one of data.path, data.blend, data.mixture
     check_spike_config(cfg)
@@ -321,10 +123,11 @@ def launch(cfg: Config, resume: str | None = None, force: bool = False, verify_d
     checked = False
     try:
         with run_lock(run_dir, dist.is_main):
-            resume_from = resolve_resume(run_dir, resume)
+            checkpoints = Checkpointer(cfg, dist)
+            resume_from = checkpoints.find(resume)
             check_sources(cfg, verify_data)     # each dataset intact, all of one tokenizer and seq_length
             checked = True
-            return _launch_locked(cfg, dist, run_dir, resume_from, force)
+            return _launch_locked(cfg, dist, checkpoints, resume_from, force)
     finally:
         if created and not checked:     # refused before anything was written: leave no run dir
             _remove_empty_run_dir(run_dir)
@@ -339,7 +142,8 @@ def _remove_empty_run_dir(run_dir: Path) -> None:
         pass
 
 
-def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, force: bool) -> int:
+def _launch_locked(cfg: Config, dist, checkpoints: Checkpointer, resume_from: Path | None, force: bool) -> int:
+    run_dir = checkpoints.run_dir
     import mindspore as ms
 
     ms.set_seed(cfg.seed)       # GRAPH_MODE and the device: set once, by distributed.setup()
@@ -352,10 +156,10 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
             ckpt.remove_stale_temps(run_dir)
         session = build_session(cfg, loader.vocab_size, loader.seq_length, dist, loader.tokenizer.eos_id)
         start, bad_streak, state = 0, 0, None
-        from mspretrain.train import spike
+        from mspretrain.train.observe import spike
         guard = spike.SpikeGuard(cfg)
         if resume_from is not None:
-            state = restore(session, resume_from, loader, cfg, dist, force)
+            state = checkpoints.load(session, resume_from, loader, force)
             start, bad_streak = state["step"], state.get("bad_streak", 0)
             guard.load_state_dict(state.get("spike"))
             if dist.is_main and (done := resume_policy.finished_notice(start, cfg.train.steps)):
@@ -375,7 +179,8 @@ def _launch_locked(cfg: Config, dist, run_dir: Path, resume_from: Path | None, f
         first = True
         while True:
             try:
-                return run_steps(cfg, dist, session, loader, run_dir, start, bad_streak, guard, announce=first)
+                return run_steps(cfg, dist, session, loader, checkpoints, start, bad_streak, guard,
+                                 announce=first)
             except spike.Rollback as rb:        # back to a checkpoint before the spikes, past their samples
                 start, bad_streak = spike.roll_back(rb, run_dir, session, loader, guard, dist)
                 first = False       # the graph is compiled and the first peak was told: say neither again
@@ -385,7 +190,7 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     """The eval record: val_loss and val_acc (next-token accuracy) over the valid split; for a blend
     or mixture, val_loss/<source> and val_acc/<source> of each dataset's valid split and val_loss,
     val_acc their means under the weights now in force."""
-    from mspretrain.train.evaluate import validation_loss
+    from mspretrain.train.eval.evaluate import validation_loss
 
     if data.kind == "path":
         extras: dict = {}           # val_acc; val_z_loss with train.z_loss
@@ -411,9 +216,21 @@ def validation_record(session: Session, cfg: Config, data, step: int) -> dict:
     return rec
 
 
-def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start: int,
+def ramp_recompile_notice(cfg: Config, compiled: int | None, batch_size: int) -> str | None:
+    """Said when a batch-size ramp (train.rampup) gives the Ascend step a global batch it has not run
+    yet: each size is a new input shape, so the step graph (and its strategy file) compiles again."""
+    if cfg.device != "Ascend" or compiled is None or batch_size == compiled:
+        return None
+    return (f"[train] train.rampup: global batch {compiled} -> {batch_size} is a new input shape; the step "
+            f"graph compiles again for it (minutes for a large model on Ascend; docs/parallel.md)")
+
+
+def run_steps(cfg: Config, dist, session: Session, loader, checkpoints: Checkpointer, start: int,
               bad_streak: int, guard=None, announce: bool = True) -> int:
-    from mspretrain.train import observe, profile, spike
+    run_dir = checkpoints.run_dir
+    from mspretrain.train.observe import monitor as observe
+    from mspretrain.train.observe import profile
+    from mspretrain.train.observe import spike
     from mspretrain.train.data import lr_scale
 
     peak = cfg.train.peak_tflops or measure_peak_tflops()
@@ -428,17 +245,13 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                                     observe.planned_mb(cfg, loader.seq_length, session.args.vocab_size),
                                     notice=announce)
     window = profile.ProfileWindow(cfg, run_dir, dist)
-    from mspretrain.train import evalsuite
-    if writer and (notice := evalsuite.sharded_suite_notice(cfg, dist.sharded)):
-        print(notice, flush=True)
-    background = background_writer(cfg, dist)
-    if background:      # the snapshot's memory is faulted in now, not in the first checkpoint's step
-        background.image.fill(ckpt.host_copy(session.train_step.state_parameters(), copy=False))
+    from mspretrain.train.eval import suite as evalsuite
+    checkpoints.start_background(session)
     batches = iter(loader)
+    compiled = None             # the global batch the step graph last ran (train.rampup changes it)
     try:
         for step in range(start + 1, cfg.train.steps + 1):
-            if background:
-                background.check()      # a failed background write stops the run here
+            checkpoints.check()      # a failed background write stops the run here
             limits = guard.arm(session.train_step, step)
             observer.before(step)
             window.before(step)
@@ -446,6 +259,9 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             guard.jump(loader)
             cursor_before = loader.cursor
             batch_size = loader.batch_size()        # train.rampup: a function of the cursor
+            if writer and loader.rampup and (notice := ramp_recompile_notice(cfg, compiled, batch_size)):
+                print(notice, flush=True)
+            compiled = batch_size
             batch = next(batches)
             t1 = time.perf_counter()
             lr = lr_at(step, cfg.optim, cfg.train.steps) * lr_scale(cfg, batch_size)
@@ -476,15 +292,11 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                     print(progress.line(record), flush=True)
                 if notice := observer.first_peak_notice(record):
                     print(notice, flush=True)
-            suite_after_save = None     # a sharded run's eval record, written with the suite after the save
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0:
                 rec = validation_record(session, cfg, loader, step)
-                suite = evalsuite.in_loop_mode(cfg, dist.sharded, dist.is_main, step)
-                if suite == "live":
+                if evalsuite.in_loop_mode(cfg, dist.is_main, step):
                     rec.update(evalsuite.in_loop(session.model, cfg, run_dir, step))
-                if suite == "checkpoint":
-                    suite_after_save = rec
-                elif writer:
+                if writer:
                     writer.write(rec)
                     print(metrics.console_line(rec, cfg.train.steps), flush=True)
             if guard.needs_rollback():     # before any checkpoint of this step: it is being undone
@@ -492,13 +304,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
             stop = bad_streak >= cfg.train.max_bad_steps
             if (step % cfg.checkpoint.every_steps == 0 or step == cfg.train.steps or bad_streak == 1
                     or stop):
-                save(run_dir, step, session, loader, cfg, dist, record, bad_streak,
-                     {"spike": guard.state_dict()}, background)
-            if suite_after_save is not None and writer:     # the checkpoint is complete (sharded: synchronous)
-                ckpt_dir = ckpt.checkpoints_root(run_dir) / ckpt.step_dir_name(step)
-                suite_after_save.update(evalsuite.in_loop_from_checkpoint(session.args, cfg, run_dir, ckpt_dir, step))
-                writer.write(suite_after_save)
-                print(metrics.console_line(suite_after_save, cfg.train.steps), flush=True)
+                checkpoints.save(step, session, loader, record, bad_streak, {"spike": guard.state_dict()})
             if stop:
                 print(f"[train] stopping: {bad_streak} consecutive bad steps (non-finite loss or gradients) "
                       f"(train.max_bad_steps={cfg.train.max_bad_steps}); last checkpoint: step {step}",
@@ -506,8 +312,7 @@ def run_steps(cfg: Config, dist, session: Session, loader, run_dir: Path, start:
                 return EXIT_BAD_STEPS
     finally:
         try:
-            if background:
-                background.wait()       # the run ends (or rolls back) with its last checkpoint complete
+            checkpoints.wait()       # the run ends (or rolls back) with its last checkpoint complete
         finally:
             window.close()
             if writer:

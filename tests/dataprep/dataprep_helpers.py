@@ -61,3 +61,10 @@ def sleepy_task(delay: float, value: str) -> dict:
     if value == "zero":
         return {"value": 1 / 0}
     return {"value": value, "pid": os.getpid()}
+
+
+def worker_task(ctx) -> dict:
+    """A plan-style task that says which Worker (plan/worker.py) its process gave it."""
+    import os
+    from mspretrain.dataprep.plan.worker import worker_for
+    return {"pid": os.getpid(), "worker": id(worker_for(ctx))}

@@ -18,13 +18,9 @@ def slow(delay, payload):
 
 def main() -> int:
     from mspretrain.dataprep import interrupt
-    from mspretrain.dataprep.config import load_build_config
     from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
-    from mspretrain.dataprep.chunks import WorkerSetup
-    cfg = load_build_config(None, {}, [])
-    setup = WorkerSetup("/nonexistent", "/nonexistent", cfg.filters, cfg.dedup, 0.0, 0)
     try:
-        with interrupt.catching(), WorkerPool(2, setup) as pool:
+        with interrupt.catching(), WorkerPool(2) as pool:
             threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
             LocalExecutor(pool, progress=False).run("slow", slow,
                                                     [(0.1, b"x" * (1 << 20))] * 100)

@@ -172,17 +172,13 @@ def test_too_little_text_for_one_sample_is_a_clear_error(corpus, tmp_path, capsy
     assert '"failed": true' in (out / "report.json").read_text()
 
 
-def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_stage(tmp_path):
+def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_stage():
     """Tasks that finish out of order come back in task order, counted per stage; a task's own
     BuildError reaches the caller unchanged, any other failure names its stage."""
     from dataprep_helpers import sleepy_task
-    from mspretrain.dataprep.config import BuildConfig
     from mspretrain.dataprep.errors import BuildError
     from mspretrain.dataprep.executor.local import LocalExecutor, WorkerPool
-    from mspretrain.dataprep.chunks import WorkerSetup
-    cfg = BuildConfig()
-    setup = WorkerSetup(str(tmp_path), str(tmp_path), cfg.filters, cfg.dedup, 0.1, 0)
-    with WorkerPool(2, setup) as pool:
+    with WorkerPool(2) as pool:
         ex = LocalExecutor(pool, progress=False)
         results = ex.run("sleepy", sleepy_task, [(0.6, "a"), (0.0, "b"), (0.3, "c")])
         assert [r["value"] for r in results] == ["a", "b", "c"]
@@ -195,7 +191,7 @@ def test_the_local_executor_returns_results_in_task_order_and_names_a_failed_sta
 
 
 def test_with_eos_puts_each_document_then_eos_back_to_back():
-    from mspretrain.dataprep.chunks import _with_eos
+    from mspretrain.dataprep.plan.chunks import _with_eos
     docs = [np.array([5, 6, 7], np.int32), np.zeros(0, np.int32), np.array([9], np.int32)]
     tokens, lens = _with_eos(docs, 2)
     assert tokens.tolist() == [5, 6, 7, 2, 2, 9, 2] and tokens.dtype == np.int32

@@ -1,4 +1,4 @@
-"""What a hostile first week tried against `dataprep build` (issue 26), each through the real CLI in
+"""What a hostile first week tried against `dataprep build`, each through the real CLI in
 a subprocess: output directories the tool must not delete, datasets damaged behind its back, ids
 that repeat across files, input directories with links and hidden names, damaged compressed files,
 and the failures of the machine (a full disk, unreadable files, odd file names) that must be one

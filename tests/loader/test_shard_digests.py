@@ -1,5 +1,5 @@
-"""The loader reads no row of a shard whose bytes are not the ones the manifest vouches for (issue 26,
-item 11), and a process forked from the caller leaves the caller's workers alone."""
+"""The loader reads no row of a shard whose bytes are not the ones the manifest vouches for,
+and a process forked from the caller leaves the caller's workers alone."""
 import os
 import shutil
 

@@ -1,4 +1,4 @@
-"""A dataset whose manifest was edited or whose tokenizer was replaced (issue 26, item 8): `train launch`
+"""A dataset whose manifest was edited or whose tokenizer was replaced: `train launch`
 refuses it at once, naming the file, before a graph is compiled; `generate` refuses a run whose copy
 of the tokenizer was replaced."""
 from __future__ import annotations

@@ -53,9 +53,13 @@ def test_doctor_runs_the_cpu_rungs_and_skips_the_ascend_ones(tiny_doctor):
     out = proc.stdout
     for name in ("one device", "dp=2", "resume+eval", "resume dp=2 on 1"):
         assert " ok " in f" {' '.join(row(out, name))} ", name
-    for name in ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "1 device, no mask", "bf16+flash", "bf16+flash+docmask",
-                 "docmask kernel", "resume sharded", "resume mp=2 as dp"):
-        assert "skipped" in row(out, name) and out.count("needs Ascend") == 9
+    ascend = ("mp=2", "dp=2+opt-shard", "pp=2 m=2", "pp=2 dp=2", "1 device, no mask", "bf16+flash",
+              "bf16+flash+docmask", "docmask kernel", "resume sharded", "resume mp=2", "resume pp=2",
+              "resume mp=2 as dp")
+    for name in ascend:
+        assert "skipped" in row(out, name) and out.count("needs Ascend") == len(ascend)
+    assert "accumulation K=2 on 1" not in out         # tiny.yaml does not accumulate
+    assert "Ascend is not usable here" not in out     # a CPU config: nothing replaced
     assert "mp slices merged and split again at --resume" in cell(out, "resume mp=2 as dp", "note")
     # the Ascend-only checks say what they would check
     assert "val loss: step-3 checkpoint merged, on one device; none through stages, N3" in cell(out, "pp=2 m=2", "note")
@@ -182,14 +186,19 @@ def test_doctor_checks_the_users_own_config_llama_7b(tiny_data, tmp_path):
     fp32, and says so; the rest is named and skipped."""
     from trainer_harness import REPO
 
-    proc = doctor(tiny_data, tmp_path / "doc", "--set", "device=CPU", config=REPO / "configs" / "llama-7b.yaml")
+    # the config recomputes nothing (its estimate's advice); full recompute is set to keep it covered
+    proc = doctor(tiny_data, tmp_path / "doc", "--set", "recompute.mode=full",
+                  config=REPO / "configs" / "llama-7b.yaml")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert "bf16 replaced by fp32" in out
+    if doc.ascend_missing():        # this machine: the config's Ascend replaced, said in one line
+        said = [x for x in out.splitlines() if "Ascend is not usable here" in x]
+        assert len(said) == 1 and "device=CPU, bf16 replaced by fp32" in said[0], out[:3000]
+        assert "skipped (needs Ascend)" in said[0]
     for feature in ("accumulation", "recompute full", "document masking", "bf16", "model parallel",
                     "optimizer sharding", "sequence parallel", "vocabulary split"):
         assert feature in out, feature
-    for name in ("one device", "dp=2", "resume+eval"):
+    for name in ("one device", "dp=2", "accumulation K=2 on 1", "resume+eval", "resume dp=2 on 1"):
         assert " ok " in f" {' '.join(row(out, name))} ", name
     assert "skipped" in row(out, "your layout") and "needs Ascend" in " ".join(row(out, "your layout"))
     ref, dp = records(tmp_path / "doc" / "one_device"), records(tmp_path / "doc" / "dp2")
@@ -201,3 +210,80 @@ def test_doctor_checks_the_users_own_config_llama_7b(tiny_data, tmp_path):
     assert log
     started = [x for x in (proc.stdout).splitlines() if x.startswith("[doctor] one device:")][0]
     assert "train.micro_batch_size=2" in started and 'recompute.full_layers=""' in started
+    assert started.endswith("/one_device") and "train.accumulate=loop" in started
+    # K = 2 on one device (the shrunk global batch of 8 in micro-batches of 4) against the reference's
+    # loop over 4 micro-batches of 2: the same gradient in another fp32 summation order
+    k2 = records(tmp_path / "doc" / "accumulation_K2_on_1")
+    for a, b in zip(ref, k2):
+        for key in ("loss", "grad_norm", "val_loss"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-6), key
+
+
+def test_the_doctor_on_an_ascend_config_without_ascend(tiny_data, tmp_path):
+    """configs/tiny.yaml set to device Ascend, on a machine whose MindSpore cannot use Ascend: one line
+    says so and what it replaces, the CPU rungs run and pass, the Ascend rungs are listed as skipped."""
+    if not doc.ascend_missing():
+        pytest.skip("Ascend is usable here: the doctor runs the Ascend rungs")
+    proc = doctor(tiny_data, tmp_path / "doc", "device=Ascend")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    said = [x for x in out.splitlines() if "Ascend is not usable here" in x]
+    assert len(said) == 1 and "running the CPU rungs with device=CPU;" in said[0], out[:2000]
+    for name in ("one device", "dp=2", "resume+eval", "resume dp=2 on 1"):
+        assert " ok " in f" {' '.join(row(out, name))} ", name
+    for name in ("mp=2", "pp=2 dp=2", "resume mp=2", "resume pp=2", "docmask kernel"):
+        assert "skipped" in row(out, name) and "needs Ascend" in cell(out, name, "note"), name
+
+
+def test_ladder_rungs_for_accumulation_same_layout_resumes_and_pp_by_dp():
+    """What `ladder` lists: with accumulation kept, the K=2-on-one-device rung (the device's own mode)
+    beside references that loop; same-layout resumes of mp and pp and a pp x dp rung on 4 devices
+    (Ascend); without accumulation, no K=2 rung."""
+    from trainer_harness import REPO
+    from mspretrain.train.config import load_config
+
+    shrunk = doc.shrink(load_config(REPO / "configs" / "llama-7b.yaml", []), 4, "Ascend")
+    assert shrunk.accumulation and shrunk.batch == 16
+    rungs = {r.name: r for r in doc.ladder(4, shrunk)}
+    k2 = rungs["accumulation K=2 on 1"]
+    assert k2.nproc == 1 and not k2.ascend_only and "train.micro_batch_size=8" in k2.sets
+    assert not any(s.startswith("train.accumulate=") for s in k2.sets)      # split on Ascend, loop on CPU
+    for name in ("one device", "1 device, no mask", "resume dp=4 on 1"):
+        assert "train.accumulate=loop" in rungs[name].sets, name
+    assert rungs["resume mp=2"].resume_of == "mp=2" and not rungs["resume mp=2"].relayout
+    assert rungs["resume mp=2"].sets == rungs["mp=2"].sets and rungs["resume mp=2"].ascend_only
+    assert rungs["resume pp=2"].resume_of == "pp=2 m=2" and rungs["resume pp=2"].sets == rungs["pp=2 m=2"].sets
+    pp_dp = rungs["pp=2 dp=2"]
+    assert (pp_dp.nproc, pp_dp.needs_procs, pp_dp.parallel, pp_dp.ascend_only) == (4, 4, (2, 1, 2, False), True)
+    assert pp_dp.merged_val and "parallel.data_parallel=2" in pp_dp.sets
+    tiny = doc.shrink(load_config(TINY, []), 2, "CPU")
+    assert not tiny.accumulation and "accumulation K=2 on 1" not in {r.name for r in doc.ladder(2, tiny)}
+
+
+def _write_rung(run_dir, norms, losses=(4.0, 3.9, 3.8)):
+    """A rung's files as `train launch` leaves them: metrics.jsonl and one rank's doctor trace."""
+    (run_dir / "doctor").mkdir(parents=True)
+    steps = [{"step": i + 1, "loss": loss, "grad_norm": n} for i, (loss, n) in enumerate(zip(losses, norms))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    trace = [{"call": i + 1, "loss": r["loss"], "grad_norm": r["grad_norm"], "state": {"whole": "a"}}
+             for i, r in enumerate(steps)]
+    (run_dir / "doctor" / "rank_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trace))
+
+
+def test_a_rung_whose_grad_norm_is_zero_fails_naming_it_and_its_reference(tmp_path):
+    """Accumulation buffers nothing filled give grad norm 0 with the reference's loss: the rung fails,
+    and a reference with grad norm 0 fails before anything is compared with it."""
+    reference = doc.Rung("one device", 1, (), status="ok", losses=[4.0, 3.9, 3.8], norms=[1.5, 1.4, 1.3])
+    rung = doc.Rung("accumulation K=2 on 1", 1, ())
+    _write_rung(doc._run_dir(tmp_path, rung), [1.5, 1.4, 1.3])
+    assert doc._check(rung, tmp_path, reference, {}), rung.detail       # as written: equal
+    _write_rung(doc._run_dir(tmp_path / "zero", rung), [0.0, 0.0, 0.0], [4.0, 4.0, 4.0])
+    rung = doc.Rung("accumulation K=2 on 1", 1, ())
+    assert not doc._check(rung, tmp_path / "zero", reference, {})
+    assert "'accumulation K=2 on 1': step 1 grad norm is 0" in rung.detail
+    assert "its reference 'one device' has 1.5" in rung.detail
+    first = doc.Rung("one device", 1, ())
+    _write_rung(doc._run_dir(tmp_path / "ref", first), [0.0, 0.0, 0.0])
+    assert not doc._check(first, tmp_path / "ref", None, {})
+    assert "'one device': step 1 grad norm is 0" in first.detail and "it is the reference" in first.detail

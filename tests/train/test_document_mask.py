@@ -123,7 +123,7 @@ def test_second_document_equals_the_same_document_alone(graph_mode):
 
 def test_eod_loss_ignores_exactly_the_boundary_positions(graph_mode):
     from mindspore import Tensor
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama
 
     ids = np.random.default_rng(3).integers(3, 64, size=(2, 17)).astype(np.int32)
@@ -142,15 +142,15 @@ def test_eod_loss_ignores_exactly_the_boundary_positions(graph_mode):
 
 def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
     """4 micro-batches of 2 with different EOS counts = one batch of 8: the same token mean and update.
-    Every micro-batch's loss sum is divided by the whole batch's token count N (train.step); the mean
+    Every micro-batch's loss sum is divided by the whole batch's token count N (train.step.cell); the mean
     of the 4 micro-batch means, what equal weights would train on, is visibly another number."""
     from mindspore import Tensor
 
-    from mspretrain.train.loss import CausalLMLoss
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.step import build_train_step
-    from test_step import REDUCTION_ORDER_RTOL
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.step.cell import build_train_step
+    from trainer_harness import REDUCTION_ORDER_RTOL
 
     cfg = load_config(None, ["optim.clip_norm=0", "train.accumulate=loop"])
 

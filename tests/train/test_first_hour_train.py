@@ -9,7 +9,7 @@ import pytest
 from lock_helpers import hold, kill
 from synthetic import make_dataset
 from mspretrain.train.config import load_config
-from mspretrain.train.optim import lr_at
+from mspretrain.train.step.optim import lr_at
 from trainer_harness import TINY, launch_cmd, records, run
 
 
@@ -156,7 +156,7 @@ def test_plot_overlays_runs_and_compare_plot(tmp_path, capsys):
     a, b = _fake_run(tmp_path / "a", 1.0), _fake_run(tmp_path / "b", 1.2)
     out = tmp_path / "plots" / "runs.png"
     assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
-    from mspretrain.train.plot import PANELS
+    from mspretrain.train.observe.plot import PANELS
     with Image.open(out) as im:       # 8 x 2.4 inches per panel at 100 dpi
         assert im.format == "PNG" and im.size == (800, round(240 * len(PANELS)))
         colours = {c for _, c in im.convert("RGB").getcolors(1 << 20)}

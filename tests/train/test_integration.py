@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mspretrain.train.config import ConfigError, load_config
-from mspretrain.train.distributed import DistInfo, layout
+from mspretrain.train.parallel.distributed import DistInfo, layout
 from trainer_harness import REPO, TINY
 
 LLAMA_7B = REPO / "configs" / "llama-7b.yaml"
@@ -59,12 +59,12 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_train_plan_world_size():
     r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "32")
     assert r.returncode == 0, r.stderr
-    assert "world 32 = data_parallel 4 x model_parallel 8 x pipeline_stage 1" in r.stdout
-    assert "layers.0.attention.wq.matmul" in r.stdout and "((4, 1), (8, 1))" in r.stdout
+    assert "world 32 = data_parallel 16 x model_parallel 2 x pipeline_stage 1" in r.stdout
+    assert "layers.0.attention.wq.matmul" in r.stdout and "((16, 1), (2, 1))" in r.stdout
     r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16")
     assert r.returncode == 2 and "= 32, but the job has 16 process(es)" in r.stderr and not r.stdout
-    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16", "--set", "parallel.data_parallel=2")
-    assert r.returncode == 0 and "world 16 = data_parallel 2 x model_parallel 8" in r.stdout
+    r = cli("plan", "--config", str(LLAMA_7B), "--world-size", "16", "--set", "parallel.data_parallel=8")
+    assert r.returncode == 0 and "world 16 = data_parallel 8 x model_parallel 2" in r.stdout
 
 
 def test_train_estimate_seq_length_without_a_dataset():
@@ -72,13 +72,13 @@ def test_train_estimate_seq_length_without_a_dataset():
     r = cli(*base)
     assert r.returncode == 0, r.stderr
     assert "6.738 B parameters; bf16: 18 bytes/parameter (weights 2 + gradients 4 + fp32 master 4" in r.stdout
-    assert "micro-batch 2 x seq 4096" in r.stdout and "fits (" in r.stdout
+    assert "micro-batch 1 x seq 4096" in r.stdout and "fits (" in r.stdout
     assert "cheapest changes" not in r.stdout
     r = cli(*base, "--device-memory", "4GB")
     assert r.returncode == 0, r.stderr
     assert "does NOT fit" in r.stdout and "cheapest changes" in r.stdout and "--set parallel." in r.stdout
     shorter = cli(*base, "--device-memory", "4GB", "--seq-length", "1024")
-    assert "micro-batch 2 x seq 1024" in shorter.stdout      # the last --seq-length wins
+    assert "micro-batch 1 x seq 1024" in shorter.stdout      # the last --seq-length wins
     r = cli("estimate", "--config", str(LLAMA_7B))
     assert r.returncode == 2 and "--seq-length N with model.vocab_size set" in r.stderr
 
@@ -94,8 +94,8 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
     from mindspore import Parameter, Tensor
 
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train.parallel import strategy_path
-    from mspretrain.train.trainer import strategy_files
+    from mspretrain.train.parallel.apply import strategy_path
+    from mspretrain.train.checkpoint.checkpointer import strategy_files
 
     run_dir = tmp_path / "run"
     cfg = ascend("parallel.model_parallel=2", f"run.dir={run_dir}")
@@ -123,13 +123,17 @@ def test_sharded_checkpoint_publishes_the_rank_strategy_beside_the_rank_dirs(tmp
 
 # ---------------------------------------------------------------- pipeline wrappers in the session
 
-def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(tiny_data):
+def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(tiny_data, tmp_path, monkeypatch):
+    import mindspore.parallel.auto_parallel as ap
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 
-    from mspretrain.train.parallel import pipeline_grad_reducer, pipeline_loss_cell, validate
-    from mspretrain.train.step import PipelineAccumulator, TrainStepCell
-    from mspretrain.train.trainer import build_session
+    from mspretrain.train.parallel.plan import validate
+
+    from mspretrain.train.parallel.apply import pipeline_grad_reducer, pipeline_loss_cell
+    from mspretrain.train.step.cell import PipelineAccumulator, TrainStep, TrainStepCell
+    from mspretrain.train.assemble import build_session
+    from mspretrain.train.parallel.distributed import layout
 
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     flat_cfg = load_config(TINY, ["train.micro_batch_size=4"])
@@ -144,29 +148,35 @@ def test_pipeline_wrappers_identity_without_stages_and_in_the_session_with_them(
     assert step_cell.network.model is flat.loss_net.model and step_cell.loop and step_cell.micro_steps == 2
     assert isinstance(step_cell.grad_reducer, nn.Identity)
 
-    # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun)
+    # pp = 2 (an Ascend config; the session is built, not run: pipelines need Ascend and msrun; the
+    # rank functions patched so that AutoParallel can be built without init())
+    monkeypatch.setattr(ap, "get_rank", lambda *a: 0)
     piped = ["device=Ascend", "parallel.pipeline_stage=2", "parallel.micro_batch_num=2", "model.flash_attention=false",
-             "eval.every_steps=0"]       # no in-loop validation through pipeline stages
-    no_shard = build_session(load_config(TINY, piped), 128, 32, one).train_step.step_cell
+             "eval.every_steps=0", f"run.dir={tmp_path}"]       # no in-loop validation through pipeline stages
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 2)
+    no_shard_cfg = load_config(TINY, piped)
+    no_shard = build_session(no_shard_cfg, 128, 32, layout(no_shard_cfg, 0, 2), 2).train_step.step_cell
     assert isinstance(no_shard.grad_reducer, PipelineAccumulator)      # PipelineGradReducer's branch fails
     assert sorted(p.name.split(".", 1)[0] for p in no_shard.grad_reducer.get_parameters()) == \
         ["accu_grads"] * len(no_shard.weights)
     piped_cfg = load_config(TINY, [*piped, "parallel.data_parallel=2", "parallel.optimizer_shard=true"])
     validate(piped_cfg, 4)
-    piped = build_session(piped_cfg, 128, 32, one)
+    monkeypatch.setattr(ap, "get_group_size", lambda *a: 4)
+    piped = build_session(piped_cfg, 128, 32, layout(piped_cfg, 0, 4), 2)
     piped_cell = piped.train_step.step_cell
     assert isinstance(piped_cell.network, Pipeline) and piped_cell.network.network is piped.train_step.loss_cell
     assert piped_cell.network.micro_size == 2 and piped_cell.micro_steps == 2    # loss and grads / 2
     assert not piped_cell.loop and not piped_cell.accumulators
     assert isinstance(piped_cell.grad_reducer, PipelineGradReducer) and piped_cell.grad_reducer.opt_shard
-    # the wrapper renames nothing: checkpoints of both layouts hold the same tensors
-    assert sorted(piped.train_step.state_parameters()) == sorted(flat.train_step.state_parameters())
+    # the wrapper renames nothing: both layouts' steps hold the same tensors (each stage saves its own)
+    assert sorted(TrainStep(piped_cell).state_parameters()) == sorted(flat.train_step.state_parameters())
+    assert set(piped.train_step.state_parameters()) < set(flat.train_step.state_parameters())
 
 
 def test_setup_sets_graph_mode_and_the_device_in_one_process(monkeypatch):
     import mindspore as ms
 
-    from mspretrain.train import distributed
+    from mspretrain.train.parallel import distributed
 
     for var in ("MS_ROLE", "MS_WORKER_NUM"):
         monkeypatch.delenv(var, raising=False)
@@ -183,12 +193,13 @@ def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_da
 
     from mspretrain.loader import Loader
     from mspretrain.train import checkpoint as ckpt
-    from mspretrain.train import trainer
+    from mspretrain.train import assemble
+    from mspretrain.train.checkpoint import checkpointer
 
     cfg = load_config(TINY, [f"data.path={tiny_data}", f"run.dir={tmp_path / 'run'}"])
     one = DistInfo(rank=0, world_size=1, dp_rank=0, dp_size=1, is_main=True, sharded=False)
     with Loader(cfg.data.path, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, num_workers=0) as ld:
-        session = trainer.build_session(cfg, ld.vocab_size, ld.seq_length, one)
+        session = assemble.build_session(cfg, ld.vocab_size, ld.seq_length, one)
         params = session.train_step.state_parameters()
         ckpt.write_checkpoint(tmp_path / "run", 1, params, {"step": 1, "config_hash": cfg.hash(),
                                                             "dataset_fingerprint": ld.fingerprint,
@@ -197,10 +208,11 @@ def test_sharded_resume_compiles_the_step_before_loading_the_rank_slices(tiny_da
         compile_step = session.train_step.compile
         monkeypatch.setattr(session.train_step, "compile",
                             lambda shape: (events.append(("compile", shape)), compile_step(shape))[1])
-        load = ckpt.load_params
-        monkeypatch.setattr(ckpt, "load_params", lambda d, p, rank=None, **kw: (events.append(("load", rank)),
-                                                                                  load(d, p, rank=rank, **kw))[1])
+        load = checkpointer.load_params
+        monkeypatch.setattr(checkpointer, "load_params", lambda d, p, rank=None, **kw: (
+            events.append(("load", rank)), load(d, p, rank=rank, **kw))[1])
         sharded = dataclasses.replace(one, sharded=True)
-        trainer.restore(session, tmp_path / "run" / "checkpoints" / "step_00000001", ld, cfg, sharded, False)
+        checkpointer.Checkpointer(cfg, sharded).load(session, tmp_path / "run" / "checkpoints" / "step_00000001",
+                                                     ld, False)
     assert events == [("compile", (8, 33)), ("load", 0)]
     assert session.train_step.step_cell.compile_cache          # really compiled

@@ -2,6 +2,8 @@
 in-flight micro-batches, advice order, and `train estimate` end to end."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from synthetic import make_dataset
@@ -179,7 +181,7 @@ def test_estimate_without_a_dataset_takes_seq_length_and_the_configured_vocab(ca
     cfg = load_config(REPO / "configs" / "llama-7b.yaml", ["model.vocab_size=32000"])
     assert main(cfg, "64GB", seq_length=4096) == 0
     out = capsys.readouterr().out
-    assert "6.738 B parameters" in out and "seq 4096" in out and "recompute full" in out
+    assert "6.738 B parameters" in out and "seq 4096" in out and "recompute none" in out
     with pytest.raises(ConfigError, match="--seq-length"):
         main(load_config(REPO / "configs" / "llama-7b.yaml"), "64GB", seq_length=4096)
 
@@ -309,33 +311,94 @@ def test_document_term_is_the_tensors_the_model_builds_for_its_layers(graph_mode
     assert on_est.activations - off_est.activations == pytest.approx(mask.nbytes + cos.nbytes + sin.nbytes)
 
 
-def test_estimate_advises_less_recompute_when_memory_is_spare(capsys):
-    """The shipped 7B config recomputes every layer at ~20 % of a 64 GB device: `train estimate` names
-    the lightest recompute that stays under 80 %; none when the lighter one would not fit there, and
-    none for a config that recomputes nothing."""
-    from pathlib import Path
+def estimate_cli(capsys, *args: str) -> str:
+    from mspretrain.train.cli import main as train
 
-    from mspretrain.train.memory import SPARE, relax
+    from trainer_harness import REPO
 
-    seven = load_config(Path(__file__).resolve().parents[2] / "configs" / "llama-7b.yaml", ["model.vocab_size=32000"])
-    assert seven.recompute.mode == "full"
-    used = estimate(seven, SEQ, VOCAB).total
-    lighter = relax(seven, SEQ, VOCAB, 64 * GB)
-    assert lighter is not None and lighter.fits and lighter.estimate.total > used
-    assert lighter.estimate.total <= SPARE * 64 * GB and "recompute.mode=" in lighter.change
-    assert relax(seven, SEQ, VOCAB, 1.1 * used) is None                 # not spare
-    tight = relax(seven, SEQ, VOCAB, lighter.estimate.total / SPARE * 0.999)
-    assert tight is None or tight.estimate.total < lighter.estimate.total   # only something lighter still
-    assert relax(cfg_7b(), SEQ, VOCAB, 640 * GB) is None                # no recompute to relax
-    main(seven, "64GB", seq_length=SEQ)
-    assert "memory is spare" in capsys.readouterr().out
+    assert train(["estimate", "--config", str(REPO / "configs" / "tiny.yaml"), "--seq-length", str(SEQ), *args]) == 0
+    return capsys.readouterr().out
 
 
-def test_estimate_warns_when_model_parallel_spans_nodes(capsys):
-    from mspretrain.train.memory import node_warning
+def small(*sets: str) -> list[str]:
+    """A 7B-shaped Ascend config on 8 devices (one node), as `--set` arguments."""
+    base = [*LLAMA_7B, "model.num_kv_heads=0", "precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+            "parallel.sequence_parallel=false", "train.global_batch_size=32", *sets]
+    return [a for s in base for a in ("--set", s)]
 
-    assert node_warning(cfg_7b("parallel.model_parallel=8")) == ""
-    wide = cfg_7b("parallel.model_parallel=16")
-    assert "exceeds the 8 devices of one node" in node_warning(wide)
-    main(wide, "64GB", seq_length=SEQ)
-    assert "parallel.model_parallel (16) exceeds" in capsys.readouterr().out
+
+def test_estimate_times_each_recompute_and_advises_the_fastest_that_fits(capsys):
+    """`train estimate` gives memory and modelled step time for none / select / full recompute; with
+    memory to spare the config's full recompute is advised away (recompute only costs time)."""
+    out = estimate_cli(capsys, *small("recompute.mode=full", "train.micro_batch_size=1"), "--device-memory", "400GB")
+    rows = {line.rsplit(")  ", 1)[1]: line for line in out.splitlines() if ")  " in line}
+    keys = ("none", "select attention 0-31", "full 0-31")
+    times = [float(re.search(r"GB +([0-9.]+) s", rows[k]).group(1)) for k in keys]
+    mems = [float(re.search(r"([0-9.]+) GB", rows[k]).group(1)) for k in keys]
+    assert times == sorted(times) and mems == sorted(mems, reverse=True) and len(set(times)) == 3
+    assert "step time (model)" in out and "not overlapped" in out
+    assert "fastest that fits:" in out and "--set recompute.mode=none" in out
+
+
+def test_the_margin_decides_what_fits(capsys):
+    """The same config fits without recompute at margin 0; a 30% margin asks for a recompute layout
+    (the fewest first layers that fit), and the verdict line names the margin."""
+    sets = small("train.micro_batch_size=4")
+    total = estimate(cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                            "train.global_batch_size=32", "train.micro_batch_size=4"), SEQ, VOCAB).total
+    device = f"{total * 1.05 / GB:.2f}GB"
+    loose = estimate_cli(capsys, *sets, "--device-memory", device, "--margin", "0")
+    assert "this config is the fastest layout that fits" in loose and "fits (" in loose
+    tight = estimate_cli(capsys, *sets, "--device-memory", device, "--margin", "30%")
+    assert "less a" in tight and "30%" in tight and "does NOT fit" in tight
+    assert "this config is the fastest" not in tight
+    assert re.search(r"--set recompute\.mode=(select|full)|--set train\.micro_batch_size=[12]\b", tight)
+    with pytest.raises(ConfigError, match="--margin"):
+        main(cfg_7b(), "64GB", seq_length=SEQ, margin="150%")
+
+
+def test_a_smaller_micro_batch_beats_recompute():
+    """Micro-batch 4 fits only with recompute; micro-batch 1 (4x the accumulation) fits without it and
+    is modelled faster: the advice is the smaller micro-batch, with no recompute."""
+    from mspretrain.train.layouts import evaluate, fastest
+
+    cfg = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                 "train.global_batch_size=32", "train.micro_batch_size=4", "recompute.mode=full")
+    one = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                 "train.global_batch_size=32", "train.micro_batch_size=1")
+    usable = evaluate(one, SEQ, VOCAB).memory * 1.01
+    two = cfg_7b("precision.dtype=bf16", "parallel.data_parallel=8", "parallel.optimizer_shard=true",
+                 "train.global_batch_size=32", "train.micro_batch_size=2")
+    assert not evaluate(two, SEQ, VOCAB).fits(usable)                   # only micro-batch 1 runs without recompute
+    assert evaluate(cfg, SEQ, VOCAB).fits(usable)
+    best = fastest(cfg, SEQ, VOCAB, usable)
+    assert best.cfg.train.micro_batch_size == 1 and best.cfg.recompute.mode == "none"
+    assert best.fits(usable) and best.time.total < evaluate(cfg, SEQ, VOCAB).time.total
+
+
+def test_full_recompute_of_the_first_layers_of_each_stage():
+    """With pipeline stages the recompute range is the first N layers of each stage, N the fewest that
+    fit; it is a valid recompute.full_layers and costs less time than recomputing every layer."""
+    from mspretrain.train.layouts import evaluate, first_layers, least, with_recompute
+
+    cfg = cfg_7b("precision.dtype=bf16", "parallel.pipeline_stage=2", "parallel.micro_batch_num=4",
+                 "parallel.data_parallel=4", "train.global_batch_size=16", "model.num_layers=8")
+    assert first_layers(cfg, 2) == "0-1,4-5" and first_layers(cfg, 4) == "0-7"
+    none, every = (evaluate(with_recompute(cfg, m, 4), SEQ, VOCAB) for m in ("none", "full"))
+    usable = every.memory + 0.3 * (none.memory - every.memory)
+    found = least(cfg, "full", SEQ, VOCAB, usable)
+    layers = found.cfg.recompute.full_layers
+    assert found.fits(usable) and layers and layers != "0-7" and "," in layers
+    assert found.time.total < every.time.total
+    n = len(layers.split(",")[0].split("-"))
+    fewer = with_recompute(cfg, "full", int(layers.split(",")[0].split("-")[-1]))   # one layer fewer per stage
+    assert n and not evaluate(fewer, SEQ, VOCAB).fits(usable)
+
+
+def test_estimate_reports_topology_errors_and_warnings(capsys):
+    out = estimate_cli(capsys, *small("parallel.model_parallel=8", "parallel.data_parallel=1",
+                                      "parallel.optimizer_shard=false"))
+    assert "warning: parallel.model_parallel=8 is above 4" in out and "MindFormers" in out
+    out = estimate_cli(capsys, *small("parallel.model_parallel=16", "parallel.data_parallel=1",
+                                      "parallel.optimizer_shard=false"))
+    assert "error: parallel.model_parallel (16) exceeds parallel.devices_per_node (8)" in out

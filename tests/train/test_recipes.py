@@ -312,3 +312,16 @@ def test_rampup_with_micro_batches_trains_the_same_steps(tmp_path, tiny_data):
         assert [x["consumed_samples"] for x in recs] == [4, 8, 12, 16, 24, 32]
     for key in ("loss", "grad_norm"):
         assert runs[2][0][key] == pytest.approx(runs[0][0][key], rel=1.5e-5)
+
+
+def test_a_ramp_step_to_a_new_batch_size_is_said_on_ascend():
+    """Each ramp size is a new input shape of the step graph: on Ascend (minutes per compile) the loop
+    says so once per change; not for the first size, an unchanged one, or on CPU."""
+    from mspretrain.train.config import load_config
+    from mspretrain.train.trainer import ramp_recompile_notice
+
+    ascend = load_config(TINY, ["device=Ascend"])
+    said = ramp_recompile_notice(ascend, 256, 384)
+    assert "256 -> 384" in said and "compiles again" in said
+    assert ramp_recompile_notice(ascend, None, 256) is None and ramp_recompile_notice(ascend, 384, 384) is None
+    assert ramp_recompile_notice(load_config(TINY, []), 256, 384) is None

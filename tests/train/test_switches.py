@@ -2,7 +2,7 @@
 import pytest
 
 from mspretrain.train.config import ConfigError, load_config
-from mspretrain.train.spike import check_spike_config
+from mspretrain.train.observe.spike import check_spike_config
 from mspretrain.train.switches import check_switches
 from trainer_harness import launch_cmd, run
 

@@ -6,7 +6,7 @@ TRAIN_TRACE_FAULT="R:N:crash|hang|kill": rank R raises (blocks forever, SIGKILLs
 its N-th call of the train step, before running it (calls count on through a spike rollback).
 TRAIN_TEST_CKPT_KILL="<phase>:<step>": the process SIGKILLs itself at `phase` of checkpoint `step`
 (the writer's model_written | before_rename | before_latest) or of the spike rollback decided after
-`step` (rollback_start | rollback_loaded, mspretrain/train/spike.py).
+`step` (rollback_start | rollback_loaded, mspretrain/train/observe/spike.py).
 TRAIN_TEST_CKPT_SLOW="<phase>:<step>:<seconds>[,...]": the writer sleeps there (inside a background write).
 TRAIN_TEST_CKPT_FAIL="<phase>:<step>": the writer raises OSError there (a disk that fails mid-write).
 TRAIN_TEST_CKPT_LOG=FILE: the writer appends {"phase", "step", "time", "thread"} to FILE at each phase

@@ -19,6 +19,18 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
 
 
+# fp32 reduction order. The layouts compared here (one batch vs K micro-batches; in test_msrun one
+# device vs dp ranks) run every sample through the same kernels and differ only in how the per-token
+# terms of each sum (the loss sum, every weight gradient, the squared norm) are grouped: K partial sums
+# added at the end instead of one running sum. Each regrouped addition rounds once, by at most
+# u = 2**-24 = 6.0e-8 of the partial sums' magnitude; with K <= 8 that is log2(8) + 1 = 4 roundings.
+# The loss and the squared norm are sums of positive terms (no cancellation): <= 4u. A gradient element
+# can cancel, but the norm is carried by the large elements, where cancellation against the partial
+# sums' magnitude stays below 4x: 16u = 9.5e-7, i.e. 1e-6 relative. (Weighting micro-batches or ranks
+# by their own token count instead of the global one, the old code, is off by 5e-5 to 1e-4.)
+REDUCTION_ORDER_RTOL = 1e-6
+
+
 def tiny_dataset(root: Path) -> Path:
     return make_dataset(root, num_train=256, num_valid=32, seq_length=32, vocab_size=128, seed=3)
 
@@ -113,13 +125,16 @@ ARGS = ModelArgs(vocab_size=64, seq_length=16, hidden_size=32, num_layers=2, num
 BATCHES = np.random.default_rng(5).integers(3, 64, size=(4, 8, 17)).astype(np.int32)
 
 
-def make_step(*sets, micro_steps=1, eod=-1):
-    """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS)."""
-    from mspretrain.train.loss import CausalLMLoss
+def make_step(*sets, micro_steps=1, eod=-1, dist=None, combine=None):
+    """A TrainStep over a tiny Llama; `eod` >= 0: the EOD loss mask on (that token id is EOS);
+    `dist`: built for that layout's ranks (default one process); `combine`: that Reduction instead."""
+    from mspretrain.train.step.loss import CausalLMLoss
     from mspretrain.train.models.llama.model import Llama
-    from mspretrain.train.optim import build_optimizer
-    from mspretrain.train.recompute import apply_recompute
-    from mspretrain.train.step import apply_precision, build_train_step, check_precision
+    from mspretrain.train.step.optim import build_optimizer
+    from mspretrain.train.parallel.recompute import apply_recompute
+    from mspretrain.train.parallel.apply import reduction
+    from mspretrain.train.step.cell import Reduction, build_train_step, loops
+    from mspretrain.train.step.precision import apply_precision, check_precision
 
     cfg = load_config(None, list(sets))
     check_precision(cfg)
@@ -127,7 +142,10 @@ def make_step(*sets, micro_steps=1, eod=-1):
     loss_net = CausalLMLoss(apply_precision(model, cfg.precision), ARGS.vocab_size, eod, z_loss=cfg.train.z_loss)
     apply_recompute(model, cfg.recompute)
     opt = build_optimizer(loss_net.trainable_params(), cfg.optim)
-    return cfg, build_train_step(loss_net, opt, micro_steps, cfg)
+    if combine is None:
+        combine = (Reduction() if dist is None
+                   else reduction(cfg, dist, opt.parameters, micro_steps, loops(cfg, micro_steps)))
+    return cfg, build_train_step(loss_net, opt, micro_steps, cfg, reduction=combine)
 
 
 def snapshot(step) -> dict:

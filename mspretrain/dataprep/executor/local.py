@@ -38,7 +38,6 @@ from concurrent.futures.process import BrokenProcessPool
 from mspretrain.dataprep import interrupt
 from mspretrain.dataprep.executor.base import Executor, task_failed, timed_task
 from mspretrain.dataprep.readers import in_process_sources, load_sources
-from mspretrain.dataprep.chunks import WorkerSetup, init_worker
 
 # how often a wait for a worker's result looks for a swallowed Ctrl-C (interrupt.check)
 _POLL_S = 0.2
@@ -85,11 +84,12 @@ class LocalExecutor(Executor):
 
 
 class WorkerPool:
-    """`with WorkerPool(n, setup) as pool:` starts the workers when the block is entered and stops
-    them when it ends (kills them if it ends by an exception)."""
+    """`with WorkerPool(n) as pool:` starts the workers when the block is entered and stops them
+    when it ends (kills them if it ends by an exception). A worker builds what it keeps for a build
+    on its first task (plan/worker.py)."""
 
-    def __init__(self, workers: int, setup: WorkerSetup):
-        self.workers, self._setup = workers, setup
+    def __init__(self, workers: int):
+        self.workers = workers
         self._sources = in_process_sources()
         self._pool = None
 
@@ -113,7 +113,7 @@ class WorkerPool:
         # a traceback ("Fatal Python error: init_import_site")
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_start_worker,
-                                         initargs=(self._setup, self._sources, os.getpid(), ready))
+                                         initargs=(self._sources, os.getpid(), ready))
         # one submit per worker spawns them all now (the executor spawns lazily otherwise, and the
         # barrier needs all of them); not waited for: the main process reads the first chunks
         # while they start, and a worker that fails to start breaks the pool like one that dies
@@ -187,11 +187,10 @@ def _start_quiet_resource_tracker() -> None:
             os.environ["PYTHONWARNINGS"] = before
 
 
-def _start_worker(setup: WorkerSetup, sources: list[str], parent: int, ready) -> None:
+def _start_worker(sources: list[str], parent: int, ready) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the main process's to report
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     load_sources(sources)
-    init_worker(setup)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:
         ready.wait(timeout=60)

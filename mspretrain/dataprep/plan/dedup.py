@@ -25,6 +25,7 @@ from mspretrain.dataprep.dedup.keep import (ATTRIBUTES_FILE, ATTRIBUTES_SCHEMA, 
 from mspretrain.dataprep.write.parquet_stream import InOrderParquet
 from mspretrain.dataprep.plan.layout import (LABELS_SCHEMA, Ctx, done, finish, read_parquets,
                                              unit_files, write_by_unit, write_parquet)
+from mspretrain.dataprep.plan.markers import EdgesMarker, ReplayMarker
 from mspretrain.dataprep.plan.shuffle import part_files
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path
@@ -92,7 +93,7 @@ def exact_reduce(ctx: Ctx, part: int, units: int) -> dict:
                 first[key] = order
     write_parquet(ctx.stage_dir("edges") / f"exact-p{part:04d}.parquet",
                   arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
-    return {"part": part, "edges": len(a)}
+    return EdgesMarker(part=part, edges=len(a)).to_dict()
 
 
 @per_partition("cells")
@@ -113,7 +114,7 @@ def cells_reduce(ctx: Ctx, part: int, units: int) -> dict:
             a, b = pairs[:, 0], pairs[:, 1]
     write_parquet(ctx.stage_dir("edges") / f"cells-p{part:04d}.parquet",
                   arrow.table({"a": a, "b": b}, EDGES_SCHEMA))
-    return {"part": part, "edges": int(len(a))}
+    return EdgesMarker(part=part, edges=int(len(a))).to_dict()
 
 
 def components(ctx: Ctx) -> dict:
@@ -170,7 +171,7 @@ def replay(ctx: Ctx, part: int, units: int, sig_dtype: str) -> dict:
         docs += t.num_rows
     out = pa.concat_tables(drops) if drops else arrow.empty_table(DROPS_SCHEMA)
     write_by_unit(ctx.stage_dir("drops"), part, out)
-    return {"part": part, "docs": docs, "drops": out.num_rows, "frozen": dedup.near.frozen}
+    return ReplayMarker(part=part, docs=docs, drops=out.num_rows, frozen=dedup.near.frozen).to_dict()
 
 
 def _slice_texts(path, first: int, rows: int) -> pa.ChunkedArray:

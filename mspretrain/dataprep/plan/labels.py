@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from mspretrain.dataprep.plan.layout import (LABELS_SCHEMA, Ctx, done, finish, read_parquets,
                                              stable_partition, write_parquet)
+from mspretrain.dataprep.plan.markers import RoundMarker
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter, part_files
 from mspretrain.common import arrow
 
@@ -69,7 +70,7 @@ def label_round(ctx: Ctx, rnd: int, part: int, edge_files: int) -> dict:
             writer.add({"node": dst[send], "label": lab},
                        stable_partition(dst[send].view(np.uint64), ctx.partitions))
         writer.commit()
-    return finish(marker, {"changed": int(changed.sum()), "sent": int(send.sum())})
+    return finish(marker, RoundMarker(changed=int(changed.sum()), sent=int(send.sum())).to_dict())
 
 
 def _labels_file(ctx: Ctx, rnd: int, part: int):

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 
 from mspretrain.dataprep.config import BuildConfig
 from mspretrain.dataprep.records import InputFile
-from mspretrain.dataprep.chunks import init_worker
 from mspretrain.dataprep.workdir import WorkDir, read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_path, atomic_write_json
@@ -46,11 +45,6 @@ class Ctx:
 
     def marker(self, stage: str, name: str) -> Path:
         return self.stage_dir("done") / f"{stage}-{name}.json"
-
-    def setup_worker(self) -> None:
-        """The process's setup for the chunk functions (a no-op when it has it already)."""
-        from mspretrain.dataprep.chunks import worker_setup
-        init_worker(worker_setup(self.cfg, self.work))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Ray engine tasks that run per work unit (one input file): they call the local engine's chunk
-functions (chunks.clean_chunk, chunks.tokenize_chunk, build.write_chunk_sample) chunk by chunk, so
-every per-document step is the local one. Each task returns a small marker dict and writes it last;
-a task whose marker exists returns it at once (a resumed build)."""
+"""The plan's tasks that run per work unit (one input file, or a part of a large one): they call the
+chunk functions (plan/chunks.py: clean_chunk_table, tokenize_chunk; tokenizer/sample.py:
+write_chunk_sample) chunk by chunk, with the process's Worker (plan/worker.py). Each task returns a
+small marker dict and writes it last; a task whose marker exists returns it at once (a resumed
+build)."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,11 @@ from mspretrain.dataprep.plan.layout import (UNIT_BITS, Ctx, Unit, bytes_key64, 
 from mspretrain.dataprep.plan.shuffle import PartitionedWriter
 from mspretrain.dataprep.readers import file_format, split_input
 from mspretrain.dataprep.records import InputFile
-from mspretrain.dataprep.chunks import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.plan.chunks import clean_chunk_table, read_chunks, tokenize_chunk
+from mspretrain.dataprep.plan.markers import (ChunkDocs, ChunkTokens, DocsMarker, PartsMarker,
+                                              SampleMarker, SettleMarker, TokenizerMarker,
+                                              TokensMarker)
+from mspretrain.dataprep.plan.worker import worker_for
 from mspretrain.dataprep.workdir import read_json
 from mspretrain.common import arrow
 from mspretrain.common.files import atomic_open, atomic_write_json
@@ -36,7 +41,7 @@ SETTLE_COLUMNS = ["split", "reason", "bytes_clean"] + [n for n in ATTRIBUTES_SCH
 
 def plan_file(ctx: Ctx, inp: InputFile) -> dict:
     """The parts of one large uncompressed jsonl or parquet file (readers.split_input)."""
-    return {"parts": split_input(inp, ctx.cfg.run.ray_unit_bytes)}
+    return PartsMarker(parts=split_input(inp, ctx.cfg.run.ray_unit_bytes)).to_dict()
 
 
 def docs_unit(ctx: Ctx, unit: Unit) -> dict:
@@ -47,11 +52,12 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
         return m
     if unit.fmt and (fmt := file_format(unit.file.path)[0]) != unit.fmt:
         # a node without the package of a reader plugin: it would read the file another way
-        return {"unit": unit.index, "stop_kind": "error",
-                "stop": [unit.file.rel, 0, "reader_missing",
-                         f"read as {unit.fmt} by the driver but as {fmt} by a Ray worker: install "
-                         f"the package of its mspretrain.readers entry point on every node"]}
-    ctx.setup_worker()
+        return DocsMarker(unit=unit.index, stop_kind="error",
+                          stop=[unit.file.rel, 0, "reader_missing",
+                                f"read as {unit.fmt} by the driver but as {fmt} by a Ray worker: "
+                                f"install the package of its mspretrain.readers entry point on "
+                                f"every node"]).to_dict()
+    worker = worker_for(ctx)
     cfg, P, u = ctx.cfg, ctx.partitions, unit.index
     near = NearDedup(cfg.dedup)   # for its band_hashes: the LSH cells the local index uses
     chunks, rows, seen_keys, sig_dtype = [], 0, set(), ""
@@ -63,9 +69,9 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                                 cfg.input.text_unit, cfg.run.chunk_bytes, cfg.run.strict,
                                 cfg.input.max_record_bytes, cfg.input.id_scope):
             task.index = chunk_index(u, task.index)
-            m, table = clean_chunk_table(task)
+            m, table = clean_chunk_table(worker, task)
             if "stop" in m:   # strict mode or a reader failure: the driver fails the build
-                return {"unit": u, "stop": m["stop"], "stop_kind": m["stop_kind"]}
+                return DocsMarker(unit=u, stop=m["stop"], stop_kind=m["stop_kind"]).to_dict()
             hooks.reached(ctx.hooks, "docs")
             if table is None:   # written by an earlier try of this task: read it back once
                 table = arrow.read_parquet(
@@ -83,11 +89,12 @@ def docs_unit(ctx: Ctx, unit: Unit) -> dict:
                                  stable_partition(bytes_key64(keys), P))
             sig_dtype = m.get("sig_dtype") or sig_dtype
             _map_cells(writers["cells"], near, table, ok, order, seen_keys, sig_dtype, P)
-            chunks.append({"index": m["index"], "rows": n, "reused": bool(m.get("reused"))})
+            chunks.append(ChunkDocs(index=m["index"], rows=n, reused=bool(m.get("reused"))))
             rows += n
         for w in writers.values():
             w.commit()
-    return finish(marker, {"unit": u, "chunks": chunks, "rows": rows, "sig_dtype": sig_dtype})
+    return finish(marker, DocsMarker(unit=u, chunks=chunks, rows=rows,
+                                     sig_dtype=sig_dtype).to_dict())
 
 
 def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dtype: str,
@@ -111,7 +118,7 @@ def _map_cells(writer, near: NearDedup, table, ok, order, seen_keys: set, sig_dt
     writer.add({"cell": cells, "order": orders}, stable_partition(cells, P))
 
 
-def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> dict:
+def group_unit(ctx: Ctx, unit: int, chunks: list[ChunkDocs], label_files: list) -> dict:
     """The unit's documents that have a component label (and no duplicate id), with the stage-1
     columns the keep rule reads (the text included: it settles near-threshold pairs), shuffled by
     label."""
@@ -123,18 +130,18 @@ def group_unit(ctx: Ctx, unit: int, chunks: list[dict], label_files: list) -> di
     label_of = dict(zip(labels.column("order").to_pylist(), labels.column("label").to_pylist())) \
         if labels is not None else {}
     dup = _dup_orders(ctx, unit)
-    schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0]["index"], "parquet"))
+    schema = pq.read_schema(ctx.work.chunk_file(ctx.work.docs, chunks[0].index, "parquet"))
     columns = [schema.field(n) for n in DedupPass.COLUMNS + ["text"]]
     base, sent = lo, 0
     with PartitionedWriter(ctx.stage_dir("groups"), unit, ctx.partitions,
                            pa.schema(GROUP_KEYS + columns)) as writer:
         for c in chunks:
-            order = np.arange(base, base + c["rows"], dtype=np.int64)
+            order = np.arange(base, base + c.rows, dtype=np.int64)
             rows = [r for r, o in enumerate(order.tolist()) if o in label_of and o not in dup]
-            base += c["rows"]
+            base += c.rows
             if not rows:
                 continue
-            table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
+            table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c.index, "parquet"),
                                        [f.name for f in columns])
             take = arrow.array(rows, pa.int64())
             cols = {n: table.column(n).take(take) for n in table.column_names}
@@ -151,7 +158,7 @@ def _dup_orders(ctx: Ctx, unit: int) -> set[int]:
     return set(t.column("order").to_pylist()) if t is not None else set()
 
 
-def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
+def settle_unit(ctx: Ctx, unit: int, chunks: list[ChunkDocs]) -> dict:
     """Keep mask per chunk (ray/keep/INDEX.npy), the unit's rows of documents/attributes.parquet
     (ray/attributes) and the unit's dedup counts."""
     marker = ctx.marker("settle", f"{unit:06d}")
@@ -179,7 +186,7 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
     base = lo
     attributes = []
     for c in chunks:
-        table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
+        table = arrow.read_parquet(ctx.work.chunk_file(ctx.work.docs, c.index, "parquet"),
                                    SETTLE_COLUMNS)
         keep = np.zeros(table.num_rows, bool)
         fate = []
@@ -196,20 +203,20 @@ def settle_unit(ctx: Ctx, unit: int, chunks: list[dict]) -> dict:
                 res["train_bytes"] += nbytes
         base += table.num_rows
         attributes.append(attributes_table(table, fate))
-        path = keep_dir / f"{c['index']}.npy"
+        path = keep_dir / f"{c.index}.npy"
         with atomic_open(path) as f:
             np.save(f, keep)
     write_parquet(ctx.stage_dir("attributes") / f"{unit:06d}.parquet",
                   pa.concat_tables(attributes) if attributes
                   else arrow.empty_table(ATTRIBUTES_SCHEMA))
-    return finish(marker, res)
+    return finish(marker, SettleMarker(**res).to_dict())
 
 
 def keep_mask(ctx: Ctx, index: int) -> np.ndarray:
     return np.load(ctx.plan_dir / "keep" / f"{index}.npy")
 
 
-def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dict:
+def sample_unit(ctx: Ctx, unit: int, chunks: list[ChunkDocs], fraction: float) -> dict:
     """The unit's piece of the tokenizer training sample (ray/sample/uNNNNNN.txt)."""
     from mspretrain.dataprep.tokenizer.sample import write_chunk_sample
     marker = ctx.marker("sample", f"{unit:06d}")
@@ -219,10 +226,10 @@ def sample_unit(ctx: Ctx, unit: int, chunks: list[dict], fraction: float) -> dic
     docs = nbytes = 0
     with atomic_open(path, "w", encoding="utf-8") as f:
         for c in chunks:
-            n, b = write_chunk_sample(f, ctx.work.chunk_file(ctx.work.docs, c["index"], "parquet"),
-                                      keep_mask(ctx, c["index"]), fraction)
+            n, b = write_chunk_sample(f, ctx.work.chunk_file(ctx.work.docs, c.index, "parquet"),
+                                      keep_mask(ctx, c.index), fraction)
             docs, nbytes = docs + n, nbytes + b
-    return finish(marker, {"unit": unit, "sample_docs": docs, "sample_bytes": nbytes})
+    return finish(marker, SampleMarker(unit=unit, sample_docs=docs, sample_bytes=nbytes).to_dict())
 
 
 def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
@@ -232,7 +239,7 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     work = ctx.work
     marker = work.root / "tokenizer.json"
     if marker.is_file():
-        return {"reused": True, "vocab_size": read_json(marker)["vocab_size"]}
+        return TokenizerMarker(reused=True, vocab_size=read_json(marker)["vocab_size"]).to_dict()
     sample = work.root / "tokenizer_sample.txt"
     with atomic_open(sample) as out:
         for u in range(units):
@@ -242,21 +249,21 @@ def train_tokenizer_task(ctx: Ctx, units: int, stats: dict) -> dict:
     try:
         vocab_size = train_fitted(sample, work.staging / "tokenizer.model", ctx.cfg.tokenizer)
     except TokenizerError as e:
-        return {"error": str(e)}
+        return TokenizerMarker(error=str(e)).to_dict()
     atomic_write_json(marker, {**stats, "vocab_size": vocab_size})
-    return {"reused": False, "vocab_size": vocab_size}
+    return TokenizerMarker(reused=False, vocab_size=vocab_size).to_dict()
 
 
-def tokenize_unit(ctx: Ctx, unit: int, chunks: list[dict], model: str) -> dict:
+def tokenize_unit(ctx: Ctx, unit: int, chunks: list[ChunkDocs], model: str) -> dict:
     """tokenize_chunk for each chunk of the unit; returns token counts per chunk and split."""
     marker = ctx.marker("tokenize", f"{unit:06d}")
     if (m := done(marker)) is not None:
         return m
-    ctx.setup_worker()
+    worker = worker_for(ctx)
     out = []
     for c in chunks:
-        keep = keep_mask(ctx, c["index"])
-        m = tokenize_chunk((c["index"], np.packbits(keep).tobytes(), model))
+        keep = keep_mask(ctx, c.index)
+        m = tokenize_chunk(worker, (c.index, np.packbits(keep).tobytes(), model))
         hooks.reached(ctx.hooks, "tokenize")
-        out.append({"index": c["index"], "tokens": m["tokens"], "reused": bool(m.get("reused"))})
-    return finish(marker, {"unit": unit, "chunks": out})
+        out.append(ChunkTokens(index=c.index, tokens=m["tokens"], reused=bool(m.get("reused"))))
+    return finish(marker, TokensMarker(unit=unit, chunks=out).to_dict())

@@ -4,16 +4,15 @@ and one provenance task per split. Sample k of a split is tokens [k*L, (k+1)*L) 
 shard reads, so a shard's bytes do not depend on which task or node writes it."""
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import numpy as np
 
 from mspretrain.dataprep.report import summary as reporting
 from mspretrain.dataprep.write.pack import PROVENANCE_DIR, ProvenanceStream
 from mspretrain.dataprep.plan import hooks
 from mspretrain.dataprep.plan.layout import Ctx, done, finish
+from mspretrain.dataprep.plan.markers import ProvenanceMarker, WriteMarker
 from mspretrain.dataprep.write.shards import ShardWriter
-from mspretrain.dataprep.chunks import SplitTokens
+from mspretrain.dataprep.records import SplitTokens
 
 
 def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
@@ -41,7 +40,7 @@ def write_shard(ctx: Ctx, split: str, shard: int, first: int, count: int,
         raise RuntimeError(f"{split} shard {shard}: {written * L + carry.size} tokens for "
                            f"{count} samples")
     (info,) = writer.close()
-    return finish(marker, {"split": split, "shard": asdict(info)})
+    return finish(marker, WriteMarker(split=split, shard=info).to_dict())
 
 
 def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
@@ -62,4 +61,5 @@ def write_provenance(ctx: Ctx, split: str, chunks: list[int]) -> dict:
         stream.add(lens, part.doc_ids, part.quality)
         bins = reporting.add_bins(bins, reporting.length_bins(lens - 1))
     stream.close()
-    return finish(marker, {"split": split, "length_bins": bins.tolist(), "tokens": stream.stream})
+    return finish(marker, ProvenanceMarker(split=split, length_bins=bins.tolist(),
+                                           tokens=stream.stream).to_dict())

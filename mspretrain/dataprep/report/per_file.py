@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mspretrain.common.arrow import read_parquet
-from mspretrain.dataprep.chunks import SplitTokens
-
-SPLITS = ("train", "valid")
+from mspretrain.dataprep.records import SPLITS, SplitTokens
 
 
 def per_file_counts(work, chunks, files: list[str], manifest) -> dict:

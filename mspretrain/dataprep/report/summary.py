@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mspretrain.dataprep.errors import id_conflicts, id_warnings
-from mspretrain.dataprep.steps.filters import FILTER_NAMES
-from mspretrain.dataprep.chunks import STAGE_REASONS
+from mspretrain.dataprep.steps.pipeline import Pipeline
 from mspretrain.dataprep.report import plots
 from mspretrain.dataprep.report.per_file import per_file_counts
 from mspretrain.common.files import atomic_write_bytes, atomic_write_json
@@ -33,6 +32,14 @@ def add_bins(total: np.ndarray, bins: np.ndarray) -> np.ndarray:
     return out
 
 
+def _summed(bins: list) -> np.ndarray:
+    """Several length_bins counts (lists) summed."""
+    total = np.zeros(0, np.int64)
+    for b in bins:
+        total = add_bins(total, np.asarray(b, np.int64))
+    return total
+
+
 def histogram_of_bins(bins) -> dict:
     """Documents per power-of-two token-length bin, from (summed) length_bins: {"<=1": n, "2-3": n, ...}."""
     out = {}
@@ -42,12 +49,15 @@ def histogram_of_bins(bins) -> dict:
     return out
 
 
-def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict) -> dict:
+def build_report(work, cfg, plan, manifest, left_out: dict) -> dict:
+    """The report of a finished build: `plan` is what the stage plan returned (plan/run.py
+    PlanResult), `left_out` what the input directories held and the build did not read."""
+    dedup, tails = plan.dedup, plan.tails
     docs = sorted(work.done_chunks(work.docs).values(), key=lambda m: m["index"])
     toks = sorted(work.done_chunks(work.tokens).values(), key=lambda m: m["index"])
     total = lambda key: sum(m[key] for m in docs)          # noqa: E731
     filters: dict = {name: {"docs": 0, "bytes": 0}                             # check order
-                     for name in FILTER_NAMES + STAGE_REASONS}
+                     for name in Pipeline.reasons}
     for m in docs:
         for name, (n, b) in m["filters"].items():
             f = filters.setdefault(name, {"docs": 0, "bytes": 0})
@@ -89,8 +99,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "skipped_files": skipped_files(bad),
         "id_conflicts": id_conflicts(dedup.duplicate_ids),
         # what the input directories held and the build did not read (readers.list_inputs)
-        "left_out": run.get("left_out", {}),
-        "token_length_histogram": hist,
+        "left_out": left_out,
+        "token_length_histogram": histogram_of_bins(_summed(plan.length_bins)),
         "token_rank_frequency": plots.token_rank_frequency(work, manifest.tokenizer.vocab_size),
         "plots": list(plots.FILES.values()) if plots.available() else [],
         "tokenizer": {"vocab_size": manifest.tokenizer.vocab_size, "type": manifest.tokenizer.type,
@@ -98,8 +108,8 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
         "shards": [{"file": sh.file, "samples": sh.num_samples, "bytes": sh.bytes}
                    for sp in manifest.splits.values() for sh in sp.shards],
         "max_shard_bytes": cfg.shards.max_shard_bytes,
-        "time_s": run["time_s"],
-        "chunks_reused": run["chunks_reused"],   # > 0: this run resumed an interrupted build
+        "time_s": plan.time_s,
+        "chunks_reused": plan.chunks_reused,   # > 0: this run resumed an interrupted build
         "workers": cfg.run.workers,
         "worker_pids": {"docs": sorted({m["pid"] for m in docs}),
                         "tokenize": sorted({m["pid"] for m in toks})},
@@ -107,7 +117,7 @@ def build_report(work, cfg, dedup, manifest, tails: dict, hist: dict, run: dict)
                   "tokenize": round(sum(m["cpu_s"] for m in toks), 3)},
         "chunks": len(docs),
         "fingerprint": manifest.fingerprint,
-        "executor": run["executor"],   # where the tasks ran, tasks per stage
+        "executor": plan.executor,   # where the tasks ran, tasks per stage
         **document_stages(docs, cfg),
     }
 

@@ -5,13 +5,15 @@ Order: normalise, identify the language, the heuristic quality filters, the lang
 decontamination, PII, the quality classifier. A step that is configured off is not in the chain."""
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Hashable, Mapping
 
 import numpy as np
 
 from mspretrain.dataprep.steps import decontam, filters, langid, pii, quality
-from mspretrain.dataprep.steps.base import Step, StepDoc
+from mspretrain.dataprep.steps.base import NO_METADATA, Step, StepDoc
 from mspretrain.dataprep.steps.clean import normalize
 
 
@@ -135,57 +137,72 @@ class DocMemo:
     raw and cleaned text. Corpora repeat whole documents (licences, boilerplate, mirrored pages); a
     worker that meets one again takes its result from here. Every step is pure, so the bytes written
     are the same with or without it, in any worker; only the time differs. Keyed by the text itself:
-    a str caches its hash, and a hit costs one comparison, cheaper than a digest of every text."""
+    a str caches its hash, and a hit costs one comparison, cheaper than a digest of every text. (A
+    pipeline whose steps read metadata keys by (text, metadata): Pipeline.result.)"""
 
     def __init__(self, budget: int = 32 << 20):
         self.budget, self.size = budget, 0
-        self._items: OrderedDict[str, DocResult] = OrderedDict()
+        self._items: OrderedDict[Hashable, tuple[DocResult, int]] = OrderedDict()
 
-    def get(self, text: str) -> DocResult | None:
-        result = self._items.get(text)
-        if result is not None:
-            self._items.move_to_end(text)
-        return result
+    def get(self, key: Hashable) -> DocResult | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
-    def put(self, text: str, result: DocResult) -> None:
+    def put(self, key: Hashable, result: DocResult) -> None:
+        text = key if isinstance(key, str) else key[0]
         size = len(text) + len(result.clean)
         if size > self.budget // 4:   # a huge document would push out everything
             return
-        self._items[text] = result
+        self._items[key] = result, size
         self.size += size
         while self.size > self.budget:
-            old, gone = self._items.popitem(last=False)
-            self.size -= len(old) + len(gone.clean)
+            _, (_, gone) = self._items.popitem(last=False)
+            self.size -= gone
 
 
 class Pipeline:
     """The steps of one build and the state a worker keeps while it serves that build."""
 
+    # every drop reason a chain can return, in check order (the report's order)
+    reasons = (QualityFilters.reasons + LanguageFilter.reasons + Decontaminate.reasons
+               + RedactPii.reasons + QualityClassifier.reasons)
+
     def __init__(self, steps: list[Step], key_of, memo: DocMemo | None = None):
         self.steps, self.key_of = steps, key_of
         self.memo = DocMemo() if memo is None else memo
+        self.reads_metadata = any(step.reads_metadata for step in steps)
 
-    def process(self, text: str) -> tuple[str, str, dict]:
+    def process(self, text: str, metadata: Mapping = NO_METADATA) -> tuple[str, str, dict]:
         """(cleaned text, drop reason or "", attributes) of one raw text: every step in turn, up to
         the first that drops it."""
-        doc = StepDoc(text)
+        doc = StepDoc(text, metadata=metadata)
         for step in self.steps:
             reason = step(doc)
             if reason:
                 return doc.text, reason, doc.attrs
         return doc.text, "", doc.attrs
 
-    def result(self, text: str, new: list[DocResult]) -> DocResult:
-        """The DocResult of a raw text, from the memo or computed (a computed kept one is appended to
-        `new`, whose MinHash rows the caller fills in, a chunk at a time)."""
-        result = self.memo.get(text)
+    def result(self, text: str, new: list[DocResult], metadata: Mapping = NO_METADATA) -> DocResult:
+        """The DocResult of a raw text (and its metadata, for steps that read it), from the memo or
+        computed (a computed kept one is appended to `new`, whose MinHash rows the caller fills in,
+        a chunk at a time)."""
+        key = (text, _canonical(metadata)) if self.reads_metadata else text
+        result = self.memo.get(key)
         if result is None:
-            clean, reason, attrs = self.process(text)
+            clean, reason, attrs = self.process(text, metadata)
             result = DocResult(clean, reason, attrs, None if reason else self.key_of(clean))
             if not reason:
                 new.append(result)
-            self.memo.put(text, result)
+            self.memo.put(key, result)
         return result
 
     def step(self, name: str) -> Step | None:
         return next((s for s in self.steps if s.name == name), None)
+
+
+def _canonical(metadata: Mapping) -> str:
+    """One string per distinct metadata, whatever its key order (the memo's key holds it)."""
+    return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False, default=repr)

@@ -55,7 +55,7 @@ def train_tokenizer(sample_file: Path, model_path: Path, cfg, score_bits: int | 
 # Unigram scores are rounded to multiples of 2^-SCORE_BITS: sentencepiece adds path scores in float32,
 # the fast tokenizer of an export exactly, and on that grid float32 sums are exact while
 # |sum| < 2^(24 - SCORE_BITS), so both pick the same path, ties included. One search covers a whole
-# document (chunks.tokenize_chunk), and its score grows by 2.8 per byte (demo corpus; 8.5 in its worst
+# document (plan/chunks.py tokenize_chunk), and its score grows by 2.8 per byte (demo corpus; 8.5 in its worst
 # document): 3 bits keep documents of ~700 KB exact (>= 240 KB), 6 bits only ~90 KB. The cost: a
 # piece's probability moves by <= e^(1/16) - 1 = 6 %; on the demo corpus 3 bits cut 1 % of documents
 # otherwise (near-ties flipped, no token count changes), as 4 bits do; 2 bits twice as many.

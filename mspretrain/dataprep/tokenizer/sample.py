@@ -9,7 +9,7 @@ import numpy as np
 
 from mspretrain.common.arrow import read_parquet
 from mspretrain.dataprep.config import BuildConfig
-from mspretrain.dataprep.chunks import unit_hash
+from mspretrain.dataprep.records import unit_hash
 
 
 def sample_fraction(cfg: BuildConfig, train_bytes: int) -> float:

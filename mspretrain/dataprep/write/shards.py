@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
-import importlib.util
 import logging
 import os
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +96,9 @@ class ShardWriter:
                           f"({str(e).strip().splitlines()[0]})", str(path)) from None
 
     def _open(self) -> None:
-        FileWriter = mindrecord().FileWriter
+        # imported when a process first writes a shard: `import mindspore` loads the whole framework
+        # (1-2 CPU-s, ~400 MB), which no other task needs
+        from mindspore.mindrecord import FileWriter
         self._file = shard_file_name(self.split, self._next_shard)
         path = self.root / self._file
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,39 +131,6 @@ class ShardWriter:
                                      sha256=sha256_file(path), db_sha256=sha256_file(f"{path}.db")))
         logging.getLogger(__name__).debug("wrote %s: %d samples, %d B", path, self._rows_in_file, size)
         self._next_shard += 1
-
-
-def mindrecord() -> types.ModuleType:
-    """The `mindspore.mindrecord` package, imported without the rest of MindSpore when MindSpore is
-    not loaded yet. `mindspore/__init__.py` imports the whole framework (nn, train, ops: 1.1 of
-    the 1.35 CPU-seconds of `import mindspore.mindrecord`, measured with MindSpore 2.10, a sixth of
-    a 64 MB build's main process), while the writer needs only its own subpackage, `mindspore.log`
-    and the `_c_mindrecord` extension. Loading `_c_expression` alone is not an option: its exit
-    hook then imports the framework while Python shuts down, and aborts.
-
-    So, while the subpackage imports, a bare package object stands in for `mindspore`, and for
-    `mindspore._c_expression` a module whose two functions (used only by MindRecord encryption)
-    import the real ones when first called. Both are gone from sys.modules afterwards: a later
-    `import mindspore` runs the real package and reuses the submodules already loaded
-    (tests/dataprep/write/test_shards_import.py)."""
-    if "mindspore" in sys.modules or "mindspore.mindrecord" in sys.modules:
-        return importlib.import_module("mindspore.mindrecord")
-    package = types.ModuleType("mindspore")
-    package.__path__ = list(importlib.util.find_spec("mindspore").submodule_search_locations)
-    expression = types.ModuleType("mindspore._c_expression")
-    for name in ("_encrypt", "_decrypt_data"):
-        setattr(expression, name, _deferred(name))
-    sys.modules.update({"mindspore": package, "mindspore._c_expression": expression})
-    try:
-        return importlib.import_module("mindspore.mindrecord")
-    finally:
-        del sys.modules["mindspore"], sys.modules["mindspore._c_expression"]
-
-
-def _deferred(name: str):
-    def call(*args, **kwargs):
-        return getattr(importlib.import_module("mindspore._c_expression"), name)(*args, **kwargs)
-    return call
 
 
 def _pow2_floor(n: int) -> int:

@@ -47,7 +47,7 @@ class RMSNorm(nn.Cell):
         super().__init__()
         self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
         self.eps = eps
-        # primitives held so that train.parallel can give each one a strategy
+        # primitives held so that train.parallel.apply can give each one a strategy
         self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
         self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
         self.scale, self.cast_out, self.cast_weight = ops.Mul(), ops.Cast(), ops.Cast()

@@ -32,19 +32,20 @@ class ModelSpec:
     # None: no dataset (document masking off); what build_model, hf_mapping and decode take
     model_args: Callable
     # (args, seed) -> an nn.Cell, fp32, initialised from `seed` only; its weight matmuls layers.Dense
-    # and its set_compute_dtype(dtype) precision O2's (train/step.py apply_precision)
+    # and its set_compute_dtype(dtype) precision O2's (train/step/cell.py apply_precision)
     build_model: Callable
     # the pieces below are modules, or any objects with these functions:
     # validate(cfg, vocab, seq), ops(cfg, dp, mp) -> [OpShard], stage_of(cfg, stages) -> {cell: stage}:
-    # the strategy for Primitive.shard of every primitive the model holds (train/parallel.py)
+    # the strategy for Primitive.shard of every primitive the model holds (train/parallel/apply.py)
     parallel_plan: object
     # count_params, stage_params, layer_activation_bytes, head_activation_bytes,
-    # document_activation_bytes, largest_weight: the memory planner's model terms (train/memory.py)
+    # document_activation_bytes, largest_weight: the memory planner's model terms (train/memory.py);
+    # layer_flops, head_flops: its step-time model's (train/steptime.py)
     memory_terms: object
-    # hf_name, hf_config, check_hf_config, from_hf: `train export` / `train import` (train/hf.py);
+    # hf_name, hf_config, check_hf_config, from_hf: `train export` / `train import` (train/hf/convert.py);
     # None: the family has no Hugging Face counterpart
     hf_mapping: object | None = None
-    decode: Callable | None = None  # () -> the module of Weights, Start, DecodeChunk (train/generate.py)
+    decode: Callable | None = None  # () -> the module of Weights, Start, DecodeChunk (train/eval/generate.py)
 
 
 # ---------------------------------------------------------------- what a family's pieces are made of

@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sentencepiece as spm
 
-from mspretrain.dataprep.dedup.detect import DedupConfig
+from mspretrain.dataprep.dedup.detect import DedupConfig, exact_key
 from mspretrain.dataprep.steps.filters import FILTER_NAMES, FilterConfig
 from mspretrain.dataprep.readers import Document
-from mspretrain.dataprep import chunks
-from mspretrain.dataprep.steps.pipeline import DocMemo, DocResult, Pipeline
-from mspretrain.dataprep.chunks import (ChunkTask, SplitTokens, WorkerSetup, clean_chunk,
-                             init_worker, split_of, tokenize_chunk)
+from mspretrain.dataprep.steps.base import Step, StepDoc
+from mspretrain.dataprep.steps.pipeline import DocMemo, DocResult, Pipeline, build_steps
+from mspretrain.dataprep.plan.chunks import ChunkTask, clean_chunk, tokenize_chunk
+from mspretrain.dataprep.plan.layout import Ctx
+from mspretrain.dataprep.plan.worker import Worker, WorkerSetup, worker_for
+from mspretrain.dataprep.records import SplitTokens, split_of
 from real_text import man_texts
 
 SENTENCES = ["The package manager keeps a list of installed packages.",
@@ -46,11 +49,11 @@ def test_stage_1_stores_the_split_and_stage_4_follows_the_stored_column(tmp_path
     docs_dir, tokens_dir = tmp_path / "docs", tmp_path / "tokens"
     docs_dir.mkdir()
     tokens_dir.mkdir()
-    init_worker(WorkerSetup(str(docs_dir), str(tokens_dir),
-                            FilterConfig(min_chars=1, disabled=FILTER_NAMES), DedupConfig(),
-                            valid_fraction=0.5, split_seed=7))
+    worker = Worker(WorkerSetup(str(docs_dir), str(tokens_dir),
+                                FilterConfig(min_chars=1, disabled=FILTER_NAMES), DedupConfig(),
+                                valid_fraction=0.5, split_seed=7))
     docs = _docs(24)
-    assert clean_chunk(ChunkTask(0, docs, [], 1))["docs_out"] == len(docs)
+    assert clean_chunk(worker, ChunkTask(0, docs, []))["docs_out"] == len(docs)
     chunk = docs_dir / "00000.parquet"
     table = pq.read_table(chunk)
     stored = table.column("split").to_pylist()
@@ -66,7 +69,7 @@ def test_stage_1_stores_the_split_and_stage_4_follows_the_stored_column(tmp_path
                                    hard_vocab_limit=False, minloglevel=2)
     keep = np.ones(len(docs), bool)
     keep[3] = False
-    tokenize_chunk((0, np.packbits(keep).tobytes(), str(tmp_path / "m.model")))
+    tokenize_chunk(worker, (0, np.packbits(keep).tobytes(), str(tmp_path / "m.model")))
     with np.load(tokens_dir / "00000.npz") as z:
         got = {s: SplitTokens.load(z, s) for s in ("train", "valid")}
     for split, other in (("train", "valid"), ("valid", "train")):
@@ -81,18 +84,19 @@ def test_repeated_documents_come_from_the_memo_and_write_the_same_bytes(tmp_path
     texts = [man_texts("en", 3)[i][1] for i in range(3)] + ["too short", "Write to the maintainer, x.y@example.com, with questions about the package."]
     order = [0, 1, 0, 3, 4, 2, 1, 3, 4, 0]   # repeats within a chunk and across chunks
     docs = [Document(f"d{i}", texts[t], "t.jsonl") for i, t in enumerate(order)]
-    tasks = [ChunkTask(0, docs[:5], [], 0), ChunkTask(1, docs[5:], [], 1)]
+    tasks = [ChunkTask(0, docs[:5], []), ChunkTask(1, docs[5:], [])]
     calls = []
     real = Pipeline.process
-    monkeypatch.setattr(Pipeline, "process", lambda self, t: calls.append(t) or real(self, t))
+    monkeypatch.setattr(Pipeline, "process",
+                        lambda self, t, *meta: calls.append(t) or real(self, t, *meta))
 
     def run(root, memo):
         for d in ("docs", "tokens"):
             (root / d).mkdir(parents=True)
-        init_worker(WorkerSetup(str(root / "docs"), str(root / "tokens"), FilterConfig(),
-                                DedupConfig(), valid_fraction=0.5, split_seed=7))
-        chunks._worker.pipeline.memo = memo
-        markers = [clean_chunk(t) for t in tasks]
+        worker = Worker(WorkerSetup(str(root / "docs"), str(root / "tokens"), FilterConfig(),
+                                    DedupConfig(), valid_fraction=0.5, split_seed=7))
+        worker.pipeline.memo = memo
+        markers = [clean_chunk(worker, t) for t in tasks]
         return [{k: v for k, v in m.items() if k not in ("pid", "cpu_s")} for m in markers]
 
     with_memo = run(tmp_path / "a", DocMemo())
@@ -138,8 +142,8 @@ def test_an_evaluation_file_rewritten_under_its_name_is_read_again(tmp_path):
             d.mkdir(parents=True, exist_ok=True)
             for f in d.iterdir():
                 f.unlink()
-        init_worker(chunks.worker_setup(cfg, work))
-        dropped.append(clean_chunk(ChunkTask(0, docs, [], 1))["filters"]["decontam"][0])
+        worker = worker_for(Ctx(str(work.out), cfg, partitions=1))
+        dropped.append(clean_chunk(worker, ChunkTask(0, docs, []))["filters"]["decontam"][0])
     assert dropped == [1, 0]
 
 
@@ -147,7 +151,7 @@ def test_a_tokenizer_written_again_at_the_same_path_is_loaded_again(tmp_path):
     sample = tmp_path / "sample.txt"
     model = tmp_path / "m.model"
     sizes = []
-    worker = chunks.Worker(None)       # one process that keeps its loaded tokenizer
+    worker = Worker(None)       # one process that keeps its loaded tokenizer
     for vocab in (60, 90):
         sample.write_text("\n".join(SENTENCES * 3) + "\n")
         spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(tmp_path / "new"),
@@ -155,3 +159,46 @@ def test_a_tokenizer_written_again_at_the_same_path_is_loaded_again(tmp_path):
         (tmp_path / "new.model").replace(model)
         sizes.append(worker.processor(str(model)).get_piece_size())
     assert sizes[0] != sizes[1]
+
+
+class _Licence(Step):
+    """A step that reads what the reader knew of the record: drops the proprietary ones."""
+    name = "licence"
+    reasons = ("licence",)
+    reads_metadata = True
+
+    def __call__(self, doc: StepDoc) -> str:
+        with pytest.raises(TypeError):
+            doc.metadata["licence"] = "mine"      # read-only: the next step sees what was read
+        return "licence" if doc.metadata.get("licence") == "proprietary" else ""
+
+
+def test_a_documents_metadata_reaches_a_step_that_reads_it_and_keys_the_memo(tmp_path):
+    """Document.metadata reaches every step as a read-only doc.metadata; a pipeline with a step that
+    reads it tells apart one text under two metadata (the memo keys by both), and still takes a
+    repeat of the same text and metadata from the memo."""
+    text = SENTENCES[0] + " " + SENTENCES[1]
+    docs = [Document("a", text, "t.jsonl", {"licence": "cc-by"}),
+            Document("b", text, "t.jsonl", {"licence": "proprietary"}),
+            Document("c", text, "t.jsonl", {"licence": "cc-by"}),
+            Document("d", text, "t.jsonl")]
+    for d in ("docs", "tokens"):
+        (tmp_path / d).mkdir()
+    worker = Worker(WorkerSetup(str(tmp_path / "docs"), str(tmp_path / "tokens"),
+                                FilterConfig(min_chars=1, disabled=FILTER_NAMES), DedupConfig(),
+                                valid_fraction=0.0, split_seed=7))
+    steps = build_steps(worker.setup.filters, worker.setup.decontam, worker.setup.pii)
+    worker._pipeline = Pipeline(steps + [_Licence()], exact_key)
+    calls = []
+    real = worker.pipeline.process
+    worker.pipeline.process = lambda t, meta: calls.append(dict(meta)) or real(t, meta)
+    marker = clean_chunk(worker, ChunkTask(0, docs, []))
+    reasons = pq.read_table(tmp_path / "docs" / "00000.parquet").column("reason").to_pylist()
+    assert reasons == ["", "licence", "", ""]
+    assert marker["filters"]["licence"][0] == 1 and marker["docs_out"] == 3
+    assert calls == [{"licence": "cc-by"}, {"licence": "proprietary"}, {}]   # c: from the memo
+
+    plain = Pipeline(steps, exact_key)       # no step reads metadata: keyed by the text alone
+    assert not plain.reads_metadata and worker.pipeline.reads_metadata
+    new = []
+    assert plain.result(text, new, docs[0].metadata) is plain.result(text, new, docs[1].metadata)

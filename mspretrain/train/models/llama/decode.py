@@ -1,11 +1,11 @@
 """Llama's decoding cells for `train generate` (ModelSpec.decode; the loop that drives them is
-mspretrain/train/generate.py's Generator).
+mspretrain/train/eval/generate.py's Generator).
 
 The checkpoint's fp32 weights are fused once for decoding (`Weights`: q with its rotate-half copy in
 one matmul, k, its rotated copy and v in another, the MLP's gate and up in a third; RMSNorm weights
 and the attention scale folded into the matmul that follows them), because at decode sizes a kernel
 launch costs more than its arithmetic. The math is model.py's (RMSNorm in fp32, rotate-half rotary,
-grouped KV heads, -1e9 masking); tests/train/test_generate.py checks the logits against `Llama`'s
+grouped KV heads, -1e9 masking); tests/train/eval/test_generate.py checks the logits against `Llama`'s
 forward and the greedy tokens against its argmax.
 - `Start(tokens [B, L])`: the causal forward over the right-padded prompts, the first new token, and
   K/V caches of length seq_length, a tuple of per-layer [B, kv_heads, T, head_dim];

@@ -1,6 +1,6 @@
 """Llama <-> Hugging Face LlamaForCausalLM (ModelSpec.hf_mapping): weight names, config.json, and
 the check that an HF config describes the run's model. The files themselves are read and written by
-mspretrain/train/hf.py.
+mspretrain/train/hf/convert.py.
 
 The layouts already agree, so the conversion is a renaming, with no permutation:
 - rotary: model.py rotates halves of the head dim (x1 = first half, x2 = second half, angles repeated

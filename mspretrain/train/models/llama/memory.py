@@ -139,6 +139,22 @@ def document_activation_bytes(cfg, seq: int, micro: int) -> float:
     return total
 
 
+def layer_flops(cfg, seq: int) -> dict[str, float]:
+    """Forward FLOPs per token of one decoder layer, by recomputable cell ("": the whole layer):
+    2 per weight of each matmul, and attention's scores and weighted sum, 2 x 2 x S x hidden, counted
+    over the full S x S square (the causal half is not subtracted). Norms and elementwise ops: 0."""
+    m = cfg.model
+    h, hd = m.hidden_size, m.hidden_size // m.num_heads
+    attention = 2 * (h * m.num_heads * hd * 2 + 2 * h * kv_heads(m) * hd) + 4 * seq * h
+    mlp = 2 * 3 * h * ffn_size(m)
+    return {"": attention + mlp, "attention": attention, "mlp": mlp, "attention_norm": 0.0, "ffn_norm": 0.0}
+
+
+def head_flops(cfg, vocab: int) -> float:
+    """Forward FLOPs per token of the LM head."""
+    return 2 * cfg.model.hidden_size * vocab
+
+
 def largest_weight(cfg) -> int:
     """Elements of the largest weight matrix (what optimizer sharding gathers at once)."""
     h = cfg.model.hidden_size

@@ -3,7 +3,7 @@
 Token embedding, pre-norm blocks of (RMSNorm, causal self-attention with rotary embeddings and optional
 grouped KV heads) and (RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied).
 
-Parallel strategies and recompute are applied from outside (mspretrain/train/parallel.py, mspretrain/train/recompute.py),
+Parallel strategies and recompute are applied from outside (mspretrain/train/parallel/apply.py, mspretrain/train/parallel/recompute.py),
 so every piece that they address has a stable name: `layers[i].attention` (wq, wk, wv, wo, rotary),
 `layers[i].mlp` (w1 gate, w3 up, w2 down), `layers[i].attention_norm`, `layers[i].ffn_norm`,
 `tok_embeddings`, `norm`, `output`. Initialisation is numpy, drawn in a fixed order from `seed`,
@@ -130,7 +130,7 @@ class Attention(nn.Cell):
         self.flash = args.flash_attention
         self.varlen = self.flash and args.document_mask
         s = args.seq_length
-        # primitives held as attributes so that train.parallel can shard them by head
+        # primitives held as attributes so that train.parallel.apply can shard them by head
         self.to_heads, self.from_heads = ops.Transpose(), ops.Transpose()
         if self.varlen:
             # packed documents: TND layout ([B*S, heads, D]) with each document's end in actual_seq_qlen/

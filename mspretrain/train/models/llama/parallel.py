@@ -1,6 +1,6 @@
 """Llama's parallel plan: the Megatron-style strategy of every primitive model.py holds, and which
 cells each pipeline stage runs (ModelSpec.parallel_plan). The plan's frame (validation of the layout,
-stages, the loss cell's strategies, applying it) is mspretrain/train/parallel.py.
+stages, the loss cell's strategies, applying it) is mspretrain/train/parallel/apply.py.
 
 Splits, for `x @ W.T` with W stored [out, in] (nn.Dense, transpose_b=True), x [B*S, H]:
   column-parallel (wq wk wv w1 w3, LM head): x (dp, 1), W (mp, 1)      -> output split on features
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from mspretrain.train.batching import micro_batch
+from mspretrain.train.step.batching import micro_batch
 from mspretrain.train.config import ConfigError
 from mspretrain.train.models.spec import OpShard
 
