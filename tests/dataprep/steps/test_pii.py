@@ -499,7 +499,7 @@ def test_ipv6_search_equals_whole_text_substitution():
 
 def test_labelled_set_per_kind_and_locale():
     """The labelled set of tests/dataprep/pii_set.py (PII of six locales planted in real text of
-    their languages, real non-PII look-alikes): the issue's targets, per kind and locale. A hit
+    their languages, real non-PII look-alikes): recall and false positives, per kind and locale. A hit
     is the planted string gone and its kind's placeholder there; a miss (of a look-alike) is the
     string left as it was."""
     from collections import Counter
