@@ -14,6 +14,7 @@ from operator import mul
 import numpy as np
 
 from mspretrain.dataprep.steps.filters import FilterConfig
+from mspretrain.dataprep.steps.text import CJK as _CJK, CJK_RANGES as _CJK_RANGES
 
 # --------------------------------------------------------------------------- character classes
 
@@ -71,11 +72,7 @@ def char_classes(text: str, cps: np.ndarray | None = None) -> list[int]:
 
 # --------------------------------------------------------------------------- units and n-grams
 
-# Scripts written without spaces (Han, kana, bopomofo, CJK symbols): each character is a unit.
-_CJK_RANGES = [(0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3021, 0x3029), (0x3038, 0x303B),
-               (0x3040, 0x30FF), (0x3100, 0x312F), (0x3190, 0x31FF), (0x3400, 0x4DBF),
-               (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F)]
-_CJK = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
+# Every CJK character is a unit: the steps' one definition of CJK (steps/text.py), not a copy.
 
 
 @functools.cache

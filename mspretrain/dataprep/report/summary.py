@@ -129,10 +129,11 @@ def document_stages(markers: list[dict], cfg) -> dict:
     pii_languages: dict = {}   # language of the document -> {kind: matches}
     matches: list = []
     for m in markers:
-        for lang, (n, b) in m.get("languages", {}).items():
-            entry = langs.setdefault(lang, {"docs": 0, "bytes": 0})
+        for lang, (n, b, *score) in m.get("languages", {}).items():
+            entry = langs.setdefault(lang, {"docs": 0, "bytes": 0, "score_sum": 0.0})
             entry["docs"] += n
             entry["bytes"] += b
+            entry["score_sum"] += score[0] if score else 0.0
         for kind, n in m.get("pii", {}).items():
             pii[kind] = pii.get(kind, 0) + n
         for lang, kinds in m.get("pii_languages", {}).items():
@@ -140,6 +141,8 @@ def document_stages(markers: list[dict], cfg) -> dict:
             for kind, n in kinds.items():
                 entry[kind] = entry.get(kind, 0) + n
         matches += m.get("decontam", [])
+    for entry in langs.values():   # the mean of the documents' language scores
+        entry["mean_score"] = round(entry.pop("score_sum") / max(1, entry["docs"]), 4)
     langs = dict(sorted(langs.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])))
     return {
         "languages": langs,
@@ -248,9 +251,10 @@ def to_markdown(r: dict) -> str:
 
 
 def _document_stages_md(r: dict) -> list[str]:
-    lines = ["", "## Languages (documents read, after cleaning)", "", "| language | docs | bytes |",
-             "|---|---:|---:|"]
-    lines += [f"| {k} | {v['docs']} | {v['bytes']} |" for k, v in r.get("languages", {}).items()]
+    lines = ["", "## Languages (documents read, after cleaning)", "",
+             "| language | docs | bytes | mean score |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | {v['docs']} | {v['bytes']} | {v.get('mean_score', 0.0):.3f} |"
+              for k, v in r.get("languages", {}).items()]
     pii = r.get("pii", {"action": "redact", "docs": 0, "matches": {}})
     lines += ["", f"## Personal data (action: {pii['action']})", "",
               f"{pii['docs']} documents held personal data.", "", "| kind | matches |", "|---|---:|"]

@@ -14,10 +14,9 @@ unless noted; "non-space" characters exclude whitespace):
   its lines).
 - dup_lines / dup_line_chars: the same for lines.
 - top_ngram: for each order n, the characters covered by the most frequent n-gram of units (the
-  first seen among equals) over
-  the characters of all units. A unit is a run of non-space characters, except that every Han, kana
-  and other CJK character is a unit of its own (Chinese has no spaces): so the thresholds of Gopher's
-  word n-grams apply to both. Orders with a tiny upper bound are skipped (the result is exact).
+  first seen among equals) over the characters of all units. A unit is a run of non-space
+  characters, except that every CJK character (Han, kana, hangul, ...: steps/text.py) is a unit of
+  its own (Chinese has no spaces): so the thresholds of Gopher's word n-grams apply to both. Orders with a tiny upper bound are skipped (the result is exact).
   Only texts of at least `top_ngram_min_units` units (default 100) are checked: n-gram statistics
   mean nothing over a short paragraph, where naming "the package" twice already covers 20%
   (Gopher applies its rules to documents of 50 words and more; 100 units are about 50 words of
@@ -45,6 +44,7 @@ from operator import mul
 import numpy as np
 
 from mspretrain.dataprep.steps.quality import QualityFilterConfig
+from mspretrain.dataprep.steps.text import CJK, CJK_RANGES, FIRST_CJK
 
 FILTER_NAMES: tuple[str, ...] = (
     "too_short", "too_long", "symbol_ratio", "letter_ratio", "bullet_lines", "ellipsis_lines",
@@ -74,6 +74,11 @@ class FilterConfig:
     # and only documents identified with at least this probability
     languages: tuple[str, ...] = field(default=())
     min_language_score: float = 0.0         # documents identified less surely are dropped
+    # what `languages` does with a document the model cannot place ("und", score 0: short UI
+    # strings, lists of names, text of a language CLD2 has no model of): drop | keep. drop (unless
+    # "und" is listed) keeps foreign text out; keep loses no English UI text but lets in the
+    # languages CLD2 does not know (bench/bench_pii.py)
+    undetermined: str = "drop"
     quality: QualityFilterConfig = field(default_factory=QualityFilterConfig)
 
     def __post_init__(self):
@@ -88,6 +93,9 @@ class FilterConfig:
         if bad:
             raise ValueError(f"FilterConfig.languages: {bad[0]!r} is not an ISO 639-1 code such as "
                              f"'zh' or 'en' (Traditional and Simplified Chinese are both 'zh')")
+        if self.undetermined not in ("keep", "drop"):
+            raise ValueError(f"FilterConfig.undetermined must be keep or drop, "
+                             f"got {self.undetermined!r}")
         if not 0.0 <= self.min_language_score <= 1.0:
             raise ValueError(f"FilterConfig.min_language_score must be in [0, 1], "
                              f"got {self.min_language_score}")
@@ -138,11 +146,8 @@ def code_points(text: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- units and n-grams
 
-# Scripts written without spaces (Han, kana, bopomofo, CJK symbols): each character is a unit.
-_CJK_RANGES = [(0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3021, 0x3029), (0x3038, 0x303B),
-               (0x3040, 0x30FF), (0x3100, 0x312F), (0x3190, 0x31FF), (0x3400, 0x4DBF),
-               (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F)]
-_CJK = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
+# Every CJK character (steps/text.py) is a unit.
+_CJK_RANGES, _CJK = CJK_RANGES, CJK
 
 
 @functools.cache
@@ -270,7 +275,7 @@ _BITS = 14
 _ONE, _LETTER_ONE, _SYMBOL_ONE = 1, 1 << _BITS, 1 << 2 * _BITS
 _FIELD_MASK = (1 << _BITS) - 1
 _RANDOM_MASK = ~np.uint64((1 << 3 * _BITS) - 1)
-_CJK_START = min(a for a, _ in _CJK_RANGES)   # no code point below it is CJK
+_CJK_START = FIRST_CJK
 # the non-ASCII line markers by code point: (marker, code point, whether it is a bullet)
 _RARE = sorted(((c, ord(c), c in _BULLETS) for c in _BULLETS + _ELLIPSES if not c.isascii()),
                key=lambda r: r[1])

@@ -85,12 +85,15 @@ def window(text: str) -> str:
 
 
 def language_reason(lang: str, score: float, languages: tuple[str, ...],
-                    min_score: float) -> str | None:
-    """'language' when `lang` is not one of `languages` (empty: any; "und" is kept only when
-    listed), 'language_score' when the identification is less sure than `min_score`; None to
-    keep."""
+                    min_score: float, undetermined: str = "drop") -> str | None:
+    """'language' when `lang` is not one of `languages` (empty: any), 'language_score' when the
+    identification is less sure than `min_score`; None to keep. An undetermined document ("und")
+    is kept where `undetermined` is "keep" or "und" is listed, whatever its score (it has none),
+    else it is a 'language' drop."""
+    if lang == UNKNOWN and languages:
+        return None if undetermined == "keep" or UNKNOWN in languages else "language"
     if languages and lang not in languages:
         return "language"
-    if score < min_score:
+    if score < min_score and lang != UNKNOWN:
         return "language_score"
     return None

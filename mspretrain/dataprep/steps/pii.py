@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from mspretrain.dataprep.steps.text import CJK as _CJK
+
 KINDS = ("EMAIL", "IP", "ID_NUMBER", "CARD", "PHONE")
 ACTIONS = ("redact", "drop", "keep")
 # the regions whose national forms are searched; a number written with + and a country code is
@@ -55,12 +57,7 @@ class PiiConfig:
 
 
 # ---------------------------------------------------------------------------------- boundaries
-# Scripts written without spaces: Han (CJK unified ideographs and their extensions, compatibility
-# ideographs), kana (hiragana, katakana, half-width katakana), hangul (syllables and jamo), bopomofo
-# and the CJK punctuation and full-width forms. A character of these next to a match is a boundary.
-_CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3130-\u318f"
-        "\u31a0-\u31ff\u3200-\u32ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff"
-        "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff0f\uff1a-\uffef\U00020000-\U0003ffff")
+# A CJK character (steps/text.py: Han, kana, hangul, ...) next to a match is a boundary.
 # a word character (letter, digit, underscore) that is not CJK: what may not touch a match
 _W = rf"[^\W{_CJK}]"
 
@@ -73,15 +70,29 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<!{_W}|\.){_OCTET}(?:\.{_OCTET}){{3}}(?!{_W}|[-+~]|\.{_W})")
 _IPV6 = re.compile(rf"(?<!{_W}|[:.])(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{0,4}}|"
                    rf"\d{{1,3}}(?:\.\d{{1,3}}){{3}})(?!{_W}|:)")
-# what owns a dotted quad as a version when it stands right before it: a version word (any case,
-# several languages) with an optional ":" or "=", or a comparison of a package constraint
-# ("(>= 1.2.3.4)", "<< 4.6.1.0")
+# what owns a dotted quad as a version when it stands before it: a version word (any case, several
+# languages) with an optional ":" or "=", or with up to three of the small words that changelogs
+# put between ("Standards-Version): updated to 4.6.1.0", "Bump standards version to 3.9.8.0"), a
+# comparison of a package constraint ("(>= 1.2.3.4)", "<< 1:4.6.1.0"), or a date and a bracket ("2015-05-09
+# (3.8.10.1)", a release list)
 _VERSION_BEFORE = re.compile(
-    r"(?:(?<![^\W\d_])(?:standards-version|version|versions|versión|versão|versione|versie|"
-    r"версия|ver|rel|release|revision|rev|build|firmware|fw)\.?\s*[:=]?\s*"
-    r"|[<>=]=?\s*|(?:版本|版本号|バージョン|버전)\s*[:：]?\s*)$", re.IGNORECASE)
+    r"(?:(?<![^\W\d_])(?:standards-version|standards|standard|version|versions|versión|versão|"
+    r"versione|versie|версия|ver|rel|release|revision|rev|build|firmware|fw|policy|kernel|"
+    r"driver|patch|update|upgrade|bump|bumped|changes\s+in|require|requires|depends|build-dep)"
+    r"(?:\.?\s*[:=]?\s*|\)?\s*[:=]?\s+(?:(?:to|updated|update|bump|bumped|set|now|is|was|of|the|"
+    r"debian|compliance|with|changed|raised|increased|upgraded)\s+){1,3})"
+    r"|[<>=]=?\s*(?:\d+:)?|(?:版本|版本号|バージョン|버전|固件|ファームウェア)\s*[:：]?\s*"
+    r"|(?<!\d)(?:19|20)\d\d-\d\d-\d\d\s+\()$", re.IGNORECASE)
 # a Debian changelog header: "package (1.2.3.4) unstable; urgency=medium"
 _CHANGELOG_HEAD = re.compile(r"\) [a-z][\w-]*(?: [a-z][\w-]*)*; urgency=")
+# a package's name right before it: one with a separator or a digit in it ("libfoo-dev 1.2.3.4",
+# "python3 3.11.2.1", "XFree86 4.3.99.16"), a library ("libXi 1.6.99.1"), or a name and a slash
+# ("Chrome/120.0.6099.109", "openssl/1.1.1.1"); a plain word before an address ("server",
+# "from", "Tel.") is no package name
+_PACKAGE_BEFORE = re.compile(
+    r"(?:(?<![\w.+-])(?:[a-z][a-z0-9]*(?:[-+_.][a-z0-9]+)+|[A-Za-z]+[0-9]+[a-z0-9]*|lib[A-Za-z0-9]+)"
+    r"\s+"
+    r"|(?<![\w/])[A-Za-z][\w.+-]*/)$")
 
 _ID = re.compile(rf"(?<!{_W}|[.-])[1-9]\d{{5}}(?:18|19|20)\d{{2}}(?:0[1-9]|1[0-2])"
                  rf"(?:0[1-9]|[12]\d|3[01])\d{{3}}[\dXx](?!{_W}|-|\.{_W})")
@@ -92,8 +103,8 @@ _CARD = re.compile(rf"(?<!{_W}|[.+-])(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
                    rf"(?!{_W}|-|\.{_W})")
 # a phone number's shape, which phonenumbers then parses: an optional "+" or "(", digits with at
 # most one separator (space, dot, hyphen, slash) or a bracket between them, 7 to 20 digits, and
-# an optional extension
-_PHONE = re.compile(rf"(?<!{_W}|[.+/:#-])(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
+# an optional extension; not right after a colon ("12:30:45"), unless a word ends there ("Tel:")
+_PHONE = re.compile(rf"(?<!{_W}|[.+/#-]|(?<![^\W\d_]):)(?:\+|\(\+?)?\d(?:(?:[ ./-]|\) ?| ?\()?\d){{6,19}}"
                     rf"(?: ?(?:x|ext\.?|#) ?\d{{1,6}})?(?!{_W}|-|[.:]\d)")
 # a date in a candidate ("2024-01-15 12", "15.01.2024 0800") or a range of years ("2006-2023"): not
 # a phone number
@@ -114,7 +125,7 @@ _NETWORKS = {
                     (14, 15, 16, 17, 18, 19)),
     "Discover": ((("6011", "6011"), ("644", "649"), ("65", "65"), ("622126", "622925")),
                  (16, 17, 18, 19)),
-    "JCB": ((("3528", "3589"),), (16, 17, 18, 19)),
+    "JCB": ((("35", "35"),), (16, 17, 18, 19)),   # 3528-3589 assigned; 35 as card lists give it
     "JCB (15 digits)": ((("1800", "1800"), ("2131", "2131")), (15,)),
     "UnionPay": ((("62", "62"), ("81", "81")), (16, 17, 18, 19)),
     "Maestro": ((("50", "50"), ("56", "69")), tuple(range(12, 20))),
@@ -150,12 +161,12 @@ def luhn_valid(digits: str) -> bool:
 
 
 def _is_version(m: re.Match) -> bool:
-    """Whether the dotted quad `m` is owned by a version context: a version word or a comparison
-    right before it on the same line, or a Debian changelog header around it."""
+    """Whether the dotted quad `m` is owned by a version context: a version word, a comparison or a
+    package name right before it on the same line, or a Debian changelog header around it."""
     text, a, b = m.string, m.start(), m.end()
     line_start = text.rfind("\n", max(0, a - 40), a) + 1
     before = text[max(line_start, a - 40):a]
-    if _VERSION_BEFORE.search(before):
+    if _VERSION_BEFORE.search(before) or _PACKAGE_BEFORE.search(before):
         return True
     return before.endswith("(") and _CHANGELOG_HEAD.match(text, b) is not None
 
@@ -205,7 +216,9 @@ _ONE_DIGIT_DOTTED = re.compile(r"(?<!\d)\d\.|\.\d(?!\d)")
 def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
     """Whether libphonenumber calls `candidate` a valid number: international (a "+", or an
     international prefix of one of the regions such as "00") or national in one of `regions`
-    written as that region writes it (see _national_form). 7-17 digits before any extension."""
+    written as that region writes it (see _national_form). 7-17 digits before any extension.
+    A "+" number needs only a length its country has (libphonenumber's
+    "possible"): the numbering plan's gaps are no reason to keep it."""
     import phonenumbers
     main = _EXTENSION.sub("", candidate)
     digits = sum(c.isdigit() for c in main)
@@ -222,7 +235,60 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
             continue
         if phonenumbers.is_valid_number(number) and _national_form(number, main, region):
             return True
+        if international and phonenumbers.is_possible_number(number):
+            # "+1-836-345-3099", "+49 (0) 1333 427261": a country code and a length the
+            # country has; nothing but a telephone number is written so
+            return True
     return False
+
+
+# ------------------------------------------------------------------------------ number contexts
+# What the words right before a number say it is. A telephone word ("Tel.", "call", "电话") makes
+# a number of phone shape a phone number even where libphonenumber calls it invalid (an unallocated
+# area code: people and generators write such numbers, and they still are someone's number); an
+# order, invoice or tracking word makes it no phone number even where it is valid ("订单号
+# 15473442778"). Only separators and a few small words ("number", "no.", "号码", "は") may stand
+# between the word and the number, on the same line. A Latin word has no letter right before it,
+# and is no placeholder's "<PHONE>" (no "<" before it).
+_CONNECT = (r"(?:[ \t:：.=#(（-]|numbers?|no|nr|num|n°|nummer|numéro|de|du|le|au|at|on|us|me|is|"
+            r"unter|号码|號碼|番号|番號|は|为|為|是|号|號)")
+_PHONE_WORDS = re.compile(
+    r"(?:(?<![<]|[^\W\d_])(?:tel|tél|tele|telephone|téléphone|telefon|telefono|teléfono|telefonnummer|"
+    r"rufnummer|fon|phone|ph|mobile|mobil|mob|handy|cell|cellphone|fax|call|ring|dial|sms|"
+    r"whatsapp|appelez|appeler|appelle|portable|anrufen)"
+    r"|电话|電話|手机|手機|座机|座機|传真|傳真|携帯|ケータイ|℡|☎|✆|📞)" + _CONNECT + r"{0,12}$",
+    re.IGNORECASE)
+_ORDER_WORDS = re.compile(
+    r"(?:(?<![<]|[^\W\d_])(?:order|orders|invoice|inv|tracking|track|shipment|parcel|reference|ref|"
+    r"booking|reservation|confirmation|transaction|txn|ticket|serial|sku|po|id|"
+    r"bestellung|bestellnummer|auftrag|auftragsnummer|rechnung|rechnungsnummer|sendung|"
+    r"sendungsnummer|kundennummer|commande|facture|suivi|colis|référence|dossier)"
+    r"|订单|訂單|单号|單號|运单|運單|快递|快遞|发票|發票|流水号|交易号|编号|編號|"
+    r"注文|伝票|追跡|請求書|受付|予約|問い合わせ|お問合せ)" + _CONNECT + r"{0,12}$",
+    re.IGNORECASE)
+_CONTEXT_CHARS = 40   # how far before a number its context word may start
+
+
+def number_context(text: str, a: int, before: str = "") -> str:
+    """"phone", "order" or "" (neither): what the words right before text[a:] say of a number
+    there (`before`: the text that precedes `text`, if `text` is a piece of a longer one)."""
+    if before:
+        text, a = before + text[:a], len(before) + a
+    start = max(0, a - _CONTEXT_CHARS)
+    if _ORDER_WORDS.search(text, start, a):
+        return "order"
+    if _PHONE_WORDS.search(text, start, a):
+        return "phone"
+    return ""
+
+
+def phone_shaped(candidate: str) -> bool:
+    """Whether `candidate` has a telephone number's shape, valid or not: 7-15 digits before any
+    extension, and no date, version or pair of decimals in it. A "+" number is left to
+    phone_valid, which knows the country codes."""
+    main = _EXTENSION.sub("", candidate)
+    return (7 <= sum(c.isdigit() for c in main) <= 15 and not candidate.startswith(("+", "(+"))
+            and not (_DATE.search(main) or _ONE_DIGIT_DOTTED.search(main) or _mixed_dots(main)))
 
 
 class PhoneCheck:
@@ -347,10 +413,12 @@ def _group_ends(s: str) -> set[int]:
     return ends
 
 
-def _phone_spans(piece: str, check: PhoneCheck) -> list[tuple[int, int]]:
-    """The phone numbers in `piece`: each _PHONE candidate that is valid, or else its longest
-    valid prefix that ends before a space ("0117 496 0842 2024": a number and a year), the rest
-    tried again the same way."""
+def _phone_spans(piece: str, check: PhoneCheck, before: str = "") -> list[tuple[int, int]]:
+    """The phone numbers in `piece` (`before`: the text before it, for the contexts): each
+    _PHONE candidate that is valid, or else its longest valid prefix that ends before a space
+    ("0117 496 0842 2024": a number and a year), the rest tried again the same way. After a
+    telephone word, or with an extension, a candidate of phone shape is a phone number, valid or
+    not; after an order word none is."""
     spans = []
     pos = 0
     while True:
@@ -358,7 +426,11 @@ def _phone_spans(piece: str, check: PhoneCheck) -> list[tuple[int, int]]:
         if m is None:
             return spans
         a, b = m.span()
-        end = _longest_valid(piece, a, b, check)
+        context = number_context(piece, a, before)
+        end = 0 if context == "order" else _longest_valid(piece, a, b, check)
+        if not end and (context == "phone" or _EXTENSION.search(m.group())):
+            # after a telephone word, or with an extension ("648-766-4270x12789"): a phone
+            end = _longest_valid(piece, a, b, lambda c: phone_shaped(c) or check(c))
         if end:
             spans.append((a, end))
             pos = end
@@ -367,9 +439,9 @@ def _phone_spans(piece: str, check: PhoneCheck) -> list[tuple[int, int]]:
             pos = nxt + 1 if nxt >= 0 else b
 
 
-def _longest_valid(piece: str, a: int, b: int, check: PhoneCheck) -> int:
-    """The end of the longest valid number piece[a:end] with end == b or end at a space inside,
-    whose ending passes _PHONE's lookahead; 0 when none."""
+def _longest_valid(piece: str, a: int, b: int, check) -> int:
+    """The end of the longest piece[a:end] that `check` accepts, with end == b or end at a space
+    inside, whose ending passes _PHONE's lookahead; 0 when none."""
     ends = [b] + [i for i in range(b - 1, a, -1) if piece[i] == " " and piece[i - 1].isdigit()]
     for end in ends[:6]:
         cand = piece[a:end]
@@ -439,12 +511,13 @@ def redact(text: str, phones: tuple[str, ...] | PhoneCheck = DEFAULT_PHONE_REGIO
 
 
 def _number_rules(phones: tuple[str, ...] | PhoneCheck):
-    """(kind, function of a text giving the spans of its matches) of the number kinds, in order."""
+    """(kind, function of a text, and of the text before it, giving the spans of its matches) of
+    the number kinds, in order."""
     check = _phone_check(phones)
     def spans(pattern, valid):
-        return lambda s: [m.span() for m in pattern.finditer(s) if valid(m)]
+        return lambda s, before="": [m.span() for m in pattern.finditer(s) if valid(m)]
     return (("ID_NUMBER", spans(_ID, _id_ok)), ("CARD", spans(_CARD, _card_ok)),
-            ("PHONE", lambda s: _phone_spans(s, check)))
+            ("PHONE", lambda s, before="": _phone_spans(s, check, before)))
 
 
 def _replace(text: str, spans: list[tuple[int, int]], kind: str, counts: dict[str, int]) -> str:
@@ -532,8 +605,11 @@ def _sub_in_windows(text: str, windows: list[tuple[int, int]], counts: dict[str,
     for start, end in windows:
         a, b = max(start - 1, 0), end + 1
         piece = new = text[a:b]
+        # the context words of a number (number_context) lie before it on its line, with nothing
+        # of another window between: the text before the window shows them as the whole text does
+        before = text[max(0, a - _CONTEXT_CHARS - 1):a]
         for kind, find in rules:
-            new = _replace(new, find(new), kind, counts)
+            new = _replace(new, find(new, before), kind, counts)
         if new != piece:   # the context characters are the same in both: keep the middle
             right = len(piece) - (start - a) - (end - start)
             out += (text[done:start], new[start - a:len(new) - right])

@@ -49,13 +49,13 @@ class LanguageFilter(Step):
     name = "language_filter"
     reasons = ("language", "language_score")
 
-    def __init__(self, languages: tuple[str, ...], min_score: float):
-        self.languages, self.min_score = languages, min_score
+    def __init__(self, languages: tuple[str, ...], min_score: float, undetermined: str = "drop"):
+        self.languages, self.min_score, self.undetermined = languages, min_score, undetermined
 
     def __call__(self, doc: StepDoc) -> str:
         a = doc.attrs
         return langid.language_reason(a["language"], a["language_score"], self.languages,
-                                      self.min_score) or ""
+                                      self.min_score, self.undetermined) or ""
 
 
 class Decontaminate(Step):
@@ -110,7 +110,8 @@ class QualityClassifier(Step):
 
 def build_steps(f: filters.FilterConfig, d: decontam.DecontamConfig, p: pii.PiiConfig) -> list[Step]:
     """The chain for a build's filters, decontamination and PII config, in pipeline order."""
-    steps = [Normalize(), LanguageId(), QualityFilters(f), LanguageFilter(f.languages, f.min_language_score)]
+    steps = [Normalize(), LanguageId(), QualityFilters(f),
+             LanguageFilter(f.languages, f.min_language_score, f.undetermined)]
     if d.files:
         steps.append(Decontaminate(d, f.min_chars))
     steps.append(RedactPii(p))

@@ -1,7 +1,7 @@
 """The units of decontamination as numpy arrays: where each unit starts and ends, and a 64-bit hash
 of its lower-cased characters, in a few whole-array passes instead of a Python object per unit.
 
-A unit is what `re.findall(rf"[{CJK}]|[^\\W_]+", text)` finds: one character of the CJK ranges, or
+A unit is what `re.findall(rf"[{CJK}]|[^\\W_]+", text)` finds: one CJK character (steps/text.py), or
 a run of letters and digits. The scan is left to right, so a run that starts with a non-CJK letter
 takes the CJK characters after it ("linux内核" is one unit), while CJK characters at the head of a
 run are units of their own ("内核linux" is three). Code point tables built once per process from
@@ -19,8 +19,8 @@ import re
 
 import numpy as np
 
-CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_FIRST_CJK = 0x3040
+from mspretrain.dataprep.steps.text import CJK, FIRST_CJK as _FIRST_CJK
+
 _UNICODE = 0x110000
 _ALNUM, _CJK = np.uint8(1), np.uint8(2)
 

@@ -15,8 +15,9 @@ from mspretrain.dataprep.steps import textunits
 from mspretrain.dataprep.steps.decontam import EvalIndex
 from real_text import man_languages, man_texts
 
-# The definition, written out again: a CJK character, or a run of letters and digits.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# The definition, written out again: a CJK character (the steps' one set), or a run of letters
+# and digits.
+from mspretrain.dataprep.steps.text import CJK as _CJK  # noqa: E402
 _UNIT = re.compile(rf"[{_CJK}]|[^\W_]+")
 
 

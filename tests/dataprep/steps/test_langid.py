@@ -108,3 +108,19 @@ def test_the_build_keeps_chinese_and_english_and_reports_every_language(tmp_path
     assert set(scripts.values()) == {"Hans", "Hant"}, scripts
     assert all(a["script"] == "" for a in attrs if a["language"] != "zh")
     assert "## Languages" in (out / "report.md").read_text()
+
+
+def test_undetermined_documents_follow_the_policy():
+    """English UI strings CLD2 cannot place are "und": kept with `undetermined: keep`, dropped by
+    default unless "und" is listed; other languages are not touched by the policy."""
+    names = ("Adamorobe Sign Language\nAgta, Casiguran Dumagat\nAgta, Central Cagayan\n"
+             "Ajyíninka Apurucayali\nAl-Sayyid Bedouin Sign Language\nAlbanian Sign Language\n"
+             "Algerian Sign Language\nAma (Papua New Guinea)\nAmami-Oshima, Northern")
+    assert identify(names) == ("und", 0.0)   # a list of names (iso-codes' msgids)
+    assert language_reason("und", 0.0, ("zh", "en"), 0.5) == "language"
+    assert language_reason("und", 0.0, ("zh", "en"), 0.5, "keep") is None
+    assert language_reason("und", 0.0, ("zh", "en", "und"), 0.0) is None
+    assert language_reason("de", 0.9, ("zh", "en"), 0.0, "keep") == "language"
+    assert load_build_config(sets=["filters.undetermined=keep"]).filters.undetermined == "keep"
+    with pytest.raises(ConfigError, match="undetermined"):
+        load_build_config(sets=["filters.undetermined=maybe"])
