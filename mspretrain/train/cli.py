@@ -203,7 +203,7 @@ _MODULES = {
     "plot": ("mspretrain.train.observe.plot", "matplotlib.pyplot"),
     "plan": ("mspretrain.train.parallel.plan",),
     "doctor": ("mspretrain.train.doctor",),
-    "estimate": ("mspretrain.train.memory",),
+    "estimate": ("mspretrain.train.layouts",),
     "export": ("mspretrain.train.hf.convert",),
     "import": ("mspretrain.train.hf.convert",),
     "generate": ("mspretrain.train.eval.generate",),
@@ -285,7 +285,7 @@ def _dispatch(args, argv: list[str]) -> int:
         from mspretrain.train.parallel.plan import print_plan
         print_plan(cfg, args.world_size)
         return 0
-    from mspretrain.train.memory import main as estimate
+    from mspretrain.train.layouts import main as estimate
     return estimate(cfg, args.device_memory, seq_length=args.seq_length, margin=args.margin) or 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mspretrain.train import memory
 from mspretrain.train.memory import GB, _valid, _with, advise, diff_sets, estimate, format_advice
 from mspretrain.train.parallel.plan import stage_layers
 from mspretrain.train.parallel.recompute import recompute_plan
@@ -199,3 +200,25 @@ def report(cfg, seq: int, vocab: int, usable: float) -> str:
 
 def _count(cfg) -> int:
     return len(recompute_plan(cfg.recompute, cfg.model.num_layers))
+
+
+def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None,
+         margin: str = memory.MARGIN) -> int:
+    """`train estimate`: the estimate and its step time; on a device, the recompute options of this
+    layout and the fastest layout that fits under the device less the margin (or, when none does,
+    the cheapest changes); the topology's errors and warnings. Returns 0."""
+    from mspretrain.train.parallel import topology
+
+    seq, vocab = memory.dataset_shape(cfg, seq_length)
+    device = memory.parse_size(device_memory) if device_memory else None
+    kept = memory.parse_margin(margin, device) if device else 0.0
+    est = estimate(cfg, seq, vocab)
+    print(memory.format_estimate(cfg, est, device, kept))
+    print(format_time(cfg, seq, vocab))
+    if device:
+        print(report(cfg, seq, vocab, device - kept))
+    p = cfg.parallel
+    found = topology.problems(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, env={})
+    for line in (*(f"error: {e}" for e in found.errors), *found.warnings):
+        print(line)
+    return 0

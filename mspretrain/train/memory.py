@@ -394,25 +394,3 @@ def parse_margin(text: str, device_bytes: float) -> float:
     if not 0 <= share < 1:
         raise ConfigError(f"--margin {text!r}: a share of device memory must be in [0%, 100%)")
     return share * device_bytes
-
-
-def main(cfg, device_memory: str | None = "64GB", seq_length: int | None = None, margin: str = MARGIN) -> int:
-    """`train estimate`: the estimate and its step time; on a device, the recompute options of this
-    layout and the fastest layout that fits under the device less the margin (or, when none does,
-    the cheapest changes); the topology's errors and warnings. Returns 0."""
-    from mspretrain.train import layouts
-    from mspretrain.train.parallel import topology
-
-    seq, vocab = dataset_shape(cfg, seq_length)
-    device = parse_size(device_memory) if device_memory else None
-    kept = parse_margin(margin, device) if device else 0.0
-    est = estimate(cfg, seq, vocab)
-    print(format_estimate(cfg, est, device, kept))
-    print(layouts.format_time(cfg, seq, vocab))
-    if device:
-        print(layouts.report(cfg, seq, vocab, device - kept))
-    p = cfg.parallel
-    found = topology.problems(cfg, p.data_parallel * p.model_parallel * p.pipeline_stage, env={})
-    for line in (*(f"error: {e}" for e in found.errors), *found.warnings):
-        print(line)
-    return 0

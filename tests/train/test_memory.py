@@ -8,7 +8,8 @@ import pytest
 
 from synthetic import make_dataset
 from mspretrain.train.config import ConfigError, load_config
-from mspretrain.train.memory import GB, advise, bytes_per_param, estimate, format_estimate, main, parse_size
+from mspretrain.train.layouts import main
+from mspretrain.train.memory import GB, advise, bytes_per_param, estimate, format_estimate, parse_size
 from mspretrain.train.models.llama.memory import count_params, head_activation_bytes, layer_activation_bytes
 
 LLAMA_7B = ["device=Ascend", "model.hidden_size=4096", "model.num_layers=32", "model.num_heads=32",
