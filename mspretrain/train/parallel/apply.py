@@ -17,13 +17,11 @@ from mspretrain.train.parallel.plan import Plan, check_validation, make_plan
 
 
 def grad_reducer(dist, parameters):
-    """A cell that all-reduces (sums) gradients across CPU/GPU data-parallel ranks; identity on one rank.
-    A sum, not a mean: each rank's gradient is already its share of d(loss sum / N) with N the global
-    batch's token count (train.step.cell), so the shares add up to the gradient of the whole batch."""
+    """A cell that all-reduces (sums) gradients across CPU/GPU data-parallel ranks. A sum, not a mean:
+    each rank's gradient is already its share of d(loss sum / N) with N the global batch's token count
+    (train.step.cell), so the shares add up to the gradient of the whole batch."""
     from mindspore import nn
 
-    if dist.world_size == 1:
-        return nn.Identity()
     return nn.DistributedGradReducer(parameters, mean=False, degree=dist.world_size)
 
 
@@ -60,9 +58,7 @@ class GlobalLossStep:
 def counts_tokens(plan_or_cfg, rank: int) -> bool:
     """Whether `rank` adds its rows' token count to the global N: the first rank of its model-parallel
     group on the first pipeline stage (rank = stage * dp * mp + dp_rank * mp + mp_rank)."""
-    p = plan_or_cfg.parallel
-    mp, dp = p.model_parallel, p.data_parallel
-    return rank % mp == 0 and rank // (dp * mp) == 0
+    return rank % plan_or_cfg.parallel.model_parallel == 0 and rank_stage(plan_or_cfg, rank) == 0
 
 
 def reduction(cfg, dist, parameters, micro_steps: int, loop: bool):
@@ -116,7 +112,7 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
 
     wrapped = TrainStep(cell, train_step.eod_id, loss_cell=train_step.loss_cell, keep_state=keep,
                         runner=wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist))))
-    return GlobalLossStep(wrapped, dist, computes_loss=stage == plan.pp - 1,
+    return GlobalLossStep(wrapped, dist, computes_loss=cell.computes_loss,      # as `reduction` built it
                           counts_tokens=counts_tokens(cfg, dist.rank))
 
 
