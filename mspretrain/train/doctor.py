@@ -38,7 +38,7 @@ Each rung must finish, report a non-zero first grad norm (0: no gradient reached
 losses and gradient norms within TOLERANCE (relative) of the reference's (bf16 within BF16_TOLERANCE), and leave bitwise-equal state digests on every rank of
 each replica group (`replica_groups`: which ranks hold the same tensors, derived from the layout).
 The pp rung's val loss comes from its step-3 checkpoint merged into full tensors and validated on one
-device (validation does not run through pipeline stages, N3), compared with the reference's. Each
+device (validation does not run through pipeline stages), compared with the reference's. Each
 rung that ran shows its measured peak memory beside `train estimate`'s figure for the same shrunk
 config. Rungs the device cannot run (CPU: mp, optimizer sharding, pp, bf16) are listed as skipped. An
 Ascend config on a machine whose MindSpore cannot use Ascend runs its CPU rungs with device=CPU, said in
@@ -112,8 +112,10 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
     kv = max(mp, heads // 2) if grouped else 0
     layers = max(2, pp)
     accumulation = bool(t.micro_batch_size) and pp == 1
-    # divisible by every rung's dp x micro-batches (4 x nproc) and by the config's own layout's
-    batch = math.lcm(4 * nproc, p.data_parallel * (p.micro_batch_num if pp > 1 else 1) * (2 if accumulation else 1))
+    # divisible by every rung's dp x micro-batches (4 x nproc), and by the config's own layout's where
+    # its rung can run here (a 64-device layout's 256 rows would ask a small valid split for 256)
+    own = p.data_parallel * (p.micro_batch_num if pp > 1 else 1) * (2 if accumulation else 1)
+    batch = math.lcm(4 * nproc, own if p.data_parallel * mp * pp <= nproc else 1)
     sets = [f"model.hidden_size={16 * heads}", f"model.num_layers={layers}", f"model.num_heads={heads}",
             f"model.num_kv_heads={kv}", f"model.ffn_size={64 * mp}", "model.max_documents=8",
             f"train.global_batch_size={batch}", *RUN,
@@ -150,7 +152,7 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
               f"parallel.sequence_parallel={str(p.sequence_parallel).lower()}",
               f"parallel.vocab_emb_dp={str(p.vocab_emb_dp).lower()}", f"precision.dtype={precision}"]
     if pp > 1:
-        layout.append("eval.every_steps=0")        # no in-loop validation through stages (N3)
+        layout.append("eval.every_steps=0")        # no in-loop validation through stages
     for name, on in (("model parallel", mp > 1), ("pipeline", pp > 1), ("optimizer sharding", p.optimizer_shard),
                      ("sequence parallel", p.sequence_parallel), ("vocabulary split", not p.vocab_emb_dp)):
         if on:
@@ -329,9 +331,9 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
         Rung("mp=2", 2 * half, mp2, ascend_only=True, parallel=(half, 2, 1, False)),
         Rung(opt_shard, nproc, (f"parallel.data_parallel={nproc}", "parallel.optimizer_shard=true", *FP32),
              ascend_only=True, parallel=(nproc, 1, 1, True)),
-        # no validation through the stages (N3): its step-3 checkpoint merged, validated on one device
+        # no validation through the stages: its step-3 checkpoint merged, validated on one device
         Rung("pp=2 m=2", 2, ("parallel.data_parallel=1", *pp2), ascend_only=True, parallel=(1, 1, 2, False),
-             merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages, N3"),
+             merged_val=True, why="val loss: step-3 checkpoint merged, on one device; none through stages"),
         Rung("pp=2 dp=2", 4, ("parallel.data_parallel=2", *pp2), ascend_only=True, parallel=(2, 1, 2, False),
              merged_val=True, needs_procs=4, why="pipeline stages with data-parallel replicas of each stage"),
         Rung("1 device, no mask", 1, ("parallel.data_parallel=1", *DOCUMENTS_OFF, *LOOP, *FP32), ascend_only=True,
@@ -651,7 +653,7 @@ def _memory(rung: Rung, config, sets, work: Path) -> None:
 # ---------------------------------------------------------------- the pp rung's validation
 
 def _check_merged_val(rung: Rung, config, sets, work: Path, reference: Rung | None) -> tuple[bool, str]:
-    """Validation does not run through pipeline stages (N3): the rung's step-STEPS checkpoint, merged
+    """Validation does not run through pipeline stages: the rung's step-STEPS checkpoint, merged
     into full tensors, is validated on one device with the reference's layout; its val loss must match
     the reference's within the rung's tolerance."""
     ckpt_dir = _run_dir(work, rung) / "checkpoints" / f"step_{STEPS:08d}"
@@ -682,7 +684,7 @@ def _judge_val(rung: Rung, reference: Rung | None) -> bool:
                        f"{reference.name} {ref!r}: relative difference {abs(rung.val_loss - ref) / abs(ref):.2e} "
                        f"> {rung.tolerance:.0e}")
         return False
-    rung.detail = f"val loss {rung.val_loss:.6f} (step-{STEPS} checkpoint merged, one device; none through stages, N3)"
+    rung.detail = f"val loss {rung.val_loss:.6f} (step-{STEPS} checkpoint merged, one device; none through stages)"
     return True
 
 

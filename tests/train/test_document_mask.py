@@ -174,7 +174,7 @@ def test_accumulation_stays_exact_with_unequal_loss_tokens(graph_mode):
 
 
 def test_tnd_kernel_takes_the_documented_form():
-    """N7: the TND flash-attention primitive as MindSpore 2.10's TND restrictions document it:
+    """the TND flash-attention primitive as MindSpore 2.10's TND restrictions document it:
     sparse_mode 3 (lower triangle), the compressed 2048 x 2048 uint8 mask, next_tokens 0 and
     pre_tokens >= every document's length. Built on CPU (the kernel runs on Ascend only)."""
     from mspretrain.train.models.llama.model import Llama
@@ -242,7 +242,7 @@ def test_resume_eval_and_accumulation_with_packed_documents(tmp_path):
 
 
 def test_block_mask_reaches_the_layers_as_uint8():
-    """N11: the block-causal mask that every layer reads (and that crosses pipeline stages by
+    """the block-causal mask that every layer reads (and that crosses pipeline stages by
     Send/Receive) is uint8, MindFormers' mask type, not bool; each layer casts it back for MaskedFill."""
     import mindspore as ms
     from mindspore import Tensor

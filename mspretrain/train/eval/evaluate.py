@@ -31,7 +31,7 @@ def validation_loss(loss_net, cfg: Config, seq_length: int, path: str | None = N
     losses, z_terms = [], []
     hits = tokens = 0
     z_value = z_loss_reading(loss_net)
-    ld, batch_size = validation_loader(cfg, path, cfg.data.valid_split)   # the same for every layout (N4)
+    ld, batch_size = validation_loader(cfg, path, cfg.data.valid_split)   # the same rows for every layout
     with ld:
         if ld.seq_length != seq_length:
             raise ConfigError(f"{path}: valid split seq_length {ld.seq_length} != {seq_length}")

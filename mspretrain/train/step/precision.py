@@ -46,7 +46,7 @@ def apply_precision(model, cfg_precision):
     and loss in fp32. (MindSpore's own O1 rewrites the source and cannot parse this model.)
     O2: everything in low precision except the RMSNorms' arithmetic, softmax and the logits (fp32): the
     model's own held casts (Llama.set_compute_dtype), each sharded by the plan, instead of
-    auto_mixed_precision's cell-boundary casts, which carry no strategy (docs/parallel.md, N10).
+    auto_mixed_precision's cell-boundary casts, which carry no strategy (docs/parallel.md, "O2's casts").
     """
     if cfg_precision.dtype == "fp32":
         return model

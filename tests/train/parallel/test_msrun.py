@@ -21,7 +21,7 @@ from trainer_harness import REDUCTION_ORDER_RTOL, REPO, exact_view, last_step, l
 pytestmark = [pytest.mark.slow, pytest.mark.msrun]
 
 STEPS = 8
-# validation at step 4 and 8: under dp every rank evaluates the same full eval batch (N4)
+# validation at step 4 and 8: under dp every rank evaluates the same full eval batch
 COMMON = (f"train.steps={STEPS}", "checkpoint.every_steps=2", "checkpoint.keep_max=10", "eval.every_steps=4")
 DP2 = ("parallel.data_parallel=2",)
 # One device vs dp=2 on the same global batch, EOD loss mask on (configs/tiny.yaml) and EOS in the data:
@@ -99,7 +99,7 @@ def test_dp2_weights_identical_on_both_ranks_and_loss_matches_one_process(single
     assert first["grad_norm"] == pytest.approx(first_ref["grad_norm"], rel=REDUCTION_ORDER_RTOL)
     for a, b in zip(ref, got):
         assert a["step"] == b["step"] and bool(a.get("eval")) == bool(b.get("eval"))
-        if b.get("eval"):       # the same eval batches whatever dp: the same val loss (N4)
+        if b.get("eval"):       # the same eval batches whatever dp: the same val loss
             assert b["val_loss"] == pytest.approx(a["val_loss"], rel=4 * REDUCTION_ORDER_RTOL)
             continue
         assert b["loss"] == pytest.approx(a["loss"], rel=4 * REDUCTION_ORDER_RTOL)

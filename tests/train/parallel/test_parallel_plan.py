@@ -387,7 +387,7 @@ def test_setup_in_one_process_and_msrun_detection(monkeypatch):
 
 @pytest.mark.parametrize("deterministic, hccl, context", [(True, "true", "ON"), (False, None, "OFF")])
 def test_setup_sets_the_deterministic_switch_before_communication(deterministic, hccl, context):
-    """N5: run.deterministic (default true) sets MindSpore's deterministic switch, which exports
+    """run.deterministic (default true) sets MindSpore's deterministic switch, which exports
     HCCL_DETERMINISTIC=true, in distributed.setup before communication.init(). A fresh process: the
     switch can be set once per process."""
     import subprocess
@@ -410,7 +410,7 @@ def test_setup_sets_the_deterministic_switch_before_communication(deterministic,
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
-    """N9: with pp=2 a rank's checkpoint state is its stage's weights and their AdamW moments, plus the
+    """with pp=2 a rank's checkpoint state is its stage's weights and their AdamW moments, plus the
     counters and loss scale: the two stages' sets cover the whole state, overlap in the counters only
     (and a tied embedding table, which both ends of the pipeline use)."""
     from mspretrain.train.step.loss import CausalLMLoss
@@ -439,7 +439,7 @@ def test_each_pipeline_stage_saves_its_own_state_only(graph_mode, tied):
 
 
 def test_validation_through_pipeline_stages_is_refused():
-    """N3: in-loop validation with pp > 1 would run every layer on every rank with the other stage's
+    """in-loop validation with pp > 1 would run every layer on every rank with the other stage's
     stale weights: refused with the keys named; with eval.every_steps=0 the plan validates."""
     cfg = ascend(**{"parallel.pipeline_stage": 2, "parallel.micro_batch_num": 2, "eval.every_steps": 5})
     with pytest.raises(ConfigError, match=r"eval.every_steps=5 with parallel.pipeline_stage=2"):
@@ -456,7 +456,7 @@ def test_validation_through_pipeline_stages_is_refused():
     ("llama-1b.yaml", [], 8),
 ])
 def test_the_eval_batch_is_split_by_data_parallel_once(config, sets, per_rank):
-    """N4: every rank feeds the whole eval batch (full_batch on Ascend) and the graph splits it by
+    """every rank feeds the whole eval batch (full_batch on Ascend) and the graph splits it by
     data_parallel once, so each rank's share is its training micro-batch (>= 1), never G/dp/dp."""
     from mspretrain.train.parallel.plan import eval_batch_size
 
@@ -511,7 +511,7 @@ def test_data_parallel_installs_a_summing_reducer_and_the_overflow_all_reduce(gr
 
 
 def test_each_mode_sets_its_gradient_context(graph_mode, monkeypatch):
-    """N1: gradients_mean only where the framework's reducer needs it. CPU data parallel: the
+    """gradients_mean only where the framework's reducer needs it. CPU data parallel: the
     DATA_PARALLEL context with gradients_mean=True (what a plain nn.TrainOneStepCell reads; our step
     brings its own summing reducer). One process and Ascend: nothing set here; under semi-auto the
     AutoParallel wrapper keeps gradients_mean False (test_ascend_wrapper_sets_the_expected_context)."""
@@ -569,14 +569,14 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
     net = wrapped.cell
     assert isinstance(net, AutoParallel) and net.network is step.step_cell        # one graph per step
     assert step.cell is step.step_cell and step.keep_state is None      # the built step is not changed
-    # N1: no gradients_mean under semi-auto (MindFormers' gradients_mean: False); loss_repeated_mean on
+    # no gradients_mean under semi-auto (MindFormers' gradients_mean: False); loss_repeated_mean on
     assert net._parallel_mode == "semi_auto" and net._gradients_mean is False and net._loss_repeated_mean
     assert net._dataset_strategy_config == ((cfg.parallel.data_parallel, 1),)
     assert net._save_strategy_file_path == str(tmp_path / "run" / "strategy" / "rank_3.ckpt")
     assert net._only_trainable_params is False                 # AdamW moments in the strategy file too
     for key, value in expect.items():
         assert getattr(net, key) == value, key
-    assert (wrapped.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # N9: stage-own state
+    assert (wrapped.keep_state is not None) == (cfg.parallel.pipeline_stage > 1)   # stage-own state
     assert step.step_cell.reduce_overflow
     assert loss.one_hot.attrs["in_strategy"][0] == (cfg.parallel.data_parallel, cfg.parallel.model_parallel)
     if piped is None:                                           # Ascend accumulates with GradAccumulation
@@ -586,7 +586,7 @@ def test_ascend_wrapper_sets_the_expected_context(graph_mode, monkeypatch, tmp_p
 
 @pytest.mark.parametrize("opt_shard", [False, True])
 def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
-    """N2: with K > 1 split accumulation on Ascend (GradAccumulation), the micro-step mirrors look up
+    """with K > 1 split accumulation on Ascend (GradAccumulation), the micro-step mirrors look up
     `accu_grads.<parameter>`: the step's gradient slot holds one fp32 accumulator per trainable
     parameter under exactly that name (PipelineAccumulator), or with optimizer sharding MindSpore's
     PipelineGradReducer(opt_shard=True) (MindFormers' opt-shard branch). Not for K = 1 nor on CPU."""
@@ -628,7 +628,7 @@ def test_split_accumulation_on_ascend_reads_accu_grads(graph_mode, opt_shard):
 
 
 def test_the_loss_cell_is_lazy_inline_with_pipeline_stages_only(graph_mode, tmp_path, monkeypatch):
-    """N8: pp > 1: the train loss cell (model + loss, the outermost cell that the pipeline calls per
+    """pp > 1: the train loss cell (model + loss, the outermost cell that the pipeline calls per
     micro-batch) is a ReusedCausalLMLoss (mindspore.lazy_inline on its __init__, where MindFormers puts
     it: LlamaForCausalLM), with the same parameters; the decoder layers stay plain cells. Never
     elsewhere, because the CPU backend refuses the feature (checked here, so that the rule is revisited
@@ -775,7 +775,7 @@ def _cast_nodes(ir_dir) -> int:
       "model.tie_embeddings": True}, True),
 ])
 def test_o2_casts_all_have_their_strategies_in_the_compiled_graph(graph_mode, tmp_path, sets, tie):
-    """N10: precision O2 as the model's own held casts (step.apply_precision -> Llama.set_compute_dtype):
+    """precision O2 as the model's own held casts (step.apply_precision -> Llama.set_compute_dtype):
     every Cast of the compiled fp16 model + loss (fp16 on CPU, which has no bf16; the casts are the same
     primitives) carries the plan's strategy, for mp=2 layouts. The control: the old O2,
     auto_mixed_precision's cell-boundary casts, compiles to Casts with none (the fault)."""
@@ -876,7 +876,7 @@ def test_tensor_classes_from_compiled_layouts_and_digests_per_class():
 
 def test_the_doctor_ladder_carries_each_rungs_layout_for_its_digest_groups():
     """llama-13b (dp 4 x mp 8 x pp 2, optimizer sharding): its own-layout rung compares digests within
-    that layout's groups and, having pipeline stages, validates its merged checkpoint (N3); the pp rungs
+    that layout's groups and, having pipeline stages, validates its merged checkpoint; the pp rungs
     do the same; the same-layout resumes rerun the optimizer-sharded, mp and pp rungs on their layouts."""
     from mspretrain.train.doctor import ladder, replica_groups, shrink
 

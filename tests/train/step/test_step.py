@@ -122,7 +122,7 @@ def test_fp16_levels_track_fp32(graph_mode, level):
 
 
 def _auto_o2_step(*sets):
-    """The reference: the step as precision O2 was built before N10, by MindSpore's
+    """The reference: the step as precision O2 was built before the held casts, by MindSpore's
     auto_mixed_precision(O2) (to_float(fp16) on every cell, _OutputTo32 on the logits) with the RMSNorms
     back in fp32; the model and loss otherwise as make_step builds them."""
     from mindspore import amp
@@ -146,7 +146,7 @@ def _auto_o2_step(*sets):
 
 
 def test_explicit_o2_matches_mindspores_auto_o2(graph_mode):
-    """N10: O2 as the model's own held casts computes what auto_mixed_precision(O2) did. The forward
+    """O2 as the model's own held casts computes what auto_mixed_precision(O2) did. The forward
     is the same primitives in the same dtypes (the embeddings are cast after the lookup instead of
     the table before it: the same values), so the step-1 loss is bitwise equal. The one difference is
     backward: the embedding table's gradient now sums the positions of a token in fp32, where auto O2

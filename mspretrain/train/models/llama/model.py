@@ -314,7 +314,7 @@ class Llama(nn.Cell):
         inside (their output back in `dtype`), softmax and the logits in fp32. Each cast is a held
         primitive with a strategy in the plan (MindFormers' compute_dtype), unlike
         auto_mixed_precision's cell-boundary casts, which the parallel pass leaves to its default
-        batch-parallel layout (docs/parallel.md, N10). Set before the first compile."""
+        batch-parallel layout (docs/parallel.md). Set before the first compile."""
         self.compute_dtype = dtype
         set_dense_compute_dtype(self, dtype)
 
