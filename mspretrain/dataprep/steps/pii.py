@@ -176,20 +176,26 @@ _NETWORK_WORD = re.compile(
     r"connected|connecting|connection|listen|listening|bind|subnet|netmask|inet|src|dst|lan|wan|"
     r"vpn|firewall|ssh|http|https|ftp|url|地址|ip地址|服务器|アドレス|サーバ)(?![^\W\d_])",
     re.IGNORECASE)
-# - a version word anywhere earlier on its line, other words between ("Next version will be
-#   4.1.4.1", "the next release (4.1.5.1 expected)", "If upgrading from 2.4.1 or 2.4.1.1")
+#   (a network word or a version word counts in its clause: after the last ". ", ";" or "。")
+_CLAUSE_END = re.compile(r"[.!?;]\s|[;。！？；]")
+# - a version word earlier in its clause, other words between ("Next version will be 4.1.4.1",
+#   "the next release (4.1.5.1 expected)", "If upgrading from 2.4.1 or 2.4.1.1"), not a part of a
+#   path ("read-pat/versions/1")
 _VERSION_WORD = re.compile(
-    r"(?<![^\W\d_])(?:version|versions|release|released|releases|revision|upgrade|upgraded|"
+    r"(?<![^\W\d_]|/)(?:version|versions|release|released|releases|revision|upgrade|upgraded|"
     r"upgrading|update|updated|updating|bump|bumped|require|requires|required|depends|changelog|"
     r"版本|バージョン|버전)(?![^\W\d_])", re.IGNORECASE)
 # - another dotted number of three parts or more on its line, before or after it: a line that
 #   lists versions ("Require xproto 7.0.13, xextproto 7.0.3 and xlib 1.1.99.1", "FreeBSD 1.1.5.1,
 #   2.0, 2.0.5", "1.21.0.1 should not satisfy a check for 1.22.0.")
 _DOTTED3 = re.compile(r"(?<![\w.])\d+\.\d+\.\d+")
-# - a name right before it, alone or with a bracket: the X.org and BSD way of naming what has the
-#   version ("xlib 1.1.99.1", "inputproto 1.9.99.15", "FreeBSD 1.1.5.1", "HEIF 6.5.5.1", "thinp.h
-#   (1.1.1.1)"); not a small word of a sentence, which an address follows as well ("at", "via")
-_NAME_BEFORE = re.compile(r"(?:^|\s)(\S*[^\W_])\s\(?$")
+# - a name right before it: the X.org and BSD way of naming what has the version ("xlib
+#   1.1.99.1", "inputproto 1.9.99.15", "FreeBSD 1.1.5.1", "HEIF 6.5.5.1"), not a small word of a
+#   sentence, which an address follows as well ("at", "via"); with a bracket between, a file or
+#   package name only (a dot, hyphen, underscore or digit in it: "thinp.h (1.1.1.1)", a CVS
+#   revision), since prose puts an address in brackets after any word ("Alice (5.6.7.8)")
+_NAME_BEFORE = re.compile(r"(?:^|\s)(\S*[^\W_])\s(\()?$")
+_FILE_NAME = re.compile(r"[^\W_][._+-][^\W_]|\d")
 _NOT_A_NAME = frozenset(
     "a an the at to from via on in into by is was are be of for and or with as if see use using "
     "call ring contact me us it its this that then than not no number über von nach an bei mit "
@@ -216,17 +222,23 @@ def _is_version(m: re.Match) -> bool:
         return True
     if not _small_quad(m.group()):
         return False
+    # the words before it count from the start of its clause ("... for connecting to it.  Require
+    # renderproto 0.5.99.26": the sentence before says nothing of this number)
+    clause = _CLAUSE_END.split(before)[-1]
+    if _NETWORK_WORD.search(clause):
+        return False
+    if _VERSION_WORD.search(clause):
+        return True
+    name = _NAME_BEFORE.search(before)
+    if name and name.group(1).lower() not in _NOT_A_NAME and (
+            name.group(2) is None or _FILE_NAME.search(name.group(1))):
+        return True
     # the line around it, at most _LINE_CHARS either side (a text without line breaks stays cheap)
     start = text.rfind("\n", max(0, a - _LINE_CHARS), a) + 1 or max(0, a - _LINE_CHARS)
     end = text.find("\n", b, b + _LINE_CHARS)
     end = min(len(text), b + _LINE_CHARS) if end < 0 else end
     if _NETWORK_WORD.search(text, start, a):
         return False
-    if _VERSION_WORD.search(before):
-        return True
-    name = _NAME_BEFORE.search(before)
-    if name and name.group(1).lower() not in _NOT_A_NAME:
-        return True
     return any(not (d.start() < b and a < d.end()) for d in _DOTTED3.finditer(text, start, end))
 
 
