@@ -114,6 +114,10 @@ def score_pii(name: str, cases, negatives, hit, altered, errors: bool = False) -
     met = (found["all"] >= 0.95 * total["all"] and worst >= 0.9 and n_bad <= 0.01 * n_neg
            and bad["version4"] <= 0.1 * v)
     print(f"  TARGET {TARGETS}: {'met' if met else 'NOT MET'}")
+    # the stricter reading: every kind in every locale
+    pairs_met = all(found[(loc, k)] >= 0.9 * total[(loc, k)] for loc in LOCALES for k in KINDS
+                    if total[(loc, k)])
+    print(f"  TARGET recall >= 0.90 every kind x locale pair: {'met' if pairs_met else 'NOT MET'}")
 
 
 def bench_pii(seeds: int, which: str, errors: bool = False) -> None:

@@ -5,7 +5,8 @@ Kinds, checked in this order (an earlier kind's placeholder is never matched by 
 - EMAIL       `name@host.tld`
 - IP          IPv4 (four octets 0-255) and IPv6 (validated by `ipaddress`, at least three groups);
               a dotted quad that a version context owns is a version, not an address (see
-              `_is_version`)
+              `_is_version`); a full eight-group IPv6 address may touch a letter that is no hex
+              digit
 - ID_NUMBER   Chinese resident identity numbers: 18 characters, a valid birth date, and the
               ISO 7064 MOD 11-2 check character
 - CARD        bank card numbers: 12-19 digits, ungrouped or in groups (4-4-4-4, 4-6-5, 4-6-4, with a
@@ -14,7 +15,9 @@ Kinds, checked in this order (an earlier kind's placeholder is never matched by 
 - PHONE       telephone numbers that Google's libphonenumber (`phonenumbers`) calls valid, written
               in the national form of one of `pii.phone_regions` or in the international form
               (`+CC ...`, or the region's international prefix such as `00`), with an extension
-              (`x507`, `ext. 12`) or not
+              (`x507`, `ext. 12`) or not; the North American grouping `(NXX) NXX-XXXX` where a
+              NANP region is searched; any number of phone shape after a telephone word, none
+              after an order word (`number_context`)
 
 A match becomes a placeholder `<KIND>`. False positives are kept low by requiring the shape and a
 checksum or a numbering plan, and by refusing a Latin (or other alphabetic) letter, a digit or a

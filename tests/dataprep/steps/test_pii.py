@@ -591,7 +591,9 @@ def test_held_out_set_floors():
     assert hits >= 0.95 * len(cases)
     negatives = pii_heldout.negative_cases()
     versions = [(t, s) for k, t, s in negatives if k == "version4"]
-    assert sum(s not in redact(t)[0] for t, s in versions) <= 0.25 * len(versions)
+    assert sum(s not in redact(t)[0] for t, s in versions) <= 0.07 * len(versions)
+    digits = [(t, s) for k, t, s in negatives if k == "digits"]
+    assert sum(s not in redact(t)[0] for t, s in digits) <= 0.005 * len(digits)
     orders = [(t, s) for k, t, s in negatives if k == "order"]
     assert all(s in redact(t)[0] for t, s in orders)
 
@@ -651,6 +653,7 @@ def test_jcb_is_its_assigned_range():
     "upgrading from 2.0.3 or 2.0.3.1 needs a rebuild",           # other versions on the line
     "(1.1.1.1), bar.h (1.1.1.1), baz.h (1.1.1.1)",
     "5.1.0.2 replaces 5.1.0",
+    "像第\xa06.2.4.3\xa0节 “邮件地址配置”描述的那样",                # a section: the demo's zh-cn text
 ])
 def test_small_quads_in_weaker_version_contexts_stay(text):
     assert redact(text)[0] == text == plain_redact(text)[0]
