@@ -53,11 +53,14 @@ def _phone(rng, locale: str) -> str:
         "zh_CN": [f"1{rng.choice('35789')}{d(9)}", f"+86 13{d(1)} {d(4)} {d(4)}", f"+86-18{d(1)}-{d(4)}-{d(4)}",
                   f"010-{x}{d(7)}", f"021-{x}{d(7)}", f"0755-{x}{d(7)}", f"(010) {x}{d(7)}",
                   f"15{d(1)}-{d(4)}-{d(4)}", f"+8613{d(9)}"],
+        # (the last three: area codes drawn as the NANP allows them, NXX, assigned or not)
         "en_US": [f"({rng.choice(['212', '415', '401', '617', '312'])}){x}{d(2)}-{d(4)}",
                   f"{rng.choice(['201', '646', '718', '202'])}-{x}{d(2)}-{d(4)}",
                   f"{rng.choice(['305', '512', '503'])}.{x}{d(2)}.{d(4)}", f"+1-{rng.choice(['206', '303'])}-{x}{d(2)}-{d(4)}",
                   f"({rng.choice(['401', '702'])}){x}{d(2)}-{d(4)}x{d(3)}", f"{rng.choice(['214', '404'])}-{x}{d(2)}-{d(4)}x{d(4)}",
-                  f"001-{rng.choice(['512', '919'])}-{x}{d(2)}-{d(4)}", f"+1 (415) {x}{d(2)}-{d(4)}"],
+                  f"001-{rng.choice(['512', '919'])}-{x}{d(2)}-{d(4)}", f"+1 (415) {x}{d(2)}-{d(4)}",
+                  f"({rng.randint(2, 9)}{d(2)}) {x}{d(2)}-{d(4)}", f"{rng.randint(2, 9)}{d(2)}-{x}{d(2)}-{d(4)}",
+                  f"1-{rng.randint(2, 9)}{d(2)}-{x}{d(2)}-{d(4)}"],
         "en_GB": [f"0117 496 {d(4)}", f"0161 496 {d(4)}", f"020 7946 {d(4)}", f"+44 20 7946 {d(4)}",
                   f"07{rng.randint(400, 999)} {d(6)}", f"+44(0)113 496 {d(4)}", f"(0121) 496 {d(4)}", f"0909 879 {d(4)}",
                   f"+44 7{rng.randint(400, 999)} {d(6)}", f"01632 960{d(3)}"],
@@ -125,7 +128,8 @@ def _ip(rng, locale: str) -> str:
         return rng.choice([f"2001:db8:{rng.randint(1, 0xffff):x}::{rng.randint(1, 0xffff):x}",
                            f"fe80::{rng.randint(1, 0xffff):x}:{rng.randint(1, 0xffff):x}:{rng.randint(1, 0xffff):x}",
                            "2001:0db8:85a3:0000:0000:8a2e:0370:7334"])
-    return ".".join(str(rng.choice([rng.randint(1, 223), 10, 192, 172, 127])) if i == 0 else
+    # (a first octet below 10 now and then: the public addresses that look most like versions)
+    return ".".join(str(rng.choice([rng.randint(1, 223), 10, 192, 172, 127, rng.randint(1, 9)])) if i == 0 else
                     str(rng.randint(0, 255)) for i in range(4))
 
 
@@ -171,8 +175,15 @@ def _version4(rng) -> str:
     return f"{rng.randint(0, 12)}.{rng.randint(0, 20)}.{rng.randint(0, 20)}.{rng.randint(0, 99)}"
 
 
+def _small_version4(rng) -> str:
+    # the four-part versions of changelogs start below 10 (X.org's 1.9.99.x, CVS's 1.1.1.1)
+    return f"{rng.randint(0, 9)}.{rng.randint(0, 20)}.{rng.choice([rng.randint(0, 20), 99])}.{rng.randint(0, 30)}"
+
+
 def _negatives(rng) -> list[tuple[str, str]]:
     v = _version4(rng)
+    w = _small_version4(rng)
+    w3 = w.rsplit(".", 1)[0]
     d = lambda n: _d(rng, n)   # noqa: E731
     y, mo, da = rng.randint(1995, 2026), rng.randint(1, 12), rng.randint(1, 28)
     h, mi, se = rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59)
@@ -182,6 +193,15 @@ def _negatives(rng) -> list[tuple[str, str]]:
         ("version4", f"{v}+dfsg"), ("version4", f"Depends: libfoo (<= {v}-{rng.randint(1, 5)})"),
         ("version4", f"Breaks: bar (>= {v})"), ("version4", f"pkg ({v}) unstable; urgency=medium"),
         ("version4", f"version {v}"), ("version4", f"版本 {v}"),
+        # weaker contexts, which own versions that start below 10: a name right before (X.org,
+        # the BSDs, standards' sections, a CVS revision after a file name), a version word earlier
+        # on the line, another version on the line
+        ("version4", f"Require {rng.choice(['renderproto', 'libXrandr', 'xtrans', 'pixman'])} {w}."),
+        ("version4", f"{rng.choice(['NetBSD', 'OpenBSD', 'Solaris', 'OpenSSL'])} {w}"),
+        ("version4", f"see RFC 2617 section {w}"),
+        ("version4", f"{rng.choice(['main.c', 'util.h', 'Makefile.in'])} ({w})"),
+        ("version4", f"the next version will be {w}"), ("version4", f"upgrade from {w3} or {w}"),
+        ("version4", f"{w} replaces {w3}"),
         ("version", f"{rng.randint(0, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 30)}"),
         ("date", f"{y}-{mo:02d}-{da:02d}"), ("date", f"{da:02d}.{mo:02d}.{y}"), ("date", f"{y}/{mo:02d}/{da:02d}"),
         ("date", f"{y}{mo:02d}{da:02d}"), ("date", f"{y}年{mo}月{da}日"), ("date", f"{mo}/{da}/{y}"),

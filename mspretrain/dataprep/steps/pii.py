@@ -5,7 +5,8 @@ Kinds, checked in this order (an earlier kind's placeholder is never matched by 
 - EMAIL       `name@host.tld`
 - IP          IPv4 (four octets 0-255) and IPv6 (validated by `ipaddress`, at least three groups);
               a dotted quad that a version context owns is a version, not an address (see
-              `_is_version`)
+              `_is_version`); a full eight-group IPv6 address may touch a letter that is no hex
+              digit
 - ID_NUMBER   Chinese resident identity numbers: 18 characters, a valid birth date, and the
               ISO 7064 MOD 11-2 check character
 - CARD        bank card numbers: 12-19 digits, ungrouped or in groups (4-4-4-4, 4-6-5, 4-6-4, with a
@@ -14,7 +15,9 @@ Kinds, checked in this order (an earlier kind's placeholder is never matched by 
 - PHONE       telephone numbers that Google's libphonenumber (`phonenumbers`) calls valid, written
               in the national form of one of `pii.phone_regions` or in the international form
               (`+CC ...`, or the region's international prefix such as `00`), with an extension
-              (`x507`, `ext. 12`) or not
+              (`x507`, `ext. 12`) or not; the North American grouping `(NXX) NXX-XXXX` where a
+              NANP region is searched; any number of phone shape after a telephone word, none
+              after an order word (`number_context`)
 
 A match becomes a placeholder `<KIND>`. False positives are kept low by requiring the shape and a
 checksum or a numbering plan, and by refusing a Latin (or other alphabetic) letter, a digit or a
@@ -70,6 +73,11 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<!{_W}|\.){_OCTET}(?:\.{_OCTET}){{3}}(?!{_W}|[-+~]|\.{_W})")
 _IPV6 = re.compile(rf"(?<!{_W}|[:.])(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{0,4}}|"
                    rf"\d{{1,3}}(?:\.\d{{1,3}}){{3}})(?!{_W}|:)")
+# an address in full, eight groups of hex digits, is no part of a word even where a letter that
+# cannot be a hex digit touches it ("-d home_dir2001:db8:0:0:8:800:200c:417a": Chinese and Japanese
+# text glues it to what comes before); searched after _IPV6, which takes the ones with a boundary
+_IPV6_FULL = re.compile(r"(?<![0-9A-Fa-f:.])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
+                        rf"(?!{_W}|:)")
 # what owns a dotted quad as a version when it stands before it: a version word (any case, several
 # languages) with an optional ":" or "=", or with up to three of the small words that changelogs
 # put between ("Standards-Version): updated to 4.6.1.0", "Bump standards version to 3.9.8.0"), a
@@ -125,7 +133,7 @@ _NETWORKS = {
                     (14, 15, 16, 17, 18, 19)),
     "Discover": ((("6011", "6011"), ("644", "649"), ("65", "65"), ("622126", "622925")),
                  (16, 17, 18, 19)),
-    "JCB": ((("35", "35"),), (16, 17, 18, 19)),   # 3528-3589 assigned; 35 as card lists give it
+    "JCB": ((("3528", "3589"),), (16, 17, 18, 19)),   # the range JCB is assigned, not all of 35
     "JCB (15 digits)": ((("1800", "1800"), ("2131", "2131")), (15,)),
     "UnionPay": ((("62", "62"), ("81", "81")), (16, 17, 18, 19)),
     "Maestro": ((("50", "50"), ("56", "69")), tuple(range(12, 20))),
@@ -160,15 +168,81 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+# Weaker version contexts, which own only a quad whose first part is below 10: versions start so
+# ("1.2.3.4", "4.6.1.0", "1.9.99.15"), public addresses seldom do (1-9 are 9 of the about 220
+# first octets in use), and a quad such as "203.0.113.7" after an ordinary word stays an address.
+# - a network word earlier on its line makes it an address whatever else is there ("DNS 1.1.1.1",
+#   "ping 8.8.8.8", "the version server is 1.2.3.4")
+_NETWORK_WORD = re.compile(
+    r"(?<![^\W\d_])(?:ip|ipv4|ips|address|addresses|addr|host|hosts|hostname|server|servers|dns|"
+    r"nameserver|resolver|gateway|gw|route|router|ping|traceroute|proxy|peer|client|connect|"
+    r"connected|connecting|connection|listen|listening|bind|subnet|netmask|inet|src|dst|lan|wan|"
+    r"vpn|firewall|ssh|http|https|ftp|url|地址|ip地址|服务器|アドレス|サーバ)(?![^\W\d_])",
+    re.IGNORECASE)
+#   (a network word or a version word counts in its clause: after the last ". ", ";" or "。")
+_CLAUSE_END = re.compile(r"[.!?;]\s|[;。！？；]")
+# - a version word earlier in its clause, other words between ("Next version will be 4.1.4.1",
+#   "the next release (4.1.5.1 expected)", "If upgrading from 2.4.1 or 2.4.1.1"), not a part of a
+#   path ("read-pat/versions/1")
+_VERSION_WORD = re.compile(
+    r"(?<![^\W\d_]|/)(?:version|versions|release|released|releases|revision|upgrade|upgraded|"
+    r"upgrading|update|updated|updating|bump|bumped|require|requires|required|depends|changelog|"
+    r"版本|バージョン|버전)(?![^\W\d_])", re.IGNORECASE)
+# - another dotted number of three parts or more on its line, before or after it: a line that
+#   lists versions ("Require xproto 7.0.13, xextproto 7.0.3 and xlib 1.1.99.1", "FreeBSD 1.1.5.1,
+#   2.0, 2.0.5", "1.21.0.1 should not satisfy a check for 1.22.0.")
+_DOTTED3 = re.compile(r"(?<![\w.])\d+\.\d+\.\d+")
+# - a name right before it: the X.org and BSD way of naming what has the version ("xlib
+#   1.1.99.1", "inputproto 1.9.99.15", "FreeBSD 1.1.5.1", "HEIF 6.5.5.1"), not a small word of a
+#   sentence, which an address follows as well ("at", "via"); with a bracket between, a file or
+#   package name only (a dot, hyphen, underscore or digit in it: "thinp.h (1.1.1.1)", a CVS
+#   revision), since prose puts an address in brackets after any word ("Alice (5.6.7.8)")
+_NAME_BEFORE = re.compile(r"(?:^|\s)(\S*[^\W_])\s(\()?$")
+_FILE_NAME = re.compile(r"[^\W_][._+-][^\W_]|\d")
+_NOT_A_NAME = frozenset(
+    "a an the at to from via on in into by is was are be of for and or with as if see use using "
+    "call ring contact me us it its this that then than not no number über von nach an bei mit "
+    "unter für und oder de du des le la les à au aux en par sur vers avec et ou".split())
+
+
+_LINE_CHARS = 120
+
+
+def _small_quad(quad: str) -> bool:
+    return int(quad.split(".", 1)[0]) < 10
+
+
 def _is_version(m: re.Match) -> bool:
     """Whether the dotted quad `m` is owned by a version context: a version word, a comparison or a
-    package name right before it on the same line, or a Debian changelog header around it."""
+    package name right before it on the same line, or a Debian changelog header around it; or, for
+    a quad whose first part is below 10, one of the weaker contexts above."""
     text, a, b = m.string, m.start(), m.end()
     line_start = text.rfind("\n", max(0, a - 40), a) + 1
     before = text[max(line_start, a - 40):a]
     if _VERSION_BEFORE.search(before) or _PACKAGE_BEFORE.search(before):
         return True
-    return before.endswith("(") and _CHANGELOG_HEAD.match(text, b) is not None
+    if before.endswith("(") and _CHANGELOG_HEAD.match(text, b) is not None:
+        return True
+    if not _small_quad(m.group()):
+        return False
+    # the words before it count from the start of its clause ("... for connecting to it.  Require
+    # renderproto 0.5.99.26": the sentence before says nothing of this number)
+    clause = _CLAUSE_END.split(before)[-1]
+    if _NETWORK_WORD.search(clause):
+        return False
+    if _VERSION_WORD.search(clause):
+        return True
+    name = _NAME_BEFORE.search(before)
+    if name and name.group(1).lower() not in _NOT_A_NAME and (
+            name.group(2) is None or _FILE_NAME.search(name.group(1))):
+        return True
+    # the line around it, at most _LINE_CHARS either side (a text without line breaks stays cheap)
+    start = text.rfind("\n", max(0, a - _LINE_CHARS), a) + 1 or max(0, a - _LINE_CHARS)
+    end = text.find("\n", b, b + _LINE_CHARS)
+    end = min(len(text), b + _LINE_CHARS) if end < 0 else end
+    if _NETWORK_WORD.search(text, start, a):
+        return False
+    return any(not (d.start() < b and a < d.end()) for d in _DOTTED3.finditer(text, start, end))
 
 
 def _ipv4_ok(m: re.Match) -> bool:
@@ -226,6 +300,10 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
             or _mixed_dots(main)):
         return False
     international = candidate.startswith(("+", "(+"))
+    if not international and _nanp_grouped(main, regions):
+        return True
+    if _consecutive(phonenumbers.normalize_digits_only(main)):
+        return False
     for region in ("ZZ",) if international else regions:
         if not international and not _length_possible(main, digits, region):
             continue   # spares the parse (most of the cost) for regions it cannot be from
@@ -240,6 +318,28 @@ def phone_valid(candidate: str, regions: tuple[str, ...]) -> bool:
             # country has; nothing but a telephone number is written so
             return True
     return False
+
+
+# The North American grouping, area code and exchange each NXX (N: 2-9), as the NANP writes its
+# numbers: "(NXX)NXX-XXXX", "(NXX) NXX-XXXX", "NXX-NXX-XXXX", "NXX.NXX.XXXX", with "1-" or "001-"
+# before or not. Nothing else is written so, so it is a telephone number where a NANP region is
+# searched even when libphonenumber does not list its area code as assigned (as a "+1" number
+# needs only a possible length). Ungrouped ten-digit runs are not: they read as order numbers.
+_NANP = re.compile(r"(?:(?:1|001)[ .-])?(?:\([2-9]\d\d\) ?[2-9]\d\d-|[2-9]\d\d-[2-9]\d\d-|"
+                   r"[2-9]\d\d\.[2-9]\d\d\.)\d{4}")
+_NANP_REGIONS = frozenset(("US", "CA", "PR", "AG", "AI", "AS", "BB", "BM", "BS", "DM", "DO",
+                           "GD", "GU", "JM", "KN", "KY", "LC", "MP", "MS", "SX", "TC", "TT",
+                           "VC", "VG", "VI"))
+
+
+def _nanp_grouped(main: str, regions: tuple[str, ...]) -> bool:
+    return _NANP.fullmatch(main) is not None and not _NANP_REGIONS.isdisjoint(regions)
+
+
+def _consecutive(digits: str) -> bool:
+    """Nine digits or more in counting order, up or down ("0123456789", "1234567890",
+    "987654321"): a sample, a ruler or a character class, not a telephone number."""
+    return len(digits) >= 9 and (digits in "01234567890" or digits in "09876543210")
 
 
 # ------------------------------------------------------------------------------ number contexts
@@ -367,7 +467,9 @@ def _national_form(number, written: str, region: str) -> bool:
         # one unbroken run of digits without a national prefix is a phone number only as a mobile
         # number of 11 digits or more ("15341354926" in China): shorter runs, and other kinds of
         # number, read as order numbers and counts
-        return bool(prefix) and digits.startswith(prefix) or (
+        # (with the national prefix, 9 digits or more: 7-8 unbroken digits after a 0 are the
+        # shortest German numbers, and far more often hashes and counts: "0294912")
+        return bool(prefix) and digits.startswith(prefix) and len(digits) >= 9 or (
             len(digits) >= 11 and
             phonenumbers.number_type(number) == phonenumbers.PhoneNumberType.MOBILE)
     if not prefix:
@@ -491,6 +593,7 @@ _TOKEN_RULES = (
     ("EMAIL", _EMAIL, None, _at_signs),
     ("IP", _IPV4, _ipv4_ok, _ipv4_anchors),
     ("IP", _IPV6, _ipv6_ok, _ipv6_anchors),
+    ("IP", _IPV6_FULL, None, _ipv6_anchors),
 )
 
 
