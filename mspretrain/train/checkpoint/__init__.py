@@ -8,10 +8,10 @@ every other file, so a flipped bit or a truncated file is an error naming it, ne
 `--resume auto` takes the newest checkpoint that passes those checks, whatever `latest` says.
 
 The room, by module: `layout` (names and places), `format` (the model file's bytes, in
-ms.save_checkpoint's format; `safetensors_file`: checkpoint.format safetensors), `store` (the atomic write, the checks, reading back), `background`
-(`checkpoint.async`), `resume` (what a resume restores), `policy` (which config changes a resume
-accepts), `reshard` (a resume on another parallel layout), `diskspace`. The names below are what the
-rest of the trainer uses.
+ms.save_checkpoint's format; `safetensors_file`: checkpoint.format safetensors), `store` (the atomic
+write, the checks, reading back), `background` (`checkpoint.async`), `resume` (what a resume restores),
+`policy` (which config changes a resume accepts), `reshard` (a resume on another parallel layout),
+`diskspace`. The names below are what the rest of the trainer uses.
 """
 from mspretrain.train.checkpoint.background import WRITER_NICE, BackgroundWriter
 from mspretrain.train.checkpoint.format import (CheckpointError, HostTensor, ModelImage, Pacer, file_digest,
@@ -25,5 +25,6 @@ from mspretrain.train.checkpoint.store import (check_checkpoint, find_resumable,
 __all__ = ["BackgroundWriter", "CheckpointError", "FILES_KEY", "FORMATS", "HostTensor", "LATEST", "MODEL_FILE",
            "MODEL_FILES", "ModelImage", "Pacer", "RESHARDED", "STATE_FILE", "WRITER_NICE", "check_checkpoint",
            "checkpoints_root", "file_digest", "find_resumable", "host_copy", "latest_checkpoint",
-           "list_checkpoints", "load_file", "load_params", "model_file", "model_format", "read_state", "remove_stale_temps",
-           "repoint_latest", "step_dir_name", "verify_files", "write_checkpoint", "write_model_file"]
+           "list_checkpoints", "load_file", "load_params", "model_file", "model_format", "read_state",
+           "remove_stale_temps", "repoint_latest", "step_dir_name", "verify_files", "write_checkpoint",
+           "write_model_file"]

@@ -143,7 +143,7 @@ class Checkpointer:
         keep, fmt = cfg.checkpoint.keep_max, cfg.checkpoint.format
         if writer is not None:
             # the state at this step, copied into the file's image (the previous write has ended)
-            image = writer.image.fill(host_copy(ts.state_parameters(), copy=False), fmt=cfg.checkpoint.format)
+            image = writer.image.fill(host_copy(ts.state_parameters(), copy=False), fmt=fmt)
             state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
             writer.start(step, lambda pace: write_checkpoint(run_dir, step, image, state, keep,
                                                              on_phase=on_phase, pace=pace))
@@ -184,8 +184,8 @@ def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
         return
     updates = int(np.asarray(counter.asnumpy()).reshape(-1)[0])
     if updates > state["step"]:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: step {state['step']}, but its {model_name(ckpt_dir)} holds "
-                              f"{updates} optimizer updates; the state does not belong to these weights. "
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: step {state['step']}, but its {model_name(ckpt_dir)} "
+                              f"holds {updates} optimizer updates; the state does not belong to these weights. "
                               f"Nothing was changed.")
 
 

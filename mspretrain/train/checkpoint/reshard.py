@@ -304,11 +304,12 @@ def merge_plan(state: dict, strategy_dir: Path) -> Plan:
 
 
 def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
-    """The directory whose model file holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has
-    one (model.ckpt or model.safetensors), else its ranks' slices joined with MindSpore's checkpoint transformation (the strategy files
-    CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into `out` (default CKPT/merged/), built
-    once: a directory appears complete or not at all. For `train eval` (loss, tasks, the in-loop suite
-    of a sharded run), export/generate/score (runinfo.model_weights) and the doctor's pp rung."""
+    """The directory whose model file holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has one
+    (model.ckpt or model.safetensors), else its ranks' slices joined with MindSpore's checkpoint
+    transformation (the strategy files CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into
+    `out` (default CKPT/merged/), built once: a directory appears complete or not at all. For `train
+    eval` (loss, tasks, the in-loop suite of a sharded run), export/generate/score
+    (runinfo.model_weights) and the doctor's pp rung."""
     import shutil
 
     from mspretrain.train.checkpoint import CheckpointError, MODEL_FILE, MODEL_FILES, read_state
