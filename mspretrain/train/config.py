@@ -142,6 +142,9 @@ class CheckpointConfig:
     # copy the state to host memory at the step and write it on a background thread while training
     # goes on; one write at a time, `latest` moves when it is complete (field async_: a Python keyword)
     async_: Annotated[bool, pydantic.Field(validation_alias=pydantic.AliasChoices("async", "async_"))] = False
+    # the model file: ckpt (model.ckpt, ms.save_checkpoint's protobuf) or safetensors (model.safetensors,
+    # as ms.save_checkpoint(format="safetensors") and MindFormers 2.x write it)
+    format: str = "ckpt"
 
 
 @dataclass
@@ -211,6 +214,8 @@ class Config:
         """The config as the keys a user writes (checkpoint.async, not the field's name async_)."""
         d = dataclasses.asdict(self)
         d["checkpoint"]["async"] = d["checkpoint"].pop("async_")
+        if d["checkpoint"]["format"] == "ckpt":     # the default, as every run had it before the key:
+            d["checkpoint"].pop("format")           # left out, so such a run's records stay the bytes they were
         # Llama is every run's family from before the key existed: left out, so that a Llama run's
         # config hash, checkpoint and run.json are the bytes they were, and older checkpoints resume
         if d["model"]["family"] == "llama":
@@ -241,6 +246,7 @@ class Config:
 # ---------------------------------------------------------------- loading
 
 DEVICES = ("CPU", "Ascend", "GPU")
+CHECKPOINT_FORMATS = ("ckpt", "safetensors")      # the keys of train.checkpoint.layout.MODEL_FILES
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Config:
@@ -258,6 +264,7 @@ def check_config(cfg: Config) -> None:
         near = [d for d in DEVICES if d.lower() == str(cfg.device).lower()]
         raise ConfigError(f"device: {cfg.device!r} is not one of {', '.join(DEVICES)}"
                           + (f" (did you mean {near[0]!r}?)" if near else ""))
+    check_checkpoint_format(cfg)
     m = cfg.model
     rules = [("model.hidden_size", m.hidden_size >= 1, ">= 1"),
              ("model.num_layers", m.num_layers >= 1, ">= 1"),
@@ -273,6 +280,22 @@ def check_config(cfg: Config) -> None:
     for key, ok, want in rules:
         if not ok:
             raise ConfigError(f"{key} must be {want}, got {getattr(m, key.split('.')[1])!r}")
+
+
+def check_checkpoint_format(cfg: Config) -> None:
+    """checkpoint.format is one MindSpore reads, and safetensors only where a checkpoint is one file:
+    per-rank safetensors files would not be transformed onto another layout nor merged for
+    eval/export (MindSpore 2.10's transform_checkpoint_by_rank reads .ckpt files only)."""
+    fmt, p = cfg.checkpoint.format, cfg.parallel
+    if fmt not in CHECKPOINT_FORMATS:
+        raise ConfigError(f"checkpoint.format must be one of {', '.join(CHECKPOINT_FORMATS)}, got {fmt!r}")
+    sharding = [key for key, on in (("parallel.model_parallel", p.model_parallel > 1),
+                                    ("parallel.pipeline_stage", p.pipeline_stage > 1),
+                                    ("parallel.optimizer_shard", bool(p.optimizer_shard))) if on]
+    if fmt == "safetensors" and sharding:
+        raise ConfigError(f"checkpoint.format safetensors writes one model file, and {', '.join(sharding)} "
+                          f"shard the model across ranks (per-rank files, resharded and merged as .ckpt); "
+                          f"set checkpoint.format=ckpt for this layout")
 
 
 def parse_layer_ranges(spec: str, num_layers: int, key: str) -> list[int]:

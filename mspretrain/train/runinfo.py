@@ -110,12 +110,14 @@ def model_weights(ckpt_dir) -> dict[str, np.ndarray]:
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / ckpt.STATE_FILE).is_file():     # a checkpoint of a run: its files' digests first
         ckpt.verify_files(ckpt_dir, ckpt.read_state(ckpt_dir))
-    path = ckpt_dir / "model.ckpt"
-    if not path.is_file():
-        from mspretrain.train.checkpoint.reshard import is_sharded_checkpoint, merged_to_one_device
-        if not is_sharded_checkpoint(ckpt_dir):
-            raise RunInfoError(f"{path} not found")
-        path = merged_to_one_device(ckpt_dir) / "model.ckpt"
+    from mspretrain.train.checkpoint.reshard import is_sharded_checkpoint, merged_to_one_device
+    if is_sharded_checkpoint(ckpt_dir):
+        path = ckpt.model_file(merged_to_one_device(ckpt_dir))
+    else:       # model.ckpt or model.safetensors, whichever the checkpoint holds
+        try:
+            path = ckpt.model_file(ckpt_dir)
+        except ckpt.CheckpointError as e:
+            raise RunInfoError(str(e)) from None
     out = {}
     for key, value in ckpt.load_file(path).items():
         if key.startswith(_OPTIMIZER_PREFIXES):

@@ -15,7 +15,7 @@ from mspretrain.train.checkpoint import policy, reshard
 from mspretrain.train.checkpoint.background import BackgroundWriter
 from mspretrain.train.checkpoint.format import CheckpointError, host_copy
 from mspretrain.train.checkpoint.layout import (LATEST, MODEL_FILE, STATE_FILE, STATE_FORMAT_VERSION,
-                                                checkpoints_root, list_checkpoints)
+                                                checkpoints_root, list_checkpoints, model_file)
 from mspretrain.train.checkpoint.store import (check_checkpoint, find_resumable, load_params, read_state,
                                                write_checkpoint)
 from mspretrain.train.parallel import distributed
@@ -98,7 +98,8 @@ class Checkpointer:
                   "synchronise with each other; writing checkpoints synchronously", file=sys.stderr, flush=True)
             return
         self.writer = BackgroundWriter(cfg.checkpoint.every_steps)
-        self.writer.image.fill(host_copy(session.train_step.state_parameters(), copy=False))
+        self.writer.image.fill(host_copy(session.train_step.state_parameters(), copy=False),
+                               fmt=cfg.checkpoint.format)
 
     def check(self) -> None:
         """Raise the CheckpointError of a background write that failed (at every step boundary)."""
@@ -139,19 +140,19 @@ class Checkpointer:
         if dist.is_main:        # a full disk stops the run before the write, every checkpoint intact
             from mspretrain.train.checkpoint.diskspace import check_free_space
             check_free_space(run_dir, ts.state_parameters(), cfg.checkpoint.keep_max)
-        keep = cfg.checkpoint.keep_max
+        keep, fmt = cfg.checkpoint.keep_max, cfg.checkpoint.format
         if writer is not None:
             # the state at this step, copied into the file's image (the previous write has ended)
-            image = writer.image.fill(host_copy(ts.state_parameters(), copy=False))
+            image = writer.image.fill(host_copy(ts.state_parameters(), copy=False), fmt=fmt)
             state = json.loads(json.dumps(state))       # nor may the loop's later changes reach state.json
             writer.start(step, lambda pace: write_checkpoint(run_dir, step, image, state, keep,
                                                              on_phase=on_phase, pace=pace))
         elif dist.sharded:
             write_checkpoint(run_dir, step, ts.state_parameters(), state, keep, rank=dist.rank,
                              is_main=dist.is_main, barrier=lambda: distributed.barrier(dist),
-                             add_files=strategy_files(cfg, dist), on_phase=on_phase)
+                             add_files=strategy_files(cfg, dist), on_phase=on_phase, fmt=fmt)
         elif dist.is_main:
-            write_checkpoint(run_dir, step, ts.state_parameters(), state, keep, on_phase=on_phase)
+            write_checkpoint(run_dir, step, ts.state_parameters(), state, keep, on_phase=on_phase, fmt=fmt)
 
 
 def strategy_files(cfg, dist):
@@ -176,13 +177,21 @@ def check_state_version(state: dict, ckpt_dir) -> None:
 
 
 def check_optimizer_step(params: dict, state: dict, ckpt_dir: Path) -> None:
-    """The optimizer's own step counter (in model.ckpt) counts the updates that were not skipped,
+    """The optimizer's own step counter (in the model file) counts the updates that were not skipped,
     so it can never exceed state.json's step: a step edited upwards or another run's weights."""
     counter = params.get("global_step")
     if counter is None:
         return
     updates = int(np.asarray(counter.asnumpy()).reshape(-1)[0])
     if updates > state["step"]:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: step {state['step']}, but its {MODEL_FILE} holds "
-                              f"{updates} optimizer updates; the state does not belong to these weights. "
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: step {state['step']}, but its {model_name(ckpt_dir)} "
+                              f"holds {updates} optimizer updates; the state does not belong to these weights. "
                               f"Nothing was changed.")
+
+
+def model_name(ckpt_dir: Path) -> str:
+    """The name of `ckpt_dir`'s model file, for messages (model.ckpt when it cannot tell)."""
+    try:
+        return model_file(ckpt_dir).name
+    except CheckpointError:
+        return MODEL_FILE

@@ -1,4 +1,5 @@
-"""The model file's bytes: ms.save_checkpoint's format, written from a host copy of the tensors
+"""The model file's bytes: ms.save_checkpoint's format (model.ckpt), or safetensors (model.safetensors,
+checkpoint.format: safetensors, safetensors_file.py), written from a host copy of the tensors
 (`host_copy`) or from a reusable image of the whole file (`ModelImage`, the background write), with its
 digest taken of the bytes as they are written, past the page cache where the file system allows.
 """
@@ -8,6 +9,7 @@ import errno
 import hashlib
 import mmap
 import os
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -66,9 +68,17 @@ def _slice_bytes() -> int:
     return 1024 * SLICE_SIZE
 
 
+def model_format(path) -> str:
+    """The model file's format, from its name as MindSpore reads it: "safetensors" for *.safetensors,
+    else "ckpt"."""
+    return "safetensors" if Path(path).suffix == ".safetensors" else "ckpt"
+
+
 def write_model_file(path, tensors: "list[HostTensor] | ModelImage", slice_bytes: int | None = None,
                      pace: "Pacer | None" = None) -> dict:
-    """Write model.ckpt in ms.save_checkpoint's format, fsync it, and return its {"sha256", "bytes"}.
+    """Write the model file in ms.save_checkpoint's format, fsync it, and return its {"sha256", "bytes"}.
+    The format follows `path`'s name (`model_format`); what follows is model.ckpt's (model.safetensors:
+    safetensors_file.py).
 
     The file is a sequence of serialized `Checkpoint` protobuf records (mindspore/train/checkpoint.proto),
     one per tensor slice of up to SLICE_SIZE KiB: byte for byte what ms.save_checkpoint writes for the
@@ -82,9 +92,15 @@ def write_model_file(path, tensors: "list[HostTensor] | ModelImage", slice_bytes
     are hashed and written from the image in PACE_CHUNK pieces past the page cache (`_write_image`),
     at the rate `pace` sets."""
     step = slice_bytes or _slice_bytes()
+    fmt = model_format(path)
     if isinstance(tensors, ModelImage) or pace is not None:
-        image = tensors if isinstance(tensors, ModelImage) else ModelImage().fill(tensors, step)
+        image = tensors if isinstance(tensors, ModelImage) else ModelImage().fill(tensors, step, fmt)
+        if image.format != fmt:
+            raise CheckpointError(f"{path}: the snapshot was laid out as {image.format}, not {fmt}")
         return _write_image(path, image, pace)
+    if fmt == "safetensors":
+        from mspretrain.train.checkpoint import safetensors_file
+        return safetensors_file.write(path, tensors, _bytes_of)
     parts = [part for t in tensors for part in _record_parts(t, step)]
     sha, size = hashlib.sha256(), 0
     with ThreadPoolExecutor(1, thread_name_prefix="ckpt-digest") as hasher, open(path, "wb") as f:
@@ -120,9 +136,10 @@ def _bytes_of(data) -> memoryview:
 
 
 class ModelImage:
-    """model.ckpt's bytes in host memory: a background write's snapshot (checkpoint.async).
+    """The model file's bytes in host memory: a background write's snapshot (checkpoint.async).
 
-    `fill` copies the tensors to their places in the file, between the record heads, in a page-aligned
+    `fill` copies the tensors to their places in the file (model.ckpt: between the record heads;
+    model.safetensors: after the header, safetensors_file.layout), in a page-aligned
     buffer that the next snapshot reuses (the heads are encoded again only when the tensors' names,
     shapes or types change). The write (`_write_image`) then hashes the buffer and hands it to the
     disk past the page cache (O_DIRECT): no copy into the page cache and no writeback of it, the CPU
@@ -131,18 +148,20 @@ class ModelImage:
 
     def __init__(self):
         self._mem: mmap.mmap | None = None
-        self._layout: list | None = None        # (name, dims, dtype, bytes) per tensor, and the slice size
+        self._layout: list | None = None        # (name, dims, dtype, bytes) per tensor, slice size, format
         self._places: list = []                 # per tensor: the (offset, bytes) of each slice's content
         self.size = 0                           # the file's length (the buffer is padded to _ALIGN)
+        self.format = "ckpt"                    # the file's: "ckpt" or "safetensors" (model_format)
 
-    def fill(self, tensors: list[HostTensor], slice_bytes: int | None = None) -> "ModelImage":
-        """Copy `tensors` (e.g. `host_copy(params, copy=False)`: views of the parameters) into the image."""
+    def fill(self, tensors: list[HostTensor], slice_bytes: int | None = None, fmt: str = "ckpt") -> "ModelImage":
+        """Copy `tensors` (e.g. `host_copy(params, copy=False)`: views of the parameters) into the image
+        of a model file in format `fmt`."""
         step = slice_bytes or _slice_bytes()
         views = [_bytes_of(t.data) for t in tensors]
-        layout = [(t.name, list(t.dims), t.dtype, len(v)) for t, v in zip(tensors, views)] + [step]
+        layout = [(t.name, list(t.dims), t.dtype, len(v)) for t, v in zip(tensors, views)] + [step, fmt]
         if layout != self._layout:
-            self._lay_out(tensors, step)
-            self._layout = layout
+            self._lay_out(tensors, step, fmt, [len(v) for v in views])
+            self._layout, self.format = layout, fmt
         buf = np.frombuffer(self._mem, np.uint8)
         copies = []         # (to, from) byte arrays, in file order
         for view, places in zip(views, self._places):
@@ -154,15 +173,20 @@ class ModelImage:
         _copy_in_parallel(copies, SNAPSHOT_THREADS)
         return self
 
-    def _lay_out(self, tensors, step) -> None:
+    def _lay_out(self, tensors, step, fmt, sizes) -> None:
         heads, places, offset = [], [], 0
-        for t in tensors:
-            mine, parts = [], _record_parts(t, step)
-            for head, content in zip(parts, parts):      # the file's pieces: head, content, head, ...
-                heads.append((offset, head))
-                mine.append((offset + len(head), len(content)))
-                offset += len(head) + len(content)
-            places.append(mine)
+        if fmt == "safetensors":
+            from mspretrain.train.checkpoint import safetensors_file
+            head, starts, offset = safetensors_file.layout(tensors, sizes)
+            heads, places = [(0, head)], [[(at, n)] for at, n in zip(starts, sizes)]
+        else:
+            for t in tensors:
+                mine, parts = [], _record_parts(t, step)
+                for head, content in zip(parts, parts):      # the file's pieces: head, content, head, ...
+                    heads.append((offset, head))
+                    mine.append((offset + len(head), len(content)))
+                    offset += len(head) + len(content)
+                places.append(mine)
         padded = max(_ALIGN, -(-offset // _ALIGN) * _ALIGN)
         if self._mem is None or len(self._mem) != padded:
             self._mem = mmap.mmap(-1, padded)        # anonymous: page aligned, zeros
@@ -326,8 +350,9 @@ def file_digest(path) -> dict:
 
 
 def load_file(path) -> dict:
-    """ms.load_checkpoint, with a damaged file (empty, truncated, not a checkpoint) as CheckpointError."""
+    """ms.load_checkpoint in the format of the file's name, with a damaged file (empty, truncated, not
+    a checkpoint) as CheckpointError."""
     try:
-        return ms.load_checkpoint(str(path))
-    except (ValueError, RuntimeError, TypeError, OSError) as e:
+        return ms.load_checkpoint(str(path), format=model_format(path))
+    except (ValueError, RuntimeError, TypeError, OSError, struct.error) as e:
         raise CheckpointError(f"{path}: cannot be read as a checkpoint ({str(e).splitlines()[0][:200]})") from None

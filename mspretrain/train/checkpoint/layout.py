@@ -21,6 +21,9 @@ LATEST = "latest"
 
 
 MODEL_FILE = "model.ckpt"
+# checkpoint.format -> the model file's name; a step dir (or each rank_R/) holds exactly one of them
+MODEL_FILES = {"ckpt": MODEL_FILE, "safetensors": "model.safetensors"}
+FORMATS = tuple(MODEL_FILES)
 
 
 STATE_FILE = "state.json"
@@ -37,6 +40,21 @@ STEP_RE = re.compile(r"^step_(\d{8})$")
 
 
 RANK_DIGESTS = ".digests-rank_{}.json"     # a sharded write: each rank's digests, merged by the main rank
+
+
+def model_file(model_dir) -> Path:
+    """The model file of a step dir (or of its rank_R/): model.ckpt or model.safetensors, whichever it
+    holds (a run may change checkpoint.format between saves); CheckpointError when it holds both or
+    neither."""
+    model_dir = Path(model_dir)
+    found = [model_dir / name for name in MODEL_FILES.values() if (model_dir / name).is_file()]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise CheckpointError(f"{model_dir}: holds both {' and '.join(MODEL_FILES.values())}; a checkpoint has "
+                              f"one model file (checkpoint.format): remove the one its {STATE_FILE} does not list")
+    raise CheckpointError(f"{model_dir}: neither {' nor '.join(MODEL_FILES.values())} found: not a complete "
+                          f"checkpoint")
 
 
 def step_dir_name(step: int) -> str:

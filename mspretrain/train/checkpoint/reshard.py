@@ -28,6 +28,11 @@ that record (`verify`: with an unsharded destination all ranks load the main ran
 damaged or half-written transformation is an error naming the file, as for a checkpoint. RUN/resharded
 is only the bridge to the first checkpoint on the new layout: it is removed once the resumed run has
 published its own (checkpoint.write_checkpoint).
+
+The transformation reads model.ckpt files only (MindSpore 2.10's transform_checkpoint_by_rank loads
+them as .ckpt): a checkpoint whose model file is model.safetensors (checkpoint.format safetensors,
+never sharded: config.check_checkpoint_format) resumes on layouts that need no transformation (the
+same, or another data-parallel size), and `transform` refuses the others, naming the key.
 """
 from __future__ import annotations
 
@@ -185,6 +190,7 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
     from mspretrain.train.checkpoint import MODEL_FILE, RESHARDED
 
     ckpt_dir = Path(ckpt_dir)
+    refuse_safetensors(ckpt_dir, "transformed onto another parallel layout")
     out = Path(out) if out is not None else Path(run_dir) / RESHARDED / ckpt_dir.name
     merged = out / "strategy"
 
@@ -257,10 +263,25 @@ MERGED_DIR = "merged"       # CKPT/merged/model.ckpt: a sharded checkpoint's ful
 
 
 def is_sharded_checkpoint(ckpt_dir) -> bool:
-    """Per-rank files (CKPT/rank_R/model.ckpt) and no full model.ckpt."""
-    from mspretrain.train.checkpoint import MODEL_FILE
+    """Per-rank files (CKPT/rank_R/model.ckpt) and no full model file."""
+    from mspretrain.train.checkpoint import MODEL_FILES
     ckpt_dir = Path(ckpt_dir)
-    return not (ckpt_dir / MODEL_FILE).is_file() and (ckpt_dir / "rank_0" / MODEL_FILE).is_file()
+    return (not any((ckpt_dir / name).is_file() for name in MODEL_FILES.values())
+            and any((ckpt_dir / "rank_0" / name).is_file() for name in MODEL_FILES.values()))
+
+
+def refuse_safetensors(ckpt_dir: Path, what: str) -> None:
+    """CheckpointError when `ckpt_dir` (or its rank_0/) holds model.safetensors, which MindSpore 2.10's
+    transformation does not read."""
+    from mspretrain.train.checkpoint import MODEL_FILES, CheckpointError
+
+    name = MODEL_FILES["safetensors"]
+    for path in (ckpt_dir / name, ckpt_dir / "rank_0" / name):
+        if path.is_file():
+            raise CheckpointError(f"{path}: a checkpoint in checkpoint.format safetensors cannot be {what} "
+                                  f"(MindSpore 2.10's transform_checkpoint_by_rank reads .ckpt files only); "
+                                  f"resume it on the layout it was written with, with checkpoint.format=ckpt, "
+                                  f"and use the checkpoint that run writes")
 
 
 def merge_plan(state: dict, strategy_dir: Path) -> Plan:
@@ -283,20 +304,22 @@ def merge_plan(state: dict, strategy_dir: Path) -> Plan:
 
 
 def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
-    """The directory whose model.ckpt holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has
-    one, else its ranks' slices joined with MindSpore's checkpoint transformation (the strategy files
-    CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into `out` (default CKPT/merged/), built
-    once: a directory appears complete or not at all. For `train eval` (loss, tasks, the in-loop suite
-    of a sharded run), export/generate/score (runinfo.model_weights) and the doctor's pp rung."""
+    """The directory whose model file holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has one
+    (model.ckpt or model.safetensors), else its ranks' slices joined with MindSpore's checkpoint
+    transformation (the strategy files CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into
+    `out` (default CKPT/merged/), built once: a directory appears complete or not at all. For `train
+    eval` (loss, tasks, the in-loop suite of a sharded run), export/generate/score
+    (runinfo.model_weights) and the doctor's pp rung."""
     import shutil
 
-    from mspretrain.train.checkpoint import CheckpointError, MODEL_FILE, read_state
+    from mspretrain.train.checkpoint import CheckpointError, MODEL_FILE, MODEL_FILES, read_state
 
     ckpt_dir = Path(ckpt_dir)
-    if (ckpt_dir / MODEL_FILE).is_file():
+    if any((ckpt_dir / name).is_file() for name in MODEL_FILES.values()):
         return ckpt_dir
     if not is_sharded_checkpoint(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir}: neither {MODEL_FILE} nor rank_0/{MODEL_FILE}")
+    refuse_safetensors(ckpt_dir, "merged onto one device")
     out = Path(out) if out is not None else ckpt_dir / MERGED_DIR
     if (out / MODEL_FILE).is_file():
         try:

@@ -20,9 +20,9 @@ from mspretrain.common.files import atomic_write_json, atomic_write_text, fsync_
 from mspretrain.common.fsmode import use_umask
 from mspretrain.train.checkpoint.format import (CheckpointError, ModelImage, Pacer, file_digest, host_copy,
                                                 load_file, write_model_file)
-from mspretrain.train.checkpoint.layout import (FILES_KEY, LATEST, MODEL_FILE, RANK_DIGESTS, RESHARDED,
+from mspretrain.train.checkpoint.layout import (FILES_KEY, LATEST, MODEL_FILES, RANK_DIGESTS, RESHARDED,
                                                 STATE_FILE, STEP_RE, checkpoints_root, list_checkpoints,
-                                                move_aside, pointer_name, prune, step_dir_name)
+                                                model_file, move_aside, pointer_name, prune, step_dir_name)
 
 
 def find_resumable(run_dir, warn=None) -> Path | None:
@@ -57,23 +57,27 @@ def find_resumable(run_dir, warn=None) -> Path | None:
 
 
 def check_checkpoint(ckpt_dir, out=None) -> dict:
-    """state.json of `ckpt_dir`, after checking it (`check_state`) and every file's digest; or
-    CheckpointError naming the file."""
+    """state.json of `ckpt_dir`, after checking it (`check_state`), every file's digest and that it
+    holds one model file (per rank when sharded); or CheckpointError naming the file."""
     state = read_state(ckpt_dir)
     check_state(state, ckpt_dir)
     verify_files(ckpt_dir, state, out=out)
+    ranks = sorted(Path(ckpt_dir).glob("rank_*/"))
+    for model_dir in ranks or [Path(ckpt_dir)]:
+        model_file(model_dir)
     return state
 
 
 def write_checkpoint(run_dir, step: int, params: "dict | list | ModelImage", state: dict, keep_max: int,
                      rank: int | None = None, is_main: bool = True, barrier=None,
-                     add_files=None, on_phase=None, pace: Pacer | None = None) -> Path:
+                     add_files=None, on_phase=None, pace: Pacer | None = None, fmt: str = "ckpt") -> Path:
     """Write checkpoint `step` atomically and publish it as latest. `params`: name -> Parameter, or
     a snapshot of them: their `host_copy`, or a `ModelImage` (a background write). `rank` set: per-rank model file
     (sharded); then every rank calls this, `barrier()` separates the rank writes from the rename.
     `add_files(tmp_dir)`: each rank's extra files (e.g. its parallel strategy), written into the
     temporary directory before the second barrier, so they are published with the checkpoint.
-    `on_phase(phase, step)`: see above. `pace`: a background write's rate (`Pacer`)."""
+    `on_phase(phase, step)`: see above. `pace`: a background write's rate (`Pacer`). `fmt`: the model
+    file's format (checkpoint.format; a `ModelImage` has its own)."""
     root = checkpoints_root(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}"
@@ -87,7 +91,7 @@ def write_checkpoint(run_dir, step: int, params: "dict | list | ModelImage", sta
             barrier()
         model_dir = tmp / f"rank_{rank}" if rank is not None else tmp
         model_dir.mkdir(exist_ok=True)
-        model_path = model_dir / MODEL_FILE
+        model_path = model_dir / MODEL_FILES[params.format if isinstance(params, ModelImage) else fmt]
         tensors = params if isinstance(params, (list, ModelImage)) else host_copy(params, copy=False)
         digests = {model_path.relative_to(tmp).as_posix(): write_model_file(model_path, tensors, pace=pace)}
         use_umask(model_path, readonly=True)
@@ -230,9 +234,7 @@ def load_params(ckpt_dir, params: dict, rank: int | None = None, allow_extra: bo
     written with an assign op, because a GRAPH_MODE step keeps its own copy of some of them
     (MindSpore 2.10: the optimizer's int32 global_step ignored set_data, so Adam's bias correction
     kept counting from the discarded steps)."""
-    path = Path(ckpt_dir) / (f"rank_{rank}" if rank is not None else "") / MODEL_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{path} not found")
+    path = model_file(Path(ckpt_dir) / (f"rank_{rank}" if rank is not None else ""))
     if verify:
         verify_files(ckpt_dir, read_state(ckpt_dir))
     saved = load_file(path)

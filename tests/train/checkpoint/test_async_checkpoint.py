@@ -130,5 +130,5 @@ def test_the_key_is_checkpoint_async_in_files_and_records():
     assert validate(Config, cfg.to_dict()) == cfg
     with pytest.raises(ConfigError, match=r"^checkpoint.async: expected bool, got 5$"):
         load_config(TINY, ["checkpoint.async=5"])
-    with pytest.raises(ConfigError, match=r"unknown key checkpoint.asyn \(known: async, every_steps, keep_max\)"):
+    with pytest.raises(ConfigError, match=r"unknown key checkpoint.asyn \(known: async, every_steps, format, keep_max\)"):
         load_config(TINY, ["checkpoint.asyn=true"])
