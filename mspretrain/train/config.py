@@ -140,7 +140,7 @@ class RecomputeConfig:
     optimizer_comm: bool = False    # MindFormers' parallel_optimizer_comm_recompute: 2.10 replaced it by
                                     # parallel.optimizer_level=level3 (refused; docs/parallel.md)
     exclude: list = field(default_factory=list)  # ops kept, not recomputed, inside recomputed cells, by their
-                                    # path in a layer, e.g. [mlp.w2.matmul] (Primitive.recompute(False))
+                                    # path in a layer, e.g. [mlp.w1.matmul] (Primitive.recompute(False))
 
 
 @dataclass

@@ -11,7 +11,7 @@ recompute.mp_comm (default true, MindSpore's): false passes `mp_comm_recompute=F
 `Cell.recompute`, so the model-parallel communication inside a recomputed cell keeps its output
 instead of running again in backward (memory for time; switches.check_recompute_switches).
 recompute.exclude (MindFormers' select_recompute_exclude): ops kept, not recomputed, inside recomputed
-cells, by their path in a layer (`mlp.w2.matmul`, `attention.flash_attention`), each set
+cells, by their path in a layer (`mlp.w1.matmul`, `attention.flash_attention`; a cell's output, such as mlp.w2's, is kept anyway), each set
 `Primitive.recompute(False)`, which MindSpore 2.10 lets override the enclosing cell's recompute (Cell.recompute's
 note). An op that is no primitive of the layer, or in no recomputed cell, is a ConfigError.
 """
@@ -34,7 +34,7 @@ def recompute_plan(cfg_recompute, num_layers: int) -> dict[int, tuple[str, ...]]
         raise ConfigError(f"recompute.select is set ({select!r}) but recompute.mode is {mode!r}, not 'select'")
     exclude = cfg_recompute.exclude
     if not isinstance(exclude, (list, tuple)) or not all(isinstance(e, str) and e for e in exclude):
-        raise ConfigError(f"recompute.exclude must be a list of op paths in a layer, e.g. [mlp.w2.matmul], "
+        raise ConfigError(f"recompute.exclude must be a list of op paths in a layer, e.g. [mlp.w1.matmul], "
                           f"got {exclude!r}")
     if exclude and mode == "none":
         raise ConfigError(f"recompute.exclude is set ({list(exclude)!r}) but recompute.mode is 'none': "
@@ -77,7 +77,7 @@ def exclude_ops(model, plan: dict, exclude) -> list[str]:
         cell = cells.get(cell_path)
         if cell is None or prim_name not in getattr(cell, "_primitives", {}):
             raise ConfigError(f"recompute.exclude: {path!r} is no primitive of a layer (a path like "
-                              f"mlp.w2.matmul: cell path, then the primitive's attribute)")
+                              f"mlp.w1.matmul: cell path, then the primitive's attribute)")
         hit = False
         for layer, modules in plan.items():
             if not any(m == "" or path.startswith(m + ".") for m in modules):
