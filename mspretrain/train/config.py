@@ -58,6 +58,8 @@ class ModelConfig:
     reset_position_ids: bool = True  # rotary positions restart at 0 after every EOS
     max_documents: int = 128        # documents per sample the Ascend fused kernel separates; later ones
                                     # share the last block (counted as docs_over_limit in metrics)
+    fused_kernels: list = field(default_factory=list)  # Ascend kernels replacing composed layers: rms_norm,
+                                    # rope, swiglu (mspretrain/train/models/fused.py, docs/performance.md)
 
 
 @dataclass
@@ -133,6 +135,12 @@ class RecomputeConfig:
     mode: str = "none"              # none | full | select
     full_layers: str = ""           # layer ranges, e.g. "0-3,8"; empty with mode=full: every layer
     select: dict = field(default_factory=dict)   # module -> layer ranges, e.g. {mlp: "0-7"}
+    mp_comm: bool = True            # model-parallel communication inside recomputed cells is recomputed too
+                                    # (Cell.recompute(mp_comm_recompute=...)); false keeps its outputs
+    optimizer_comm: bool = False    # MindFormers' parallel_optimizer_comm_recompute: 2.10 replaced it by
+                                    # parallel.optimizer_level=level3 (refused; docs/parallel.md)
+    exclude: list = field(default_factory=list)  # ops kept, not recomputed, inside recomputed cells, by their
+                                    # path in a layer, e.g. [mlp.w1.matmul] (Primitive.recompute(False))
 
 
 @dataclass
@@ -189,6 +197,11 @@ class ParallelConfig:
     optimizer_level: str = "level1"  # with optimizer_shard: AutoParallel.hsdp level1 (weights + states),
                                      # level2 (+ gradients), level3 (+ re-gather before backward)
     comm_fusion: int = 0            # all-reduce fusion buckets in MB; 0: MindSpore's default
+    comm_fusion_allgather: int = 0  # optimizer sharding's weight all-gathers fused in MB buckets; 0: default
+    comm_fusion_reducescatter: int = 0  # optimizer sharding's gradient reduce-scatters in MB buckets; 0: default
+    overlap: list = field(default_factory=list)  # communication overlapped with computation (Ascend,
+                                    # parallel_speed_up_json): grad_allreduce, allgather, matmul_grad,
+                                    # recompute (mspretrain/train/switches.py, docs/parallel.md)
     devices_per_node: int = 8       # devices of one server (Atlas 800T A2: 8 NPUs); model_parallel must fit
                                     # in one, a multi-node job uses whole nodes (train/parallel/topology.py)
 
@@ -220,6 +233,10 @@ class Config:
         # config hash, checkpoint and run.json are the bytes they were, and older checkpoints resume
         if d["model"]["family"] == "llama":
             d["model"].pop("family")
+        # the switches added later, left out at their defaults for the same reason (today's bytes)
+        for section, key in SWITCH_KEYS:
+            if d[section][key] == getattr(type(getattr(self, section))(), key):
+                d[section].pop(key)
         return d
 
     def hash(self) -> str:
@@ -241,6 +258,12 @@ class Config:
         d["parallel"].pop("devices_per_node")   # the cluster's shape, not the training's
         d["parallel"].pop("data_parallel")  # elastic resume: same stream (docs/contracts.md), only the reduction order differs
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# keys left out of to_dict (so of the config hash) while they hold their defaults
+SWITCH_KEYS = (("model", "fused_kernels"), ("recompute", "mp_comm"), ("recompute", "optimizer_comm"),
+               ("recompute", "exclude"), ("parallel", "comm_fusion_allgather"),
+               ("parallel", "comm_fusion_reducescatter"), ("parallel", "overlap"))
 
 
 # ---------------------------------------------------------------- loading

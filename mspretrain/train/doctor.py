@@ -22,6 +22,8 @@ on the dataset of the config:
   bf16+flash+docmask  bf16 with the kernel in TND layout over each sample's documents (Ascend)
   your layout         the config's own dp x mp x pp and precision (when it is not one fp32 device)
   docmask kernel      the fused TND kernel against masked plain attention on fixed tensors (Ascend)
+  fused kernels       with model.fused_kernels: each fused kernel (RmsNorm, RotaryPositionEmbedding,
+                      Swiglu) against the composed layer, fp32 forward and backward (Ascend)
   resume+eval         the dp=N rung again from its step-2 checkpoint, then step 3 and a validation:
                       loss, grad norm, val loss and every rank's state bit for bit equal to the dp=N rung's
   resume sharded      the same on the optimizer-sharded layout (Ascend): compile, then load each rank's
@@ -98,6 +100,7 @@ class Shrunk:
     accumulation: bool
     parallel: tuple = (1, 1, 1, False)     # the config's (dp, mp, pp, optimizer sharding)
     batch: int = 0                          # the shrunk global batch
+    fused: tuple = ()                       # the config's model.fused_kernels (its "fused kernels" rung)
 
 
 def shrink(cfg, nproc: int, device: str) -> Shrunk:
@@ -146,11 +149,29 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
     flash = bool(m.flash_attention) and device == "Ascend" and precision != "fp32"
     if m.flash_attention:
         features.append("flash attention" + ("" if flash else " (Ascend 16-bit only: plain attention here)"))
+    fused = tuple(m.fused_kernels)
+    if fused:
+        features.append(f"fused kernels ({', '.join(fused)})")
+        if device != "Ascend":
+            sets.append("model.fused_kernels=[]")
+            notes.append(f"model.fused_kernels [{', '.join(fused)}] replaced by the composed layers: MindSpore "
+                         f"2.10's RmsNorm, RotaryPositionEmbedding and Swiglu have no CPU kernels")
+    # communication switches need the config's own ranks: every rung starts without them, the config's
+    # "your layout" rung (Ascend) runs them
+    comm = _communication_switches(cfg)
+    sets += ["parallel.comm_fusion=0", "parallel.comm_fusion_allgather=0", "parallel.comm_fusion_reducescatter=0",
+             "parallel.overlap=[]", "recompute.mp_comm=true"]
+    if comm:
+        features.append("communication switches")
+        if device != "Ascend":
+            notes.append(f"{', '.join(comm)} dropped: communication switches of Ascend's semi-auto parallel")
     layout = [f"parallel.data_parallel={p.data_parallel}", f"parallel.model_parallel={mp}",
               f"parallel.pipeline_stage={pp}", f"parallel.micro_batch_num={p.micro_batch_num}",
               f"parallel.optimizer_shard={str(p.optimizer_shard).lower()}",
               f"parallel.sequence_parallel={str(p.sequence_parallel).lower()}",
               f"parallel.vocab_emb_dp={str(p.vocab_emb_dp).lower()}", f"precision.dtype={precision}"]
+    if device == "Ascend":
+        layout += comm
     if pp > 1:
         layout.append("eval.every_steps=0")        # no in-loop validation through stages
     for name, on in (("model parallel", mp > 1), ("pipeline", pp > 1), ("optimizer sharding", p.optimizer_shard),
@@ -159,7 +180,20 @@ def shrink(cfg, nproc: int, device: str) -> Shrunk:
             features.append(name)
     return Shrunk(tuple(sets), tuple(features), tuple(notes), tuple(layout),
                   p.data_parallel * mp * pp, precision, bool(m.document_mask), bool(m.flash_attention),
-                  accumulation, (p.data_parallel, mp, pp, bool(p.optimizer_shard)), batch)
+                  accumulation, (p.data_parallel, mp, pp, bool(p.optimizer_shard)), batch, fused)
+
+
+def _communication_switches(cfg) -> list:
+    """The config's communication switches that differ from the defaults, as --set items."""
+    p, out = cfg.parallel, []
+    for key in ("comm_fusion", "comm_fusion_allgather", "comm_fusion_reducescatter"):
+        if getattr(p, key):
+            out.append(f"parallel.{key}={getattr(p, key)}")
+    if p.overlap:
+        out.append(f"parallel.overlap=[{', '.join(p.overlap)}]")
+    if not cfg.recompute.mp_comm:
+        out.append("recompute.mp_comm=false")
+    return out
 
 
 # ---------------------------------------------------------------- which ranks hold the same tensors
@@ -291,6 +325,7 @@ class Rung:
     why: str = ""                     # what it checks that needs Ascend (shown when skipped)
     needs_procs: int = 0              # devices it needs (the config's own layout), 0: nproc
     kernel: bool = False              # the one-device kernel check, not a training run
+    check: str = "docmask"            # which kernel check: docmask (kernel_check) | fused (models/fused.py)
     status: str = "not run"
     detail: str = ""
     losses: list = field(default_factory=list)
@@ -319,6 +354,9 @@ def ladder(nproc: int, shrunk: Shrunk | None = None) -> list[Rung]:
                         merged_val=shrunk.parallel[2] > 1))     # pipeline stages: no in-loop validation
     kernel = ([Rung("docmask kernel", 1, (), ascend_only=True, kernel=True)]
               if shrunk is None or (shrunk.docs and shrunk.flash) else [])
+    if shrunk is not None and shrunk.fused:     # the config's fused kernels against the composed layers
+        kernel.append(Rung("fused kernels", 1, (), ascend_only=True, kernel=True, check="fused",
+                           why="RmsNorm, RotaryPositionEmbedding, Swiglu: Ascend kernels"))
     dp = (nproc, 1, 1, False)
     opt_shard = f"dp={nproc}+opt-shard"
     mp2 = (f"parallel.data_parallel={half}", "parallel.model_parallel=2", *FP32)
@@ -788,11 +826,20 @@ def kernel_check() -> str:
 
 
 def _run_kernel_check(rung: Rung) -> tuple[bool, str]:
-    code = "import sys; from mspretrain.train.doctor import kernel_check; r = kernel_check(); print(r); sys.exit(1 if r else 0)"
-    print(f"[doctor] {rung.name}: the TND kernel against masked plain attention on fixed tensors", flush=True)
+    if rung.check == "fused":
+        from mspretrain.train.models.fused import FUSED_TOLERANCE
+        call = "from mspretrain.train.models.fused import compare_with_composed as check"
+        what, within = "each fused kernel against the composed layer, fp32, forward and backward", (
+            f"within {FUSED_TOLERANCE:.1e} x max|composed|")
+    else:
+        call = "from mspretrain.train.doctor import kernel_check as check"
+        what, within = "the TND kernel against masked plain attention on fixed tensors", (
+            f"within {KERNEL_TOLERANCE:.1e} x max|v|")
+    code = f"import sys; {call}; r = check(); print(r); sys.exit(1 if r else 0)"
+    print(f"[doctor] {rung.name}: {what}", flush=True)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode == 0:
-        rung.detail = f"within {KERNEL_TOLERANCE:.1e} x max|v|"
+        rung.detail = within
         return True, ""
     rung.detail = (proc.stdout.strip().splitlines() or [f"exited {proc.returncode}"])[-1]
     return False, "\n".join((proc.stdout + proc.stderr).splitlines()[-TAIL_LINES:])

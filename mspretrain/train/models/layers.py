@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
+# not re-exported by mindspore.ops in 2.10 as a class (ops.rms_norm is its functional form)
+from mindspore.ops.auto_generate.gen_ops_prim import RmsNorm
 
 
 class Dense(nn.Dense):
@@ -41,22 +43,31 @@ def dense(rng: np.random.Generator, d_in: int, d_out: int, std: float) -> Dense:
 
 
 class RMSNorm(nn.Cell):
-    """x / rms(x) * weight, computed in fp32 whatever the input precision."""
+    """x / rms(x) * weight, computed in fp32 whatever the input precision. `fused`: the same in one
+    Ascend kernel (MindSpore's RmsNorm, models/fused.py), its fp32 input and weight cast as here."""
 
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, fused: bool = False):
         super().__init__()
         self.weight = Parameter(Tensor(np.ones(dim, np.float32)), name="weight")
         self.eps = eps
+        self.fused = fused
         # primitives held so that train.parallel.apply can give each one a strategy
-        self.cast_in, self.square, self.mean = ops.Cast(), ops.Square(), ops.ReduceMean(keep_dims=True)
-        self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
-        self.scale, self.cast_out, self.cast_weight = ops.Mul(), ops.Cast(), ops.Cast()
+        self.cast_in, self.cast_out, self.cast_weight = ops.Cast(), ops.Cast(), ops.Cast()
+        if fused:
+            self.rms_norm = RmsNorm(eps)
+        else:
+            self.square, self.mean = ops.Square(), ops.ReduceMean(keep_dims=True)
+            self.add_eps, self.rsqrt, self.normalize = ops.Add(), ops.Rsqrt(), ops.Mul()
+            self.scale = ops.Mul()
 
     def construct(self, x):
         xf = self.cast_in(x, mstype.float32)
+        w = self.cast_weight(self.weight, mstype.float32)
+        if self.fused:
+            return self.cast_out(self.rms_norm(xf, w)[0], x.dtype)
         var = self.mean(self.square(xf), -1)
         y = self.normalize(xf, self.rsqrt(self.add_eps(var, self.eps)))
-        return self.cast_out(self.scale(y, self.cast_weight(self.weight, mstype.float32)), x.dtype)
+        return self.cast_out(self.scale(y, w), x.dtype)
 
 
 def set_dense_compute_dtype(model: nn.Cell, dtype) -> None:

@@ -110,8 +110,12 @@ def parallelize(cfg, dist, model, train_step, strategy_file: str | None = None, 
     keep = stage_state_filter(plan, stage, cfg.model.tie_embeddings) if plan.pp > 1 else None
     from mspretrain.train.step.cell import TrainStep
 
+    runner = wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist)))
+    from mspretrain.train.switches import apply_to_auto_parallel
+    # fusion buckets and overlap switches on the AutoParallel cell: it resets the context at compile
+    apply_to_auto_parallel(cfg, runner, strategy_path(cfg, dist).with_name(f"speed_up_rank_{dist.rank}.json"))
     wrapped = TrainStep(cell, train_step.eod_id, loss_cell=train_step.loss_cell, keep_state=keep,
-                        runner=wrap(plan, cell, strategy_file or str(strategy_path(cfg, dist))))
+                        runner=runner)
     return GlobalLossStep(wrapped, dist, computes_loss=cell.computes_loss,      # as `reduction` built it
                           counts_tokens=counts_tokens(cfg, dist.rank))
 

@@ -21,8 +21,9 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 # not re-exported by mindspore.ops in 2.10
-from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, SiLU
+from mindspore.ops.auto_generate.gen_ops_prim import FlashAttentionScore, RotaryPositionEmbedding, SiLU, Swiglu
 
+from mspretrain.train.models.fused import check_fused_kernels
 from mspretrain.train.models.layers import RMSNorm, dense, set_dense_compute_dtype
 from mspretrain.train.packing import DocumentBoundaries
 
@@ -45,6 +46,7 @@ class ModelArgs:
     reset_position_ids: bool = False  # rotary positions restart at each document
     eos_id: int = -1                # the boundary token; needed by the two above
     max_documents: int = 128        # documents per sample the fused kernel separates
+    fused_kernels: tuple = ()       # of rms_norm, rope, swiglu: Ascend kernels (mspretrain/train/models/fused.py)
 
     @property
     def kv_heads(self) -> int:
@@ -81,7 +83,8 @@ def model_args(cfg_model, vocab_size: int, seq_length: int, device: str, dtype: 
         num_heads=cfg_model.num_heads, num_kv_heads=cfg_model.num_kv_heads,
         ffn_size=cfg_model.ffn_size, rope_theta=cfg_model.rope_theta, norm_eps=cfg_model.norm_eps,
         init_std=cfg_model.init_std, tie_embeddings=cfg_model.tie_embeddings,
-        flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32")
+        flash_attention=cfg_model.flash_attention and device == "Ascend" and dtype != "fp32",
+        fused_kernels=check_fused_kernels(cfg_model.fused_kernels, device))
 
 
 def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -92,20 +95,33 @@ def rotary_tables(seq_length: int, head_dim: int, theta: float) -> tuple[np.ndar
 
 
 class Rotary(nn.Cell):
-    """Rotary position embedding of [B, heads, S, D] (the rotate-half form)."""
+    """Rotary position embedding of [B, heads, S, D] (the rotate-half form: the first and second halves
+    of D are a pair). `fused`: the same in Ascend's RotaryPositionEmbedding kernel, mode 0 (rotate-half),
+    whose tables are full width, cat(cos, cos) [1 or B, 1, S, D]."""
 
-    def __init__(self, seq_length: int, head_dim: int, theta: float):
+    def __init__(self, seq_length: int, head_dim: int, theta: float, fused: bool = False):
         super().__init__()
         cos, sin = rotary_tables(seq_length, head_dim, theta)
+        self.fused = fused
+        self.cast_cos, self.cast_sin = ops.Cast(), ops.Cast()
+        if fused:
+            full = lambda t: Tensor(np.concatenate([t, t], -1)[None, None])     # noqa: E731
+            self.cos, self.sin = full(cos), full(sin)
+            self.widen_cos, self.widen_sin = ops.Concat(-1), ops.Concat(-1)      # per-token tables
+            self.rope = RotaryPositionEmbedding()
+            return
         self.cos, self.sin = Tensor(cos), Tensor(sin)
         self.split = ops.Split(-1, 2)
         self.mul_cos1, self.mul_sin1 = ops.Mul(), ops.Mul()
         self.mul_cos2, self.mul_sin2 = ops.Mul(), ops.Mul()
         self.sub, self.add, self.concat = ops.Sub(), ops.Add(), ops.Concat(-1)
-        self.cast_cos, self.cast_sin = ops.Cast(), ops.Cast()
 
     def construct(self, x, cos=None, sin=None):
         """`cos`/`sin`: per-token tables [B, 1, S, D/2] when positions restart at each document."""
+        if self.fused:
+            cos = self.cos if cos is None else self.widen_cos((cos, cos))
+            sin = self.sin if sin is None else self.widen_sin((sin, sin))
+            return self.rope(x, self.cast_cos(cos, x.dtype), self.cast_sin(sin, x.dtype), 0)
         x1, x2 = self.split(x)
         cos = self.cast_cos(self.cos if cos is None else cos, x.dtype)
         sin = self.cast_sin(self.sin if sin is None else sin, x.dtype)
@@ -125,7 +141,7 @@ class Attention(nn.Cell):
         self.wk = dense(rng, d, self.kv_heads * hd, args.init_std)
         self.wv = dense(rng, d, self.kv_heads * hd, args.init_std)
         self.wo = dense(rng, args.num_heads * hd, d, out_std)
-        self.rotary = Rotary(args.seq_length, hd, args.rope_theta)
+        self.rotary = Rotary(args.seq_length, hd, args.rope_theta, fused="rope" in args.fused_kernels)
         self.scale = 1.0 / math.sqrt(hd)
         self.flash = args.flash_attention
         self.varlen = self.flash and args.document_mask
@@ -208,16 +224,27 @@ class Attention(nn.Cell):
 
 
 class MLP(nn.Cell):
-    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+    """SwiGLU: w2(silu(w1 x) * w3 x). With the fused kernel (Ascend's Swiglu: silu of the first half times
+    the second) the gate and up outputs are stacked [B, S, 2, F], gate first, on a new axis rather than
+    concatenated along F, so that F stays split by model parallel; w1 and w3 stay two weights."""
 
     def __init__(self, args: ModelArgs, rng: np.random.Generator, out_std: float):
         super().__init__()
         self.w1 = dense(rng, args.hidden_size, args.ffn, args.init_std)
         self.w3 = dense(rng, args.hidden_size, args.ffn, args.init_std)
         self.w2 = dense(rng, args.ffn, args.hidden_size, out_std)
-        self.silu, self.gate = SiLU(), ops.Mul()
+        self.fused = "swiglu" in args.fused_kernels
+        if self.fused:
+            self.expand_gate, self.expand_up = ops.ExpandDims(), ops.ExpandDims()
+            self.stack, self.swiglu = ops.Concat(2), Swiglu()
+        else:
+            self.silu, self.gate = SiLU(), ops.Mul()
 
     def construct(self, x):
+        if self.fused:
+            gate_up = self.stack((self.expand_gate(self.w1(x), 2), self.expand_up(self.w3(x), 2)))
+            h = self.swiglu(gate_up, 2)
+            return self.w2(h.reshape(h.shape[:2] + h.shape[3:]))
         return self.w2(self.gate(self.silu(self.w1(x)), self.w3(x)))
 
 
@@ -225,9 +252,10 @@ class DecoderLayer(nn.Cell):
     def __init__(self, args: ModelArgs, rng: np.random.Generator, mlp: type = MLP):
         super().__init__()
         out_std = args.init_std / math.sqrt(2 * args.num_layers)  # residual projections, GPT-2 style
-        self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        fused_norm = "rms_norm" in args.fused_kernels
+        self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps, fused_norm)
         self.attention = Attention(args, rng, out_std)
-        self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps, fused_norm)
         self.mlp = mlp(args, rng, out_std)
         self.residual_attn, self.residual_ffn = ops.Add(), ops.Add()
 
@@ -253,7 +281,7 @@ class Llama(nn.Cell):
         emb = rng.normal(0.0, args.init_std, size=(args.vocab_size, args.hidden_size)).astype(np.float32)
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size, embedding_table=Tensor(emb))
         self.layers = nn.CellList([DecoderLayer(args, rng, mlp) for _ in range(args.num_layers)])
-        self.norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.norm = RMSNorm(args.hidden_size, args.norm_eps, "rms_norm" in args.fused_kernels)
         self.output = None if args.tie_embeddings else dense(rng, args.hidden_size, args.vocab_size,
                                                                args.init_std)
         self.tied_head = ops.MatMul(transpose_b=True) if args.tie_embeddings else None

@@ -15,6 +15,10 @@ block-causal mask of packed documents and precision O2's casts (layers.Dense's i
 split as the matmul's inputs, the embeddings' as the first norm reads them, the logits' (dp, 1, mp)). With packed-document masking on Ascend the kernel runs in TND
 layout ([B*S, N, D]): q, k, v (dp, mp, 1), the compressed mask (1, 1), the cumulative document ends
 (dp,) each, MindFormers' form.
+The fused kernels (model.fused_kernels, models/fused.py) are split as the composed layers they replace:
+RmsNorm (x, weight (1,)) as the norm's tokens; RotaryPositionEmbedding (x, cos, sin) by head with the
+tables whole (or by batch, per-token tables); Swiglu on the stacked [B, S, 2, F] (dp, 1, 1, mp), the
+stack's axis whole and F split as w1 / w3 output it.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import math
 
 from mspretrain.train.step.batching import micro_batch
 from mspretrain.train.config import ConfigError
+from mspretrain.train.models.fused import check_rope_shape
 from mspretrain.train.models.spec import OpShard
 
 COLUMN = ("attention.wq", "attention.wk", "attention.wv", "mlp.w1", "mlp.w3")
@@ -50,6 +55,9 @@ def validate(cfg, vocab_size: int | None, seq_length: int | None) -> None:
     for key, value in divisible:
         if value % mp:
             raise ConfigError(f"{key} ({value}) must be divisible by parallel.model_parallel ({mp})")
+    if "rope" in m.fused_kernels:
+        check_rope_shape(micro_batch(cfg, p.data_parallel), m.num_heads // mp, seq_length or 0,
+                         m.hidden_size // m.num_heads)
     if m.max_documents < 1:
         raise ConfigError(f"model.max_documents must be >= 1, got {m.max_documents}")
     _validate_varlen(cfg, p.data_parallel, seq_length)
@@ -76,11 +84,12 @@ def ops(cfg, dp: int, mp: int) -> list:
     out = [*_embedding_ops(dp, mp, cfg.parallel.vocab_emb_dp),
            # O2: the looked-up embeddings into the compute dtype, split as the first norm reads them
            OpShard("", "cast_embeddings", "Cast", (_tokens(dp, mp, sp),))]
+    fused = frozenset(m.fused_kernels)
     for i in range(m.num_layers):
         out += _layer_ops(f"layers.{i}", dp, mp, sp, uses_flash_attention(cfg), kv_heads(m) < m.num_heads,
-                          uses_varlen_attention(cfg), bool(m.reset_position_ids))
+                          uses_varlen_attention(cfg), bool(m.reset_position_ids), fused)
     out += _boundary_ops(dp, bool(m.document_mask), bool(m.reset_position_ids), uses_varlen_attention(cfg))
-    out += _norm_ops("norm", dp, mp, sp)
+    out += _norm_ops("norm", dp, mp, sp, "rms_norm" in fused)
     out += _head_ops(dp, mp, m.tie_embeddings)
     return out
 
@@ -125,8 +134,11 @@ def _tokens(dp: int, mp: int, seq_par: bool) -> tuple:
     return (dp, mp, 1) if seq_par else (dp, 1, 1)
 
 
-def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool) -> list:
+def _norm_ops(prefix: str, dp: int, mp: int, seq_par: bool, fused: bool = False) -> list:
     x = _tokens(dp, mp, seq_par)
+    if fused:   # RmsNorm(x, gamma): a row's reduction stays on its rank; gamma whole
+        return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "rms_norm", "RmsNorm", (x, (1,))),
+                OpShard(prefix, "cast_out", "Cast", (x,)), OpShard(prefix, "cast_weight", "Cast", ((1,),))]
     return [OpShard(prefix, "cast_in", "Cast", (x,)), OpShard(prefix, "square", "Square", (x,)),
             OpShard(prefix, "mean", "ReduceMean", (x,)), OpShard(prefix, "add_eps", "Add", (x, ())),
             OpShard(prefix, "rsqrt", "Rsqrt", (x,)), OpShard(prefix, "normalize", "Mul", (x, x)),
@@ -142,7 +154,8 @@ def _dense_ops(prefix: str, x: tuple, w: tuple, out=None) -> list:
 
 
 def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False,
-               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False) -> list:
+               grouped_kv: bool = False, varlen: bool = False, reset_positions: bool = False,
+               fused: frozenset = frozenset()) -> list:
     ops = [o for name in COLUMN for o in _dense_ops(f"{prefix}.{name}", (dp, 1), (mp, 1))]
     # Row-parallel: partial sums all-reduced, or with sequence parallel reduce-scattered on tokens.
     row_out = ((dp * mp, 1),) if seq_par else None
@@ -153,12 +166,51 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
             OpShard(att, "from_heads", "Transpose", (heads,))]
     # the rotary tables: [S, D/2] shared by the batch, or with position reset per token [B, 1, S, D/2]
     table = (dp, 1, 1, 1) if reset_positions else (1, 1)
-    ops += [OpShard(rot, "split", "Split", (heads,)),
+    if "rope" in fused:
+        ops += _fused_rope_ops(rot, heads, reset_positions)
+    else:
+        ops += _rope_ops(rot, heads, table)
+    ops += _attention_ops(att, dp, mp, heads, flash, varlen, grouped_kv)
+    ops += _mlp_ops(f"{prefix}.mlp", dp, mp, "swiglu" in fused)
+    x = _tokens(dp, mp, seq_par)
+    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
+    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par, "rms_norm" in fused)
+    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par, "rms_norm" in fused)
+    return ops
+
+
+def _rope_ops(rot: str, heads: tuple, table: tuple) -> list:
+    return [OpShard(rot, "split", "Split", (heads,)),
             *[OpShard(rot, name, "Mul", (heads, table)) for name in ("mul_cos1", "mul_sin1", "mul_cos2",
                                                                      "mul_sin2")],
             OpShard(rot, "sub", "Sub", (heads, heads)), OpShard(rot, "add", "Add", (heads, heads)),
             OpShard(rot, "concat", "Concat", (heads, heads)),
             OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
+
+
+def _fused_rope_ops(rot: str, heads: tuple, reset_positions: bool) -> list:
+    """RotaryPositionEmbedding(x [B, N, S, D], cos, sin): x by head; the full-width tables [1, 1, S, D]
+    whole, or the per-token ones [B, 1, S, D] (widened from [B, 1, S, D/2]) by batch."""
+    table = (heads[0], 1, 1, 1) if reset_positions else (1, 1, 1, 1)
+    ops = [OpShard(rot, "rope", "RotaryPositionEmbedding", (heads, table, table)),
+           OpShard(rot, "cast_cos", "Cast", (table,)), OpShard(rot, "cast_sin", "Cast", (table,))]
+    if reset_positions:
+        ops += [OpShard(rot, "widen_cos", "Concat", (table, table)),
+                OpShard(rot, "widen_sin", "Concat", (table, table))]
+    return ops
+
+
+def _mlp_ops(mlp: str, dp: int, mp: int, fused: bool) -> list:
+    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
+    if fused:                           # stacked [B, S, 2, F]: the new axis whole, F as w1 / w3 split it
+        stacked = (dp, 1, 1, mp)
+        return [OpShard(mlp, "expand_gate", "ExpandDims", (ffn,)), OpShard(mlp, "expand_up", "ExpandDims", (ffn,)),
+                OpShard(mlp, "stack", "Concat", (stacked, stacked)), OpShard(mlp, "swiglu", "Swiglu", (stacked,))]
+    return [OpShard(mlp, "silu", "SiLU", (ffn,)), OpShard(mlp, "gate", "Mul", (ffn, ffn))]
+
+
+def _attention_ops(att: str, dp: int, mp: int, heads: tuple, flash: bool, varlen: bool, grouped_kv: bool) -> list:
+    ops = []
     if flash and varlen:
         # TND [B*S, N, D]: tokens by batch shard, heads by mp; the compressed mask whole; the document
         # ends [B * L] by batch shard (each shard's restart at 0: mspretrain/train/packing.py)
@@ -178,12 +230,6 @@ def _layer_ops(prefix: str, dp: int, mp: int, seq_par: bool, flash: bool = False
                 OpShard(att, "pv", "BatchMatMul", (heads, heads))]
         if grouped_kv:
             ops.append(OpShard(att, "repeat_kv", "Tile", ((dp, mp, 1, 1, 1),)))
-    ffn = (dp, 1, mp)                   # [B, S, F] out of the column-parallel w1 / w3
-    ops += [OpShard(f"{prefix}.mlp", "silu", "SiLU", (ffn,)), OpShard(f"{prefix}.mlp", "gate", "Mul", (ffn, ffn))]
-    x = _tokens(dp, mp, seq_par)
-    ops += [OpShard(prefix, "residual_attn", "Add", (x, x)), OpShard(prefix, "residual_ffn", "Add", (x, x))]
-    ops += _norm_ops(f"{prefix}.attention_norm", dp, mp, seq_par)
-    ops += _norm_ops(f"{prefix}.ffn_norm", dp, mp, seq_par)
     return ops
 
 
