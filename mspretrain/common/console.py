@@ -19,7 +19,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 
 from mspretrain.common.errors import MspretrainError
 

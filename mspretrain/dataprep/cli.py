@@ -200,7 +200,7 @@ def _unusable_out(out: str) -> str:
     return ""
 
 
-def _read_only(path: "Path") -> bool:
+def _read_only(path) -> bool:
     """os.access ignores a read-only mount for root; statvfs does not."""
     import os
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

@@ -1,6 +1,5 @@
 """recompute.exclude (ops kept inside recomputed cells), recompute.mp_comm and recompute.optimizer_comm:
 validation naming the key, the marks MindSpore 2.10 reads, and compile-graph evidence of the exclusion."""
-import numpy as np
 import pytest
 
 from mspretrain.train.config import ConfigError, load_config
