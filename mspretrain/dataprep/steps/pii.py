@@ -274,8 +274,31 @@ def card_valid(s: str) -> bool:
     return card_network(digits) is not None and luhn_valid(digits)
 
 
-def _card_ok(m: re.Match) -> bool:
-    return card_valid(m.group())
+# a card word right before a number (only separators and "number"/"no." between, on one line)
+_CARD_WORDS = re.compile(
+    r"(?:(?<![<]|[^\W\d_])(?:card|cards|creditcard|visa|mastercard|amex|jcb|discover|maestro|"
+    r"kreditkarte|kreditkartennummer|karte|kartennummer|carte|tarjeta|cartão|carta)"
+    r"|カード|クレジット|信用卡|银行卡|銀行卡|卡号|卡號|카드)" + r"(?:[ \t:：.=#(（-]|numbers?|no|nr|num|n°|nummer|numéro|"
+    r"de|crédito|credit|番号|號碼|号码|は)" + r"{0,12}$", re.IGNORECASE)
+
+
+def _card_spans(piece: str, before: str = "") -> list[tuple[int, int]]:
+    """The card numbers in `piece`: a network's prefix, length and Luhn; or, after a card word
+    ("card no.", "カード番号"), any Luhn-valid 13-19 digits, since networks are assigned new issuer
+    ranges faster than a table is updated and a card word says what the number is."""
+    spans = []
+    for m in _CARD.finditer(piece):
+        digits = m.group().replace(" ", "").replace("-", "")
+        if card_valid(digits) or (13 <= len(digits) <= 19 and luhn_valid(digits)
+                                  and _card_context(piece, m.start(), before)):
+            spans.append(m.span())
+    return spans
+
+
+def _card_context(text: str, a: int, before: str) -> bool:
+    if before:
+        text, a = before + text[:a], len(before) + a
+    return _CARD_WORDS.search(text, max(0, a - _CONTEXT_CHARS), a) is not None
 
 
 # ------------------------------------------------------------------------------------- phones
@@ -619,7 +642,7 @@ def _number_rules(phones: tuple[str, ...] | PhoneCheck):
     check = _phone_check(phones)
     def spans(pattern, valid):
         return lambda s, before="": [m.span() for m in pattern.finditer(s) if valid(m)]
-    return (("ID_NUMBER", spans(_ID, _id_ok)), ("CARD", spans(_CARD, _card_ok)),
+    return (("ID_NUMBER", spans(_ID, _id_ok)), ("CARD", _card_spans),
             ("PHONE", lambda s, before="": _phone_spans(s, check, before)))
 
 

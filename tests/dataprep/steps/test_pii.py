@@ -641,7 +641,30 @@ def test_jcb_is_its_assigned_range():
                           ("3500", None)):
         number = _luhn_fix(head + "0" * 12)
         assert card_network(number) == network, number
-        assert (redact(f"card {number} exp")[0] == "card <CARD> exp") == (network is not None)
+        assert (redact(f"ref {number} exp")[0] == "ref <CARD> exp") == (network is not None)
+
+
+@pytest.mark.parametrize("before", ["card ", "Card no. ", "credit card number: ", "Kreditkarte: ",
+                                    "numéro de carte ", "カード番号：", "信用卡号 ", "VISA ", "카드 "])
+def test_a_card_word_makes_any_luhn_valid_number_a_card(before):
+    """Issuer ranges outgrow any table: after a card word, Luhn-valid 13-19 digits are a card number
+    whatever their prefix; without the word, or failing Luhn, they stay."""
+    from mspretrain.dataprep.steps.pii import card_network
+    from real_text import _luhn_fix
+    for number in (_luhn_fix("3500" + "1" * 12), _luhn_fix("9" + "3" * 15), _luhn_fix("7" + "2" * 12)):
+        assert card_network(number) is None and luhn_valid(number)
+        assert redact(f"{before}{number} exp")[0] == f"{before}<CARD> exp", (before, number)
+        assert redact(f"{before}{number} exp") == plain_redact(f"{before}{number} exp")
+        assert redact(f"ref {number} exp")[0] == f"ref {number} exp"
+        broken = number[:-1] + str((int(number[-1]) + 1) % 10)
+        assert "<CARD>" not in redact(f"{before}{broken} exp")[0]
+
+
+def test_a_card_word_further_back_or_inside_a_word_is_no_card_context():
+    from real_text import _luhn_fix
+    number = _luhn_fix("3500" + "1" * 12)
+    assert redact(f"discard {number}")[0] == f"discard {number}"
+    assert redact(f"card, see the table on page 12 for the serial {number}")[0].endswith(number)
 
 
 @pytest.mark.parametrize("text", [
