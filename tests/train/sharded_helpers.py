@@ -43,14 +43,14 @@ def shard_checkpoint(ckpt_dir: Path, record_layout: bool = True, fmt: str = "ckp
     import mindspore as ms
     from mspretrain.train import checkpoint as ckpt
 
-    full = ckpt.load_file(ckpt.model_file(ckpt_dir))
-    shapes = {k: tuple(v.shape) for k, v in full.items()}
-    split = {k: (1 if k in cols else 0) for k, s in shapes.items() if len(s) == 2 and s[k in cols] % 2 == 0}
-    layouts = {k: ([2], ([-1, 0] if split[k] else [0, -1]) if k in split else [-1] * len(s))
-               for k, s in shapes.items()}
+    # numpy (bfloat16 as ml_dtypes'), not MindSpore ops: no kernel runs, so a test may still set the device
+    full = {k: v.asnumpy() for k, v in ckpt.load_file(ckpt.model_file(ckpt_dir)).items()}
+    split = {k: int(k in cols) for k, v in full.items() if v.ndim == 2 and v.shape[k in cols] % 2 == 0}
+    layouts = {k: ([2], ([-1, 0] if split[k] else [0, -1]) if k in split else [-1] * v.ndim)
+               for k, v in full.items()}
     for r in range(2):
-        part = [{"name": k, "data": ms.ops.split(v, v.shape[split[k]] // 2, split[k])[r].contiguous()
-                 if k in split else v} for k, v in full.items()]
+        part = [{"name": k, "data": ms.Tensor(np.ascontiguousarray(np.split(v, 2, split[k])[r]) if k in split else v)}
+                for k, v in full.items()]
         (ckpt_dir / f"rank_{r}").mkdir()
         ms.save_checkpoint(part, str(ckpt_dir / f"rank_{r}" / ckpt.MODEL_FILES[fmt]), format=fmt)
         write_strategy(ckpt_dir / "strategy" / f"rank_{r}.ckpt", 0, layouts)
@@ -63,4 +63,4 @@ def shard_checkpoint(ckpt_dir: Path, record_layout: bool = True, fmt: str = "ckp
     else:
         state.pop("layout", None)
     (ckpt_dir / ckpt.STATE_FILE).write_text(json.dumps(state))
-    return {k: v.asnumpy() for k, v in full.items()}
+    return full

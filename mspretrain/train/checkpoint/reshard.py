@@ -24,11 +24,11 @@ RUN/resharded/step_XXXXXXXX/rank_R/model.ckpt (or model.safetensors), which it l
 loader state carries over as for a dp change: the stream is a function of the global cursor.
 
 A transformed file is written under a temporary name, fsynced, and published with its sha256 and size
-beside it (model.ckpt.digest.json or model.safetensors.digest.json, `publish`); every rank checks the file it is about to load against
-that record (`verify`: with an unsharded destination all ranks load the main rank's one file), so a
-damaged or half-written transformation is an error naming the file, as for a checkpoint. RUN/resharded
-is only the bridge to the first checkpoint on the new layout: it is removed once the resumed run has
-published its own (checkpoint.write_checkpoint).
+beside it (model.ckpt.digest.json or model.safetensors.digest.json, `publish`); every rank checks the
+file it is about to load against that record (`verify`: with an unsharded destination all ranks load
+the main rank's one file), so a damaged or half-written transformation is an error naming the file,
+as for a checkpoint. RUN/resharded is only the bridge to the first checkpoint on the new layout: it is
+removed once the resumed run has published its own (checkpoint.write_checkpoint).
 
 The model files may be model.ckpt or model.safetensors (checkpoint.format; the sharded runs of
 MindFormers 2.x keep rank_R/*.safetensors). `transform_checkpoint_by_rank` reads .ckpt files only, so a
@@ -321,11 +321,11 @@ def verify(path: Path) -> None:
 # ---------------------------------------------------------------- one device (eval, export, doctor)
 
 ONE_DEVICE = Layout(dp=1)
-MERGED_DIR = "merged"       # CKPT/merged/model.ckpt: a sharded checkpoint's full tensors, kept with it
+MERGED_DIR = "merged"       # CKPT/merged/model.ckpt (or .safetensors): a sharded checkpoint's full tensors, kept
 
 
 def is_sharded_checkpoint(ckpt_dir) -> bool:
-    """Per-rank files (CKPT/rank_R/model.ckpt) and no full model file."""
+    """Per-rank files (CKPT/rank_R/model.ckpt or model.safetensors) and no full model file."""
     from mspretrain.train.checkpoint import MODEL_FILES
     ckpt_dir = Path(ckpt_dir)
     return (not any((ckpt_dir / name).is_file() for name in MODEL_FILES.values())
@@ -355,9 +355,9 @@ def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
     """The directory whose model file holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has one
     (model.ckpt or model.safetensors), else its ranks' slices joined with MindSpore's checkpoint
     transformation (the strategy files CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into
-    `out` (default CKPT/merged/), as model.ckpt or model.safetensors like the ranks' files, built once: a directory appears complete or not at all. For `train
-    eval` (loss, tasks, the in-loop suite of a sharded run), export/generate/score
-    (runinfo.model_weights) and the doctor's pp rung."""
+    `out` (default CKPT/merged/), as model.ckpt or model.safetensors like the ranks' files, built once:
+    a directory appears complete or not at all. For `train eval` (loss, tasks, the in-loop suite of a
+    sharded run), export/generate/score (runinfo.model_weights) and the doctor's pp rung."""
     import shutil
 
     from mspretrain.train.checkpoint import (CheckpointError, MODEL_FILE, MODEL_FILES, model_file, model_format,
