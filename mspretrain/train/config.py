@@ -306,19 +306,11 @@ def check_config(cfg: Config) -> None:
 
 
 def check_checkpoint_format(cfg: Config) -> None:
-    """checkpoint.format is one MindSpore reads, and safetensors only where a checkpoint is one file:
-    per-rank safetensors files would not be transformed onto another layout nor merged for
-    eval/export (MindSpore 2.10's transform_checkpoint_by_rank reads .ckpt files only)."""
-    fmt, p = cfg.checkpoint.format, cfg.parallel
+    """checkpoint.format is one MindSpore reads (ckpt or safetensors, on every layout: a sharded run
+    writes rank_R/model.safetensors, resharded and merged through .ckpt, train/checkpoint/reshard.py)."""
+    fmt = cfg.checkpoint.format
     if fmt not in CHECKPOINT_FORMATS:
         raise ConfigError(f"checkpoint.format must be one of {', '.join(CHECKPOINT_FORMATS)}, got {fmt!r}")
-    sharding = [key for key, on in (("parallel.model_parallel", p.model_parallel > 1),
-                                    ("parallel.pipeline_stage", p.pipeline_stage > 1),
-                                    ("parallel.optimizer_shard", bool(p.optimizer_shard))) if on]
-    if fmt == "safetensors" and sharding:
-        raise ConfigError(f"checkpoint.format safetensors writes one model file, and {', '.join(sharding)} "
-                          f"shard the model across ranks (per-rank files, resharded and merged as .ckpt); "
-                          f"set checkpoint.format=ckpt for this layout")
 
 
 def parse_layer_ranges(spec: str, num_layers: int, key: str) -> list[int]:

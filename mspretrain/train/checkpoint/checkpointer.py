@@ -83,7 +83,8 @@ class Checkpointer:
         if not p.needs_transform:
             return ckpt_dir
         return reshard.transform(p, ckpt_dir, self.run_dir, dist.rank, strategy_path(cfg, dist).parent,
-                                 barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None)
+                                 barrier=(lambda: distributed.barrier(dist)) if dist.distributed else None,
+                                 fmt=cfg.checkpoint.format)
 
     def start_background(self, session) -> None:
         """The main rank's background writer when checkpoint.async is on, its snapshot memory faulted

@@ -3,10 +3,11 @@ change needs, and (Ascend) doing it with MindSpore's checkpoint transformation, 
 
 A checkpoint records its layout (state.json "layout", `record`). At `--resume` the trainer compares it
 with the run's (`plan`, a pure function, unit-tested on CPU):
-  - same: the same layout; each rank loads its own file (rank_R/model.ckpt, or the one model.ckpt);
+  - same: the same layout; each rank loads its own file (rank_R/model.ckpt, or the one model.ckpt;
+    model.safetensors in checkpoint.format safetensors, here and below);
   - replicated: neither layout shards the model (only the data-parallel size differs, the elastic
-    resume): every rank loads the one full model.ckpt;
-  - slice: a full checkpoint onto a sharded layout: each rank cuts its slices out of model.ckpt
+    resume): every rank loads the one full model file;
+  - slice: a full checkpoint onto a sharded layout: each rank cuts its slices out of the model file
     (transform with no source strategy);
   - merge: a sharded checkpoint onto an unsharded layout: the ranks' slices are joined into full
     tensors (transform with no destination strategy);
@@ -19,20 +20,27 @@ Strategy files of a pipeline (pp > 1) hold one stage each: they are merged first
 step graph is compiled (which writes this rank's destination strategy, train.parallel.apply.strategy_path),
 the main rank merges the strategy files, then every rank builds its own file with
 `mindspore.parallel.rank_list_for_transform` + `transform_checkpoint_by_rank` into
-RUN/resharded/step_XXXXXXXX/rank_R/model.ckpt, which it loads like its own. The loader state carries
-over as for a dp change: the stream is a function of the global cursor.
+RUN/resharded/step_XXXXXXXX/rank_R/model.ckpt (or model.safetensors), which it loads like its own. The
+loader state carries over as for a dp change: the stream is a function of the global cursor.
 
 A transformed file is written under a temporary name, fsynced, and published with its sha256 and size
-beside it (model.ckpt.digest.json, `publish`); every rank checks the file it is about to load against
-that record (`verify`: with an unsharded destination all ranks load the main rank's one file), so a
-damaged or half-written transformation is an error naming the file, as for a checkpoint. RUN/resharded
-is only the bridge to the first checkpoint on the new layout: it is removed once the resumed run has
-published its own (checkpoint.write_checkpoint).
+beside it (model.ckpt.digest.json or model.safetensors.digest.json, `publish`); every rank checks the
+file it is about to load against that record (`verify`: with an unsharded destination all ranks load
+the main rank's one file), so a damaged or half-written transformation is an error naming the file,
+as for a checkpoint. RUN/resharded is only the bridge to the first checkpoint on the new layout: it is
+removed once the resumed run has published its own (checkpoint.write_checkpoint).
 
-The transformation reads model.ckpt files only (MindSpore 2.10's transform_checkpoint_by_rank loads
-them as .ckpt): a checkpoint whose model file is model.safetensors (checkpoint.format safetensors,
-never sharded: config.check_checkpoint_format) resumes on layouts that need no transformation (the
-same, or another data-parallel size), and `transform` refuses the others, naming the key.
+The model files may be model.ckpt or model.safetensors (checkpoint.format; the sharded runs of
+MindFormers 2.x keep rank_R/*.safetensors). `transform_checkpoint_by_rank` reads .ckpt files only, so a
+source in safetensors is first rewritten as model.ckpt, rank by rank (`as_ckpt`: the same tensors in
+ms.save_checkpoint's bytes, as format.write_model_file writes them; the ranks share the files between
+them), under RUN/resharded/STEP/source/, removed once every rank has its result; the transformation
+then runs as for a ckpt checkpoint, and its result is written in the format asked (the resuming run's
+checkpoint.format; a merge onto one device: the checkpoint's own). MindSpore's own reader of sharded
+safetensors (`transform_checkpoints` on a directory of rank_R/*.safetensors) is not used: it transforms
+every destination rank in one process, and with output_format="safetensors" MindSpore 2.10 wrote a
+bfloat16 tensor split along its second dimension with the wrong elements (on CPU, a hand-made mp=2
+checkpoint resharded onto mp=4; with output_format="ckpt" the same call was right).
 """
 from __future__ import annotations
 
@@ -113,7 +121,7 @@ class Plan:
 
     def describe(self) -> str:
         what = {"same": "the same layout: each rank loads its own file",
-                "replicated": "no sharding on either side: every rank loads the full model.ckpt",
+                "replicated": "no sharding on either side: every rank loads the full model file",
                 "slice": "a full checkpoint onto a sharded layout: each rank takes its slices",
                 "merge": "a sharded checkpoint onto an unsharded layout: the slices are joined",
                 "transform": "a sharded checkpoint onto another sharded layout: the slices are "
@@ -180,19 +188,23 @@ def current_ranks(strategy_dir: Path, world: int | None, out: Path) -> Path:
 
 
 def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_strategy_dir: Path | None,
-              barrier=None, out: Path | None = None) -> Path:
-    """Build this rank's checkpoint for the new layout: RUN/resharded/STEP/rank_R/model.ckpt (or under
-    `out`); returns RUN/resharded/STEP (load it with rank=R, or without a rank when the new layout is
-    unsharded). The main rank merges the strategies (between `barrier()` calls); each rank then
-    transforms only the source ranks its slices come from."""
+              barrier=None, out: Path | None = None, fmt: str | None = None) -> Path:
+    """Build this rank's checkpoint for the new layout: RUN/resharded/STEP/rank_R/model.ckpt, or
+    model.safetensors with `fmt` "safetensors" (default: the checkpoint's own format), or under `out`;
+    returns RUN/resharded/STEP (load it with rank=R, or without a rank when the new layout is
+    unsharded). The main rank merges the strategies and the ranks share the rewriting of safetensors
+    sources as .ckpt (`as_ckpt`; between `barrier()` calls); each rank then transforms only the source
+    ranks its slices come from."""
     from mindspore.parallel import rank_list_for_transform, transform_checkpoint_by_rank
 
-    from mspretrain.train.checkpoint import MODEL_FILE, RESHARDED
+    from mspretrain.train.checkpoint import MODEL_FILE, MODEL_FILES, RESHARDED, model_format
 
     ckpt_dir = Path(ckpt_dir)
-    refuse_safetensors(ckpt_dir, "transformed onto another parallel layout")
     out = Path(out) if out is not None else Path(run_dir) / RESHARDED / ckpt_dir.name
     merged = out / "strategy"
+    sources = source_files(ckpt_dir, p.src.sharded)
+    fmt = fmt or model_format(next(iter(sources.values())))
+    converted = out / "source"
 
     def strategies():
         src = strategy_file(ckpt_dir / "strategy", p.merge_src_stages, merged / "source.ckpt",
@@ -204,25 +216,75 @@ def transform(p: Plan, ckpt_dir: Path, run_dir: Path | None, rank: int, this_str
         barrier()           # every rank has compiled: its destination strategy file is written
     if rank == 0:
         src, dst = strategies()
+    workers = p.dst.world_size      # with barriers: the ranks share the rewriting; alone: all of it
+    ckpt_files = {r: as_ckpt(path, converted / f"rank_{r}", write=i % workers == rank if barrier else True)
+                  for i, (r, path) in enumerate(sorted(sources.items()))}
     if barrier:
-        barrier()           # the merged files exist
+        barrier()           # the merged strategy files and the sources as .ckpt exist
     if rank != 0:
         src, dst = strategies()
     src_s, dst_s = (str(src) if src else None), (str(dst) if dst else None)
     target_rank = rank if p.dst.sharded else 0
+    name = MODEL_FILES[fmt]
     if p.dst.sharded or rank == 0:
         needed = rank_list_for_transform(target_rank, src_s, dst_s)
-        files = {r: str(ckpt_dir / f"rank_{r}" / MODEL_FILE) if p.src.sharded else str(ckpt_dir / MODEL_FILE)
-                 for r in needed}
-        dest = out / (f"rank_{target_rank}" if p.dst.sharded else "") / MODEL_FILE
+        files = {r: str(ckpt_files[r if p.src.sharded else 0]) for r in needed}
+        dest = out / (f"rank_{target_rank}" if p.dst.sharded else "") / name
         dest.parent.mkdir(parents=True, exist_ok=True)
+        for other in set(MODEL_FILES.values()) - {name}:       # an earlier attempt in the other format
+            for stale in (dest.with_name(other), dest.with_name(other + DIGEST_SUFFIX)):
+                stale.unlink(missing_ok=True)
         tmp = dest.with_name(".tmp-" + MODEL_FILE)      # MindSpore wants the .ckpt suffix
         transform_checkpoint_by_rank(target_rank, files, str(tmp), src_s, dst_s)
+        if fmt != "ckpt":
+            tmp = rewrite(tmp, dest.with_name(".tmp-" + name))
         publish(tmp, dest)
     if barrier:
         barrier()
-    verify(out / (f"rank_{rank}" if p.dst.sharded else "") / MODEL_FILE)     # the file this rank loads
+    if rank == 0 or not barrier:    # every rank has its result: the rewritten sources are not needed again
+        shutil.rmtree(converted, ignore_errors=True)
+    verify(out / (f"rank_{rank}" if p.dst.sharded else "") / name)     # the file this rank loads
     return out
+
+
+def source_files(ckpt_dir: Path, sharded: bool) -> dict[int, Path]:
+    """The checkpoint's model file of each source rank (model.ckpt or model.safetensors): rank_R/'s
+    when `sharded`, else {0: the one full file}."""
+    from mspretrain.train.checkpoint import CheckpointError, model_file
+
+    if not sharded:
+        return {0: model_file(ckpt_dir)}
+    found = {int(d.name[len("rank_"):]): model_file(d) for d in Path(ckpt_dir).glob("rank_*")
+             if d.is_dir() and d.name[len("rank_"):].isdigit()}
+    if not found:
+        raise CheckpointError(f"{ckpt_dir}: no rank_R/ directories: not a sharded checkpoint")
+    return found
+
+
+def as_ckpt(path: Path, out_dir: Path, write: bool) -> Path:
+    """`path` itself when it is a model.ckpt; else the .ckpt it is rewritten as, out_dir/model.ckpt
+    (written now when `write`: this rank's share; another rank's otherwise)."""
+    from mspretrain.train.checkpoint import MODEL_FILE, model_format
+
+    if model_format(path) == "ckpt":
+        return path
+    dest = out_dir / MODEL_FILE
+    if write:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        rewrite(path, dest.with_name(".tmp-" + MODEL_FILE)).replace(dest)
+    return dest
+
+
+def rewrite(src: Path, dest: Path) -> Path:
+    """The tensors of model file `src` written into `dest`, in the format of `dest`'s name
+    (format.write_model_file: the bytes ms.save_checkpoint writes), fsynced; returns `dest` and
+    removes `src` when it was a temporary file (.tmp-*)."""
+    from mspretrain.train.checkpoint import host_copy, load_file, write_model_file
+
+    write_model_file(dest, host_copy(load_file(src), copy=False))
+    if src.name.startswith(".tmp-"):
+        src.unlink()
+    return dest
 
 
 def publish(tmp: Path, dest: Path) -> dict:
@@ -240,7 +302,7 @@ def publish(tmp: Path, dest: Path) -> dict:
 
 
 def verify(path: Path) -> None:
-    """`path` (a transformed model.ckpt) has the size and sha256 recorded when it was written;
+    """`path` (a transformed model file) has the size and sha256 recorded when it was written;
     CheckpointError naming it otherwise (or when the record is missing or unreadable)."""
     import json
 
@@ -259,29 +321,15 @@ def verify(path: Path) -> None:
 # ---------------------------------------------------------------- one device (eval, export, doctor)
 
 ONE_DEVICE = Layout(dp=1)
-MERGED_DIR = "merged"       # CKPT/merged/model.ckpt: a sharded checkpoint's full tensors, kept with it
+MERGED_DIR = "merged"       # CKPT/merged/model.ckpt (or .safetensors): a sharded checkpoint's full tensors, kept
 
 
 def is_sharded_checkpoint(ckpt_dir) -> bool:
-    """Per-rank files (CKPT/rank_R/model.ckpt) and no full model file."""
+    """Per-rank files (CKPT/rank_R/model.ckpt or model.safetensors) and no full model file."""
     from mspretrain.train.checkpoint import MODEL_FILES
     ckpt_dir = Path(ckpt_dir)
     return (not any((ckpt_dir / name).is_file() for name in MODEL_FILES.values())
             and any((ckpt_dir / "rank_0" / name).is_file() for name in MODEL_FILES.values()))
-
-
-def refuse_safetensors(ckpt_dir: Path, what: str) -> None:
-    """CheckpointError when `ckpt_dir` (or its rank_0/) holds model.safetensors, which MindSpore 2.10's
-    transformation does not read."""
-    from mspretrain.train.checkpoint import MODEL_FILES, CheckpointError
-
-    name = MODEL_FILES["safetensors"]
-    for path in (ckpt_dir / name, ckpt_dir / "rank_0" / name):
-        if path.is_file():
-            raise CheckpointError(f"{path}: a checkpoint in checkpoint.format safetensors cannot be {what} "
-                                  f"(MindSpore 2.10's transform_checkpoint_by_rank reads .ckpt files only); "
-                                  f"resume it on the layout it was written with, with checkpoint.format=ckpt, "
-                                  f"and use the checkpoint that run writes")
 
 
 def merge_plan(state: dict, strategy_dir: Path) -> Plan:
@@ -307,31 +355,33 @@ def merged_to_one_device(ckpt_dir, out: Path | None = None) -> Path:
     """The directory whose model file holds `ckpt_dir`'s full tensors: `ckpt_dir` itself when it has one
     (model.ckpt or model.safetensors), else its ranks' slices joined with MindSpore's checkpoint
     transformation (the strategy files CKPT/strategy/rank_R.ckpt, pipeline stages merged first) into
-    `out` (default CKPT/merged/), built once: a directory appears complete or not at all. For `train
-    eval` (loss, tasks, the in-loop suite of a sharded run), export/generate/score
-    (runinfo.model_weights) and the doctor's pp rung."""
+    `out` (default CKPT/merged/), as model.ckpt or model.safetensors like the ranks' files, built once:
+    a directory appears complete or not at all. For `train eval` (loss, tasks, the in-loop suite of a
+    sharded run), export/generate/score (runinfo.model_weights) and the doctor's pp rung."""
     import shutil
 
-    from mspretrain.train.checkpoint import CheckpointError, MODEL_FILE, MODEL_FILES, read_state
+    from mspretrain.train.checkpoint import (CheckpointError, MODEL_FILE, MODEL_FILES, model_file, model_format,
+                                             read_state)
 
     ckpt_dir = Path(ckpt_dir)
     if any((ckpt_dir / name).is_file() for name in MODEL_FILES.values()):
         return ckpt_dir
     if not is_sharded_checkpoint(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir}: neither {MODEL_FILE} nor rank_0/{MODEL_FILE}")
-    refuse_safetensors(ckpt_dir, "merged onto one device")
+    fmt = model_format(model_file(ckpt_dir / "rank_0"))       # the merge is written in the shards' format
+    name = MODEL_FILES[fmt]
     out = Path(out) if out is not None else ckpt_dir / MERGED_DIR
-    if (out / MODEL_FILE).is_file():
+    if (out / name).is_file():
         try:
-            verify(out / MODEL_FILE)
+            verify(out / name)
             return out
         except CheckpointError as e:    # damaged, or cached before merges recorded a digest
             print(f"[reshard] {out} is not usable ({e}); merging the shards again", file=sys.stderr)
     p = merge_plan(read_state(ckpt_dir), ckpt_dir / "strategy")
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    transform(p, ckpt_dir, None, 0, None, out=partial)
-    if not (partial / MODEL_FILE).is_file():
+    transform(p, ckpt_dir, None, 0, None, out=partial, fmt=fmt)
+    if not (partial / name).is_file():
         raise CheckpointError(f"{ckpt_dir}: merging the shards wrote nothing into {partial}")
     if out.exists():        # an incomplete or older cache (rank_0/*.ckpt): ours to replace
         shutil.rmtree(out)

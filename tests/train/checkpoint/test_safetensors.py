@@ -170,30 +170,152 @@ def test_a_step_dir_holds_one_model_file_whichever_it_is(tmp_path):
 def test_the_key_is_checked_and_left_out_of_records_at_its_default():
     with pytest.raises(ConfigError, match="checkpoint.format must be one of ckpt, safetensors, got 'pt'"):
         load_config(None, ["checkpoint.format=pt"])
-    for key in ("parallel.model_parallel=2", "parallel.pipeline_stage=2", "parallel.optimizer_shard=true"):
-        with pytest.raises(ConfigError, match=rf"checkpoint.format safetensors .*{key.split('=')[0]}.* "
-                                              r"set checkpoint.format=ckpt"):
-            load_config(None, ["checkpoint.format=safetensors", key])
     # ckpt runs record their config as before the key (run.json, state.json), safetensors ones name it
     assert "format" not in load_config(None, []).to_dict()["checkpoint"]
     assert load_config(None, ["checkpoint.format=safetensors"]).to_dict()["checkpoint"]["format"] == "safetensors"
     assert load_config(None, ["checkpoint.format=safetensors"]).hash() == load_config(None, []).hash()
 
 
-def test_a_safetensors_checkpoint_is_not_transformed_onto_another_layout(tmp_path):
-    """MindSpore 2.10's transform_checkpoint_by_rank reads .ckpt only: a slice onto a sharded layout,
-    or a merge of rank_R/model.safetensors, is refused naming the key and what to do."""
-    from mspretrain.train.checkpoint.reshard import Layout, merged_to_one_device, plan, transform
+def test_safetensors_is_accepted_with_the_sharded_layouts():
+    """A sharded run writes rank_R/model.safetensors: the shipped 7B and 13B configs (model parallel,
+    pipeline stages, optimizer sharding) and each sharding key alone take the key."""
+    from pathlib import Path
 
-    final = ckpt.write_checkpoint(tmp_path, 2, mixed_params(), {"step": 2}, keep_max=2, fmt="safetensors")
-    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint.format safetensors cannot be transformed .*"
-                                                   r"with checkpoint.format=ckpt"):
-        transform(plan(Layout(dp=1), Layout(dp=1, mp=2)), final, tmp_path, 0, None)
-    assert merged_to_one_device(final) == final          # a full model file: nothing to merge
-    (final / "rank_0").mkdir()
-    (final / ST).rename(final / "rank_0" / ST)
-    with pytest.raises(ckpt.CheckpointError, match="cannot be merged onto one device"):
-        merged_to_one_device(final)
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    for name in ("llama-7b.yaml", "llama-13b.yaml"):
+        cfg = load_config(configs / name, ["checkpoint.format=safetensors"])
+        p = cfg.parallel
+        assert cfg.checkpoint.format == "safetensors"
+        assert p.model_parallel > 1 or p.pipeline_stage > 1 or p.optimizer_shard, name
+    for key in ("parallel.model_parallel=2", "parallel.pipeline_stage=2", "parallel.optimizer_shard=true"):
+        assert load_config(None, ["checkpoint.format=safetensors", key]).checkpoint.format == "safetensors"
+
+
+# ------------------------------------------------ sharded: merged and resharded through .ckpt
+
+def sharded_params() -> dict:
+    """The dtypes of a run in matrices MindSpore's transformation splits: fp32 (and its AdamW moment)
+    by rows, bf16 by columns (MindSpore 2.10's own safetensors transformation got that one wrong),
+    fp16 by rows; a vector, the int32 counter and the scalar learning rate whole."""
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    rng = np.random.default_rng(3)
+    values = {"model.w": Tensor(rng.standard_normal((4, 6)).astype(np.float32)),
+              "model.e": Tensor(rng.standard_normal((6, 4)).astype(np.float32), ms.bfloat16),
+              "model.h": Tensor(rng.standard_normal((4, 2)).astype(np.float16)),
+              "adam_m.model.w": Tensor(rng.standard_normal((4, 6)).astype(np.float32)),
+              "model.n": Tensor(rng.standard_normal(6).astype(np.float32)),
+              "global_step": Tensor(np.array([2], np.int32)),
+              "learning_rate": Tensor(np.float32(3e-3))}
+    return {k: Parameter(v, name=k) for k, v in values.items()}
+
+
+STATE = {"step": 2, "loader": {"cursor": 16}}
+MP4 = {"model.w": ([4], [0, -1]), "model.e": ([4], [-1, 0]), "model.h": ([4], [0, -1]),
+       "adam_m.model.w": ([2, 2], [1, -1]), "model.n": ([4], [-1]), "global_step": ([4], [-1]),
+       "learning_rate": ([4], [])}
+
+
+def slices_of(full: dict, r: int) -> dict:
+    """Rank r's tensors on MP4, cut from the full ones with numpy: {name: (dtype, shape, bytes)}."""
+    out = {}
+    for k, v in full.items():
+        dev, tmap = MP4[k]
+        for axis, m in enumerate(tmap):
+            if m != -1:
+                size = dev[len(dev) - 1 - m]
+                index = (r // int(np.prod(dev[len(dev) - m:]))) % size
+                v = np.split(v, size, axis)[index]
+        out[k] = (str(v.dtype), v.shape, np.ascontiguousarray(v).tobytes())
+    return out
+
+
+def as_numpy(tensors: dict) -> dict:
+    return {k: (str(v.asnumpy().dtype), tuple(v.shape), np.ascontiguousarray(v.asnumpy()).tobytes())
+            for k, v in tensors.items()}
+
+
+def sharded_pair(tmp_path) -> tuple:
+    """The same mp=2 checkpoint twice, its ranks' files as model.ckpt and as model.safetensors
+    (MindSpore's own writers); and the full tensors."""
+    from sharded_helpers import shard_checkpoint
+
+    dirs = {}
+    for fmt in ("ckpt", "safetensors"):
+        final = ckpt.write_checkpoint(tmp_path / fmt, 2, sharded_params(), STATE, keep_max=2)
+        full = shard_checkpoint(final, fmt=fmt, cols={"model.e"})
+        ckpt.check_checkpoint(final, out=lambda s: None)
+        dirs[fmt] = final
+    assert sorted(p.name for p in (dirs["safetensors"] / "rank_1").iterdir()) == [ST]
+    return dirs, full
+
+
+def test_sharded_safetensors_merge_onto_one_device_equals_the_ckpt_merge(tmp_path):
+    """merged_to_one_device of rank_R/model.safetensors: CKPT/merged/model.safetensors (its digest
+    beside it, checked, kept), the tensors of the ckpt checkpoint's merge bit for bit, and the full
+    ones; the ranks' files rewritten as .ckpt for MindSpore's transformation are gone afterwards."""
+    from mspretrain.train import runinfo
+    from mspretrain.train.checkpoint.reshard import is_sharded_checkpoint, merged_to_one_device, verify
+
+    dirs, full = sharded_pair(tmp_path)
+    assert is_sharded_checkpoint(dirs["safetensors"])
+    merged = {fmt: merged_to_one_device(d) for fmt, d in dirs.items()}
+    assert sorted(p.name for p in merged["safetensors"].iterdir()) == [ST, ST + ".digest.json"]
+    verify(merged["safetensors"] / ST)
+    got = as_numpy(ckpt.load_file(merged["safetensors"] / ST))
+    assert got == as_numpy(ckpt.load_file(merged["ckpt"] / ckpt.MODEL_FILE))
+    assert got == {k: (str(v.dtype), v.shape, v.tobytes()) for k, v in full.items()}
+    stamp = (merged["safetensors"] / ST).stat().st_mtime_ns
+    assert merged_to_one_device(dirs["safetensors"]) == merged["safetensors"]      # kept
+    assert (merged["safetensors"] / ST).stat().st_mtime_ns == stamp
+    # export/score's reader takes the merge as well
+    weights = runinfo.model_weights(dirs["safetensors"])
+    assert sorted(weights) == ["e", "h", "n", "w"]
+    assert weights["w"].tobytes() == full["model.w"].tobytes()
+
+
+def test_sharded_safetensors_reshard_equals_the_ckpt_path(tmp_path):
+    """mp=2 -> mp=4 (`transform`, rank by rank as the resumed ranks do it) from rank_R/model.safetensors:
+    each rank's file holds the tensors the ckpt checkpoint's transformation gives, bit for bit, and
+    numpy's slices of the full tensors; in the source's format by default, in the one asked (the
+    resuming run's checkpoint.format) otherwise, either way round; and from a full model.safetensors
+    (`slice`)."""
+    from sharded_helpers import write_strategy
+
+    from mspretrain.train.checkpoint.reshard import Layout, plan, transform, verify
+
+    dirs, full = sharded_pair(tmp_path)
+    dst_dir = tmp_path / "dst-strategy"
+    for r in range(4):
+        write_strategy(dst_dir / f"rank_{r}.ckpt", 0, MP4)
+    p = plan(Layout(dp=1, mp=2), Layout(dp=1, mp=4))
+    assert p.kind == "transform"
+
+    def resharded(src, out, fmt=None, kind=p):
+        for r in range(4):
+            transform(kind, src, None, r, dst_dir, out=out, fmt=fmt)
+        return {r: ckpt.model_file(out / f"rank_{r}") for r in range(4)}
+
+    ref = resharded(dirs["ckpt"], tmp_path / "from-ckpt")
+    runs = {"safetensors": resharded(dirs["safetensors"], tmp_path / "from-st"),
+            "ckpt": resharded(dirs["safetensors"], tmp_path / "from-st-as-ckpt", fmt="ckpt"),
+            "ckpt->safetensors": resharded(dirs["ckpt"], tmp_path / "from-ckpt-as-st", fmt="safetensors")}
+    assert [f.name for f in runs["safetensors"].values()] == [ST] * 4
+    assert [f.name for f in runs["ckpt"].values()] == [ckpt.MODEL_FILE] * 4
+    assert [f.name for f in runs["ckpt->safetensors"].values()] == [ST] * 4
+    assert not (tmp_path / "from-st" / "source").exists()
+    for r in range(4):
+        want = as_numpy(ckpt.load_file(ref[r]))
+        assert want == slices_of(full, r)
+        for files in runs.values():
+            verify(files[r])
+            assert as_numpy(ckpt.load_file(files[r])) == want, (files[r], r)
+
+    # a full model.safetensors sliced onto mp=4
+    whole = ckpt.write_checkpoint(tmp_path / "full", 2, sharded_params(), STATE, keep_max=2, fmt="safetensors")
+    files = resharded(whole, tmp_path / "sliced", kind=plan(Layout(dp=1), Layout(dp=1, mp=4)))
+    assert all(f.name == ST and as_numpy(ckpt.load_file(f)) == slices_of(full, r) for r, f in files.items())
 
 
 SETS = ("train.steps=8", "checkpoint.every_steps=4", "checkpoint.keep_max=2", "eval.every_steps=0",
