@@ -160,10 +160,11 @@ def clean_chunk_table(worker: Worker, task: ChunkTask) -> tuple[dict, pa.Table |
 def _count(stats: dict, doc_id: str, clean: str, reason: str, attrs: dict, action: str,
            item_ids: list) -> None:
     """Per-chunk counts of the document stages, for the report."""
-    lang = stats["languages"].setdefault(attrs["language"], [0, 0, 0.0])
+    lang = stats["languages"].setdefault(attrs["language"], [0, 0, 0.0, 0])
     lang[0] += 1
     lang[1] += utf8_len(clean)
     lang[2] += attrs["language_score"]   # the report gives the mean per language
+    lang[3] += attrs.get("language_unplaced", False)   # English CLD2 could not place (langid)
     by_kind = stats["pii_languages"].setdefault(attrs["language"], {}) if attrs["pii"] else {}
     for kind, n in attrs["pii"].items():
         stats["pii"][kind] = stats["pii"].get(kind, 0) + n

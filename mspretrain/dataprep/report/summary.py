@@ -129,11 +129,13 @@ def document_stages(markers: list[dict], cfg) -> dict:
     pii_languages: dict = {}   # language of the document -> {kind: matches}
     matches: list = []
     for m in markers:
-        for lang, (n, b, *score) in m.get("languages", {}).items():
-            entry = langs.setdefault(lang, {"docs": 0, "bytes": 0, "score_sum": 0.0})
+        for lang, (n, b, *more) in m.get("languages", {}).items():
+            entry = langs.setdefault(lang, {"docs": 0, "bytes": 0, "score_sum": 0.0, "unplaced": 0})
             entry["docs"] += n
             entry["bytes"] += b
-            entry["score_sum"] += score[0] if score else 0.0
+            entry["score_sum"] += more[0] if more else 0.0
+            # documents "en" only as English-unplaced (dataprep.langid.classify; older markers: 0)
+            entry["unplaced"] += more[1] if len(more) > 1 else 0
         for kind, n in m.get("pii", {}).items():
             pii[kind] = pii.get(kind, 0) + n
         for lang, kinds in m.get("pii_languages", {}).items():
@@ -252,8 +254,8 @@ def to_markdown(r: dict) -> str:
 
 def _document_stages_md(r: dict) -> list[str]:
     lines = ["", "## Languages (documents read, after cleaning)", "",
-             "| language | docs | bytes | mean score |", "|---|---:|---:|---:|"]
-    lines += [f"| {k} | {v['docs']} | {v['bytes']} | {v.get('mean_score', 0.0):.3f} |"
+             "| language | docs | bytes | mean score | unplaced |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {k} | {v['docs']} | {v['bytes']} | {v.get('mean_score', 0.0):.3f} | {v.get('unplaced', 0)} |"
               for k, v in r.get("languages", {}).items()]
     pii = r.get("pii", {"action": "redact", "docs": 0, "matches": {}})
     lines += ["", f"## Personal data (action: {pii['action']})", "",

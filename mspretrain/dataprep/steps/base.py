@@ -19,6 +19,7 @@ NO_METADATA: Mapping = MappingProxyType({})
 class StepDoc:
     text: str
     attrs: dict = field(default_factory=lambda: {"language": "", "script": "", "language_score": 0.0,
+                                                   "language_unplaced": False,
                                                    "quality": None, "pii": {}, "decontam": []})
     metadata: Mapping = field(default_factory=lambda: NO_METADATA)
 

@@ -27,6 +27,22 @@ and manual pages on this machine (bench/bench_pii.py), English windows score >= 
 them >= 705, while all but one of the non-English ones CLD2 calls "en" score 96-544 (median 285):
 below EN_MIN_SCORE = 550 "en" gives way to CLD2's second language if that one fits at least as
 well (a Chinese page whose window starts with a paragraph of English), else to "und".
+
+English that CLD2 can only call English as its fallback is not always foreign: short UI strings,
+menu labels, lists of person, place, product or language names fit English's model as poorly as
+Interlingua does (fit 60-545 on tests/dataprep/langid_dev.py's English against 240-540 for its
+foreign strings), so the fit cannot tell them apart. Two other things do, on that set: the letters
+(English needs no letter outside ASCII, while Friulian, Sardinian, Walloon and most other Latin-script
+languages use some: >= 4 % of their letters there) and CLD2's own reliability, which it computes
+from how far its first language is ahead of the next one, chunk by chunk, and which it gives for
+English names and UI strings (about half of them) but not for a language it has no model of, whose
+quadgrams fit several Romance models alike (one of the set's 317 foreign documents of 20
+characters or more, an Interlingua one). Interlingua is the exception (ASCII, and reliably "English" in a catalogue
+of sentences): its short words give it away ("le", "de", "un", "non"), so a window whose
+lowercase words of three letters or fewer are mostly outside English's closed class of them is
+not English-unplaced. Such a document is "en", *unplaced*: `classify` says so, and its score is below 0.5
+(UNPLACED_MAX_SCORE times its fit over EN_MIN_SCORE), so that `filters.min_language_score: 0.5`
+drops it again; the report counts these documents (`languages.*.unplaced`).
 """
 from __future__ import annotations
 
@@ -35,6 +51,19 @@ import re
 WINDOW_CHARS = 1024
 UNKNOWN = "und"
 EN_MIN_SCORE = 550.0
+# English-unplaced: the most letters outside ASCII (per letter of the window; a list of country
+# names has a few: "Côte d'Ivoire", "Åland"), and the score at EN_MIN_SCORE's fit
+UNPLACED_MAX_NON_ASCII = 0.01
+UNPLACED_MAX_SCORE = 0.5
+# English's short lowercase words are a closed class (articles, prepositions, pronouns, a few
+# verbs): a window whose lowercase words of <= 3 letters are mostly outside it ("le", "de", "un",
+# "es", "non", "pro": Interlingua's gettext catalogue; Interlingua is ASCII and CLD2 calls it
+# reliably English) is not English; names and UI labels have few such words, or English ones
+_EN_SHORT = frozenset("""a an the of to in on at by for from with and or nor but not no is are was
+be has had have do did it its as if so up off out all any new use set get add via per can may you
+your we our my me he she his her they them this that who how why what when one two too yet now own
+see run key""".split())
+_WORD = re.compile(r"[^\W\d_]+")
 # CLD2's codes that are not ISO 639-1 (older or private ones) -> ISO 639-1
 _ISO = {"iw": "he", "jw": "jv", "in": "id", "mo": "ro", "zh-Hant": "zh", "sr-ME": "sr"}
 # what CLD2 refuses as input (it wants valid UTF-8 without C0 controls other than whitespace)
@@ -43,21 +72,46 @@ _REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 def identify(text: str) -> tuple[str, float]:
     """(language code, score in [0, 1]) of the text's middle WINDOW_CHARS characters."""
+    return classify(text)[:2]
+
+
+def classify(text: str) -> tuple[str, float, bool]:
+    """`identify`'s (code, score), and whether the document is English-unplaced: "en" although
+    CLD2 found it English only as its fallback (see the module's docstring)."""
     import pycld2
     head = _REFUSED.sub(" ", window(text))
     if not any(map(str.isalpha, head)):
-        return UNKNOWN, 0.0
+        return UNKNOWN, 0.0, False
     _, _, details = pycld2.detect(head, bestEffort=True)
     _, code, percent, fit = details[0]
     if code == "en" and fit < EN_MIN_SCORE:
         # English only as CLD2's fallback: the next language it found, if any (a Chinese page
-        # whose window starts with a paragraph of English), else none
+        # whose window starts with a paragraph of English), else English-unplaced or none
+        en_fit = fit
         _, code, percent, fit = details[1]
         if fit < EN_MIN_SCORE:
-            return UNKNOWN, 0.0
+            return _unplaced(head, en_fit)
     if code in ("un", "xxx") or code.startswith("xx-"):
-        return UNKNOWN, 0.0
-    return iso_code(code), round(percent / 100.0, 4)
+        return UNKNOWN, 0.0, False
+    return iso_code(code), round(percent / 100.0, 4), False
+
+
+def _unplaced(head: str, fit: float) -> tuple[str, float, bool]:
+    """("en", a score < UNPLACED_MAX_SCORE, True) for a window CLD2 calls English only as its
+    fallback whose letters are ASCII, which CLD2 calls English reliably without bestEffort, and
+    whose short lowercase words are mostly English ones; else ("und", 0.0, False)."""
+    import pycld2
+    letters = [c for c in head if c.isalpha()]
+    if sum(not c.isascii() for c in letters) > UNPLACED_MAX_NON_ASCII * len(letters):
+        return UNKNOWN, 0.0, False
+    reliable, _, details = pycld2.detect(head)
+    if not reliable or details[0][1] != "en":
+        return UNKNOWN, 0.0, False
+    short = [w for w in _WORD.findall(head) if len(w) <= 3 and w.islower()]
+    other = sum(w not in _EN_SHORT for w in short)
+    if other >= 3 and 3 * other > len(short):
+        return UNKNOWN, 0.0, False
+    return "en", round(UNPLACED_MAX_SCORE * min(fit / EN_MIN_SCORE, 0.9999), 4), True
 
 
 def iso_code(cld2_code: str) -> str:

@@ -29,7 +29,7 @@ class LanguageId(Step):
     name = "language_id"
 
     def __call__(self, doc: StepDoc) -> str:
-        lang, doc.attrs["language_score"] = langid.identify(doc.text)
+        lang, doc.attrs["language_score"], doc.attrs["language_unplaced"] = langid.classify(doc.text)
         doc.attrs["language"], doc.attrs["script"] = lang, langid.script(doc.text, lang)
         return ""
 
