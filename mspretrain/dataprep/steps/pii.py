@@ -296,8 +296,7 @@ def _card_spans(piece: str, before: str = "") -> list[tuple[int, int]]:
 
 
 def _card_context(text: str, a: int, before: str) -> bool:
-    if before:
-        text, a = before + text[:a], len(before) + a
+    text, a = _joined(text, a, before)
     return _CARD_WORDS.search(text, max(0, a - _CONTEXT_CHARS), a) is not None
 
 
@@ -392,11 +391,16 @@ _ORDER_WORDS = re.compile(
 _CONTEXT_CHARS = 40   # how far before a number its context word may start
 
 
+def _joined(text: str, a: int, before: str) -> tuple[str, int]:
+    """(the text up to a with `before` in front, a in it): where a number's context words are
+    searched when `text` is a piece of a longer text that `before` precedes."""
+    return (before + text[:a], len(before) + a) if before else (text, a)
+
+
 def number_context(text: str, a: int, before: str = "") -> str:
     """"phone", "order" or "" (neither): what the words right before text[a:] say of a number
     there (`before`: the text that precedes `text`, if `text` is a piece of a longer one)."""
-    if before:
-        text, a = before + text[:a], len(before) + a
+    text, a = _joined(text, a, before)
     start = max(0, a - _CONTEXT_CHARS)
     if _ORDER_WORDS.search(text, start, a):
         return "order"
