@@ -168,6 +168,9 @@ def test_a_step_dir_holds_one_model_file_whichever_it_is(tmp_path):
 
 
 def test_the_key_is_checked_and_left_out_of_records_at_its_default():
+    # config.py keeps its own list (importing the checkpoint room would load MindSpore with the config)
+    from mspretrain.train.config import CHECKPOINT_FORMATS
+    assert CHECKPOINT_FORMATS == ckpt.FORMATS
     with pytest.raises(ConfigError, match="checkpoint.format must be one of ckpt, safetensors, got 'pt'"):
         load_config(None, ["checkpoint.format=pt"])
     # ckpt runs record their config as before the key (run.json, state.json), safetensors ones name it
