@@ -105,8 +105,9 @@ _PACKAGE_BEFORE = re.compile(
 _ID = re.compile(rf"(?<!{_W}|[.-])[1-9]\d{{5}}(?:18|19|20)\d{{2}}(?:0[1-9]|1[0-2])"
                  rf"(?:0[1-9]|[12]\d|3[01])\d{{3}}[\dXx](?!{_W}|-|\.{_W})")
 # 12-19 digits in a row, or groups with one separator (a space or a hyphen) used throughout:
-# 4-6-5 (American Express), 4-6-4 (Diners Club), 4-4-4(-4), with a tail of 1-3 digits
-_CARD = re.compile(rf"(?<!{_W}|[.+-])(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
+# 4-6-5 (American Express), 4-6-4 (Diners Club), 4-4-4(-4), with a tail of 1-3 digits; not after
+# a decimal point ("0.4111..."), but after a dot that ends a word ("see p.4111 1111 1111 1111")
+_CARD = re.compile(rf"(?<!{_W}|[+-])(?<!\d\.)(?:\d{{4}}([ -])\d{{6}}\1\d{{4,5}}"
                    rf"|\d{{4}}([ -])\d{{4}}(?:\2\d{{4}}){{1,2}}(?:\2\d{{1,3}})?|\d{{12,19}})"
                    rf"(?!{_W}|-|\.{_W})")
 # a phone number's shape, which phonenumbers then parses: an optional "+" or "(", digits with at
@@ -555,6 +556,8 @@ def _phone_spans(piece: str, check: PhoneCheck, before: str = "") -> list[tuple[
         if m is None:
             return spans
         a, b = m.span()
+        if piece[a] == "(" and ")" not in m.group():
+            a += 1   # a bracket around the whole number ("(736-679-4736)"), not an area code's
         context = number_context(piece, a, before)
         end = 0 if context == "order" else _longest_valid(piece, a, b, check)
         if not end and (context == "phone" or _EXTENSION.search(m.group())):

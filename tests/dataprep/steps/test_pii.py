@@ -609,6 +609,24 @@ def test_the_north_american_grouping_is_a_phone_where_its_area_code_is_unassigne
     assert redact(text, ("DE", "FR"))[0] == text           # only where a NANP region is searched
 
 
+@pytest.mark.parametrize("number", ["969-555-0142", "296.555.0142", "001-374-555-0142", "212-555-0187",
+                                    "+49 30 12345678", "030 12345678"])
+@pytest.mark.parametrize("brackets", ["()", "（）"])
+def test_a_bracket_around_a_whole_number_is_not_part_of_it(number, brackets):
+    """"(969-555-0142)" is the number in brackets, not an area code's opening bracket: the number
+    inside is redacted as it is without them, and both brackets stay."""
+    text = f"see {brackets[0]}{number}{brackets[1]} today"
+    assert redact(text)[0] == f"see {brackets[0]}<PHONE>{brackets[1]} today" == plain_redact(text)[0]
+
+
+def test_a_card_after_a_word_ending_dot_is_a_card_but_not_after_a_decimal_point():
+    card = "6276673198871210"   # UnionPay, Luhn-valid
+    assert redact(f"l lx.{card}\n")[0] == "l lx.<CARD>\n" == plain_redact(f"l lx.{card}\n")[0]
+    assert redact(f"see p.{card} now")[0] == "see p.<CARD> now"
+    for text in (f"pi 3.{card} x", f"(0.{card})"):
+        assert "<CARD>" not in redact(text)[0], text
+
+
 @pytest.mark.parametrize("text", ["see 6916400928 today", "see 191-640-0928 today",   # unbroken; N=1
                                   "see 691-140-0928 today", "see 691-640-092 today",  # exchange 1xx
                                   "see 691/640-0928 today"])
