@@ -19,11 +19,7 @@ from typing import NamedTuple
 import mindspore as ms
 import numpy as np
 
-from mspretrain.common.errors import MspretrainError
-
-
-class CheckpointError(MspretrainError, RuntimeError):
-    """A checkpoint that cannot be written or read; the message names the path."""
+from mspretrain.train.checkpoint.layout import CheckpointError
 
 
 class HostTensor(NamedTuple):

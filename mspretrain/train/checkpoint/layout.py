@@ -9,9 +9,12 @@ import shutil
 import sys
 from pathlib import Path
 
-
+from mspretrain.common.errors import MspretrainError
 from mspretrain.common.files import atomic_write_text
-from mspretrain.train.checkpoint.format import CheckpointError
+
+
+class CheckpointError(MspretrainError, RuntimeError):
+    """A checkpoint that cannot be written or read; the message names the path."""
 
 
 CKPT_DIR = "checkpoints"

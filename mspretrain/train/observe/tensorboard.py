@@ -10,6 +10,7 @@ Needs the `viz` extra (tensorboardX); without it a one-line notice and metrics.j
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 TB_DIR = "tensorboard"
@@ -19,7 +20,8 @@ SKIP = {"step", "eval", "time"}
 class TensorBoardMirror:
     def __init__(self, run_dir, resume_step: int):
         try:
-            from tensorboardX import SummaryWriter
+            with _torch_hidden():
+                from tensorboardX import SummaryWriter
         except ImportError:
             print("[train] tensorboardX not installed (pip install 'mspretrain[viz]'): no "
                   "RUN/tensorboard/ events, metrics.jsonl only", file=sys.stderr, flush=True)
@@ -41,3 +43,19 @@ class TensorBoardMirror:
         if self._w is not None:
             self._w.close()
 
+
+
+@contextmanager
+def _torch_hidden():
+    """tensorboardX's writer imports torch where it is installed, only to accept torch tensors (2.7 s
+    of every training process's start here, twice per step of msrun's workers); the mirror passes
+    floats. While tensorboardX loads, `import torch` fails as if torch were absent (which tensorboardX
+    handles); torch stays importable afterwards, and one already imported is left alone."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None     # an ImportError for `import torch`, by the import system's rule
+    try:
+        yield
+    finally:
+        del sys.modules["torch"]
