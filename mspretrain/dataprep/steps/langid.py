@@ -50,13 +50,13 @@ reliably and with a good fit. Such a window CLD2 calls English gets a second opi
 words (wordfreq 3.1.1's frequency lists, which ship in its wheel): `lexical_vote` counts the words
 clearly more frequent (LEXICAL_MARGIN) in one of LEXICAL_LANGUAGES than in English against those
 clearly more frequent in English. More foreign than English: "und" (a language without a list,
-Interlingua or Latin, still looks Italian or Spanish more than English). More English: an
-English-unplaced window is English even where the rules above say "und" ("Quit", "Undo Typing").
-Chosen on tests/dataprep/langid_dev.py, `filters.undetermined: drop`: foreign kept 13 -> 0 of 317,
-English dropped 43 -> 30 of 267 (py3langid 0.2.2: 18 and 59). Longer windows are untouched (the
-held-out catalogues' documents are all >= 300 characters: their figures do not change); a short
-window CLD2 calls English costs about 0.1 ms instead of 0.02, and the lists 0.7 CPU-s and 120 MB
-once per process, on the first such window.
+Interlingua or Latin, still looks Italian or Spanish more than English). More English: a window
+CLD2 calls English only as its fallback is English-unplaced even where the rules above say "und"
+("Quit", "Undo Typing"). Chosen on tests/dataprep/langid_dev.py, `filters.undetermined: drop`:
+foreign kept 13 -> 0 of 317, English dropped 43 -> 30 of 267 (py3langid 0.2.2: 18 kept, 59
+dropped). Longer windows are untouched (the held-out catalogues' documents are all >= 300
+characters: their figures do not change); a short window CLD2 calls English costs about 0.1 ms
+instead of 0.02, and the lists 0.7 CPU-s and 120 MB once per process, on the first such window.
 """
 from __future__ import annotations
 
