@@ -4,8 +4,9 @@ product, place and file names, and, as the counter-class, short UI strings of ot
 written in ASCII Latin letters or close to it (French, German, Spanish, Dutch, Indonesian,
 Tagalog, Vietnamese without diacritics, ...) and of languages CLD2 has no model of (Interlingua,
 Occitan, Friulian, Latin). Nothing here comes from the held-out measure (bench/bench_pii.py's
-gettext catalogues): the rules of `dataprep.langid` for text CLD2 cannot place were chosen on this
-set, and bench/bench_pii.py measures them on the catalogues afterwards.
+gettext catalogues): the rules of `dataprep.langid` for text CLD2 cannot place, and the lexical
+second opinion on short windows (`lexical_vote`), were chosen on this set, and bench/bench_pii.py
+measures them on the catalogues afterwards.
 
 `documents()` joins the strings of each group into documents of 1, 3, 6 and all strings, one
 string a line (the shape of a gettext catalogue's strings), -> [(language, group, text)].
