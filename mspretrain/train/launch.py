@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,15 +121,31 @@ def run_msrun(args) -> int:
     raise SystemExit(rc if rc > 0 else 1)
 
 
+# msrun 2.10's line when a worker exits non-zero (parallel/cluster/process_entity/_api.py)
+MSRUN_WORKER_FAILED = "exit with exception. Error code:"
+
+
 def _run_watched(cmd, env, log_dir: Path, hang_timeout: float) -> tuple[int, bool]:
     """Run msrun; stop it (and its workers) when no log under log_dir grew for hang_timeout s."""
     from mspretrain.train.log_filter import LAUNCHER_LOG, pump
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    output = pump(proc.stdout, log_dir / LAUNCHER_LOG)     # MindSpore's log lines: the file only
+    worker_failed = threading.Event()
+    output = pump(proc.stdout, log_dir / LAUNCHER_LOG,      # MindSpore's log lines: the file only
+                  seen=(MSRUN_WORKER_FAILED, worker_failed))
     last_size, last_change = -1, time.monotonic()
     try:
-        while proc.poll() is None:
-            time.sleep(1.0)
+        while True:
+            try:
+                proc.wait(timeout=1.0)      # returns as msrun exits, not up to a second later
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if worker_failed.is_set():
+                # msrun has killed the workers but waits for its scheduler, which only gives up
+                # when the dead worker's heartbeat times out (30 s): the job has failed already
+                _stop(proc)
+                output.join(timeout=10)
+                return (proc.returncode or 1), False
             size = sum(p.stat().st_size for p in log_dir.glob("*.log") if p.is_file())
             if size != last_size:
                 last_size, last_change = size, time.monotonic()

@@ -23,9 +23,10 @@ def is_framework_noise(line: str) -> bool:
     return bool(_MS_LOG.match(line))
 
 
-def pump(stream, log_path: Path, console=None) -> threading.Thread:
+def pump(stream, log_path: Path, console=None, seen: tuple[str, threading.Event] | None = None) -> threading.Thread:
     """Copy every line of `stream` to `log_path`; the lines that are not MindSpore log records also
-    to the console. Returns the (started) thread; join it after the process exits."""
+    to the console; `seen` (text, event): the event is set once a line holds the text. Returns the
+    (started) thread; join it after the process exits."""
     console = console or sys.stdout
 
     def run():
@@ -34,6 +35,8 @@ def pump(stream, log_path: Path, console=None) -> threading.Thread:
                 line = raw.decode("utf-8", errors="replace")
                 log.write(line)
                 log.flush()
+                if seen and seen[0] in line:
+                    seen[1].set()
                 if not is_framework_noise(line):
                     console.write(line)
                     console.flush()

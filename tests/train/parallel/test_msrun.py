@@ -179,6 +179,8 @@ def test_worker_crash_shows_its_log_tail_and_fails(docs_data, tmp_path):
     assert "the job failed" in proc.stderr
     assert f"last 40 lines of {run_dir / 'logs' / 'msrun' / 'worker_1.log'}" in proc.stderr
     assert "injected failure on rank 1 at call 3" in proc.stderr
+    # stopped when msrun saw the worker fail, not after its scheduler timed the dead worker out (30 s)
+    assert "timed out node" not in (run_dir / "logs" / "msrun" / "scheduler.log").read_text()
     assert not any("train launch" in " ".join(p.info["cmdline"] or []) and str(run_dir) in
                    " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
 
