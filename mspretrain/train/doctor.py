@@ -827,8 +827,8 @@ def kernel_check() -> str:
 
 def _run_kernel_check(rung: Rung) -> tuple[bool, str]:
     if rung.check == "fused":
-        from mspretrain.train.models.fused import FUSED_TOLERANCE
-        call = "from mspretrain.train.models.fused import compare_with_composed as check"
+        from mspretrain.train.models.fused_check import FUSED_TOLERANCE
+        call = "from mspretrain.train.models.fused_check import compare_with_composed as check"
         what, within = "each fused kernel against the composed layer, fp32, forward and backward", (
             f"within {FUSED_TOLERANCE:.1e} x max|composed|")
     else:

@@ -20,6 +20,8 @@ import struct
 
 import numpy as np
 
+from mspretrain.train.checkpoint.layout import CheckpointError
+
 METADATA = {"format": "ms"}         # what ms.save_checkpoint(format="safetensors") records
 
 # MindSpore's dtype name -> (the library's TensorSpec name, the header's code); in the library's
@@ -33,8 +35,6 @@ _RANK = {ms_name: i for i, ms_name in enumerate(_DTYPES)}
 
 
 def _check_dtypes(tensors) -> None:
-    from mspretrain.train.checkpoint.format import CheckpointError
-
     bad = sorted({f"{t.name} ({t.dtype})" for t in tensors if t.dtype not in _DTYPES})
     if bad:
         raise CheckpointError(f"checkpoint.format safetensors: no safetensors dtype for {', '.join(bad[:5])}; "

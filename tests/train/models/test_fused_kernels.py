@@ -1,7 +1,7 @@
 """model.fused_kernels: validation naming the key, which implementation each layer holds, the plan's
 strategies for the fused primitives, and the default keeping today's layers and config bytes. The
 kernels themselves are Ascend-only in MindSpore 2.10 (CPU refuses them at kernel selection), so their
-numerics are the doctor's "fused kernels" rung (models/fused.py compare_with_composed)."""
+numerics are the doctor's "fused kernels" rung (models/fused_check.py compare_with_composed)."""
 import pytest
 
 from mspretrain.train.config import ConfigError, load_config
