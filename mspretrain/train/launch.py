@@ -144,8 +144,7 @@ def _run_watched(cmd, env, log_dir: Path, hang_timeout: float) -> tuple[int, boo
                 # msrun has killed the workers but waits for its scheduler, which only gives up
                 # when the dead worker's heartbeat times out (30 s): the job has failed already
                 _stop(proc)
-                output.join(timeout=10)
-                return (proc.returncode or 1), False
+                break
             size = sum(p.stat().st_size for p in log_dir.glob("*.log") if p.is_file())
             if size != last_size:
                 last_size, last_change = size, time.monotonic()
@@ -156,7 +155,7 @@ def _run_watched(cmd, env, log_dir: Path, hang_timeout: float) -> tuple[int, boo
         _stop(proc)
         raise
     output.join(timeout=10)
-    return proc.returncode, False
+    return ((proc.returncode or 1) if worker_failed.is_set() else proc.returncode), False
 
 
 def _stop(proc: subprocess.Popen) -> None:

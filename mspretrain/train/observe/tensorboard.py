@@ -44,12 +44,11 @@ class TensorBoardMirror:
             self._w.close()
 
 
-
 @contextmanager
 def _torch_hidden():
     """tensorboardX's writer imports torch where it is installed, only to accept torch tensors (2.7 s
-    of every training process's start here, twice per step of msrun's workers); the mirror passes
-    floats. While tensorboardX loads, `import torch` fails as if torch were absent (which tensorboardX
+    of every training process's start here, each msrun worker's included); the mirror passes floats.
+    While tensorboardX loads, `import torch` fails as if torch were absent (which tensorboardX
     handles); torch stays importable afterwards, and one already imported is left alone."""
     if "torch" in sys.modules:
         yield
